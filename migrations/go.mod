@@ -1,0 +1,3 @@
+module github.com/pulsequeue/pulse/migrations
+
+go 1.26.0

@@ -1,0 +1,23 @@
+// Package migrations holds the numbered SQL migrations that define the schema
+// every pulse service shares. control-api's `migrate` subcommand applies them;
+// every service checks at start that the database is at least at the version
+// it needs.
+package migrations
+
+import "embed"
+
+// FS holds every migration file, in goose's NNNNN_name.sql format.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// Schema versions that services name as their minimum. A service refuses to
+// start against a database older than the version it declares.
+const (
+	// VersionJobs creates jobs with its transition trigger, the claim and
+	// expired-lease indexes, and the insert NOTIFY.
+	VersionJobs int64 = 1
+)
+
+// Latest is the newest version in FS.
+const Latest = VersionJobs

@@ -1,0 +1,253 @@
+// Package pgcluster starts a throwaway PostgreSQL cluster from the binaries
+// installed on the machine (initdb and pg_ctl on PATH or under
+// /usr/lib/postgresql/*/bin). Tests, the no-Docker dev fleet and the load
+// test use it; nothing in production does.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Options tune the cluster. The zero value is a durable-enough cluster for
+// development; Fast trades durability for speed in tests.
+type Options struct {
+	// Fast turns off fsync and synchronous commit: right for tests, wrong
+	// for benchmarks that claim durability.
+	Fast bool
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// MaxConnections defaults to 200.
+	MaxConnections int
+	// Dir is the data directory's parent; empty means a new temp dir.
+	Dir string
+	// Settings are extra postgresql.conf lines, applied last.
+	Settings map[string]string
+}
+
+// Cluster is a running throwaway PostgreSQL server.
+type Cluster struct {
+	root    string // removed by Stop
+	dataDir string
+	port    int
+	binDir  string
+	cred    *syscall.Credential
+}
+
+// BinDir finds the directory holding initdb and pg_ctl.
+func BinDir() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		if _, err := exec.LookPath("initdb"); err == nil {
+			return filepath.Dir(p), nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	if len(matches) == 0 {
+		return "", errors.New("pgcluster: no PostgreSQL server binaries found (pg_ctl on PATH or /usr/lib/postgresql/*/bin); install postgresql or set PULSE_TEST_DATABASE_URL")
+	}
+	sort.Slice(matches, func(i, j int) bool { return versionOf(matches[i]) > versionOf(matches[j]) })
+	return filepath.Dir(matches[0]), nil
+}
+
+func versionOf(path string) int {
+	parts := strings.Split(path, string(filepath.Separator))
+	for _, p := range parts {
+		if n, err := strconv.Atoi(p); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// Start initialises and starts a cluster. PostgreSQL refuses to run as root,
+// so when this process is root the server runs as the "postgres" user.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	root := opts.Dir
+	if root == "" {
+		root, err = os.MkdirTemp("", "pulse-pg-")
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
+		}
+	}
+	c := &Cluster{root: root, dataDir: filepath.Join(root, "data"), binDir: bin}
+	if os.Geteuid() == 0 {
+		cred, err := postgresCredential()
+		if err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+		c.cred = cred
+		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(root)
+			return nil, fmt.Errorf("pgcluster: chown %s: %w", root, err)
+		}
+		// The parent of a MkdirTemp dir is world-traversable (/tmp); make sure
+		// the root itself is too so the postgres user can reach it.
+		_ = os.Chmod(root, 0o700)
+	}
+	port := opts.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
+	}
+	c.port = port
+
+	if out, err := c.run(ctx, "initdb", "-D", c.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
+		os.RemoveAll(root)
+		return nil, fmt.Errorf("pgcluster: initdb: %w: %s", err, out)
+	}
+	maxConn := opts.MaxConnections
+	if maxConn == 0 {
+		maxConn = 200
+	}
+	settings := map[string]string{
+		"listen_addresses":        "'127.0.0.1'",
+		"port":                    strconv.Itoa(port),
+		"unix_socket_directories": "'" + root + "'",
+		"max_connections":         strconv.Itoa(maxConn),
+		"shared_buffers":          "'256MB'",
+		"log_min_messages":        "warning",
+		"logging_collector":       "off",
+	}
+	if opts.Fast {
+		settings["fsync"] = "off"
+		settings["synchronous_commit"] = "off"
+		settings["full_page_writes"] = "off"
+	}
+	for k, v := range opts.Settings {
+		settings[k] = v
+	}
+	var conf strings.Builder
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&conf, "%s = %s\n", k, settings[k])
+	}
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		os.RemoveAll(root)
+		return nil, fmt.Errorf("pgcluster: open postgresql.conf: %w", err)
+	}
+	_, err = f.WriteString(conf.String())
+	f.Close()
+	if err != nil {
+		os.RemoveAll(root)
+		return nil, fmt.Errorf("pgcluster: write postgresql.conf: %w", err)
+	}
+	if err := c.Restart(ctx); err != nil {
+		os.RemoveAll(root)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Restart starts the server if it is stopped, or restarts it if it runs; it
+// returns once the server accepts connections.
+func (c *Cluster) Restart(ctx context.Context) error {
+	logFile := filepath.Join(c.root, "postgres.log")
+	mode := "start"
+	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
+		mode = "restart"
+	}
+	if out, err := c.run(ctx, "pg_ctl", mode, "-D", c.dataDir, "-l", logFile, "-w", "-t", "60", "-m", "fast"); err != nil {
+		logTail, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pgcluster: pg_ctl %s: %w: %s\n%s", mode, err, out, logTail)
+	}
+	return c.waitReady(ctx)
+}
+
+func (c *Cluster) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgcluster: server not accepting connections: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// URL is a connection string for database name on this cluster.
+func (c *Cluster) URL(database string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, database)
+}
+
+// Port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
+// DataDir is the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.dataDir }
+
+// Stop shuts the server down and removes every file it wrote.
+func (c *Cluster) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stopErr error
+	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
+		if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "immediate"); err != nil {
+			stopErr = fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+		}
+	}
+	if err := os.RemoveAll(c.root); err != nil && stopErr == nil {
+		stopErr = fmt.Errorf("pgcluster: remove %s: %w", c.root, err)
+	}
+	return stopErr
+}
+
+func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	cmd.Dir = c.root
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	return cmd.CombinedOutput()
+}
+
+func postgresCredential() (*syscall.Credential, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("pgcluster: running as root and no 'postgres' or 'nobody' user to run the server as")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: pick a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,224 @@
+// Package pgtest gives every test a fresh, migrated database on a real
+// PostgreSQL server. It uses PULSE_TEST_DATABASE_URL when set; otherwise it
+// starts a throwaway cluster for the test binary (see pgcluster). The schema
+// is migrated once into a template database and each test clones it, which
+// takes milliseconds.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pulsequeue/pulse/migrations"
+	"github.com/pulsequeue/pulse/pkg/server/migrate"
+	"github.com/pulsequeue/pulse/pkg/server/pgcluster"
+)
+
+// EnvURL names the variable that points tests at an existing server. The URL
+// must allow CREATE DATABASE.
+const EnvURL = "PULSE_TEST_DATABASE_URL"
+
+var (
+	once      sync.Once
+	serverURL string
+	cluster   *pgcluster.Cluster
+	startErr  error
+	tmplName  string
+)
+
+// Main runs the package's tests and stops the throwaway cluster, if one was
+// started, once they finish. Call it from TestMain.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if cluster != nil {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	return code
+}
+
+// Cluster returns the throwaway cluster when this process started one, or
+// nil when tests run against PULSE_TEST_DATABASE_URL.
+func Cluster(tb testing.TB) *pgcluster.Cluster {
+	tb.Helper()
+	setup(tb)
+	return cluster
+}
+
+func setup(tb testing.TB) {
+	tb.Helper()
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		serverURL = os.Getenv(EnvURL)
+		if serverURL == "" {
+			cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{Fast: true, MaxConnections: 400})
+			if startErr != nil {
+				return
+			}
+			serverURL = cluster.URL("postgres")
+		}
+		tmplName, startErr = ensureTemplate(ctx)
+	})
+	if startErr != nil {
+		tb.Fatalf("pgtest: %v", startErr)
+	}
+}
+
+// ensureTemplate migrates a template database named after the migrations'
+// content, once per server; concurrent test binaries serialise on an
+// advisory lock and the finished template is published by rename.
+func ensureTemplate(ctx context.Context) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := migrations.FS.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(path))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	name := "pulse_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", fmt.Errorf("connect %s: %w", redact(serverURL), err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(727272)`); err != nil {
+		return "", err
+	}
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(727272)`)
+
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	building := name + "_building"
+	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+building+` WITH (FORCE)`); err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+building); err != nil {
+		return "", err
+	}
+	if _, err := migrate.Up(ctx, withDatabase(serverURL, building), nil); err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+building+` RENAME TO `+name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// URL creates a fresh migrated database for the test and returns its
+// connection string; the database is dropped when the test ends.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	setup(tb)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "pulse_test_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tmplName)); err != nil {
+		tb.Fatalf("pgtest: clone template: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			tb.Logf("pgtest: drop %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+			tb.Logf("pgtest: drop %s: %v", name, err)
+		}
+	})
+	return withDatabase(serverURL, name)
+}
+
+// Pool opens a pool on a fresh database (see URL), closed when the test ends.
+func Pool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.New(context.Background(), URL(tb))
+	if err != nil {
+		tb.Fatalf("pgtest: pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// EmptyURL creates a fresh database with no schema at all, for tests of
+// migration and of the schema-version check.
+func EmptyURL(tb testing.TB) string {
+	tb.Helper()
+	setup(tb)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "pulse_empty_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+		tb.Fatalf("pgtest: create: %v", err)
+	}
+	tb.Cleanup(func() {
+		admin, err := pgx.Connect(context.Background(), serverURL)
+		if err == nil {
+			admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+			admin.Close(context.Background())
+		}
+	})
+	return withDatabase(serverURL, name)
+}
+
+func withDatabase(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Keyword/value DSN: append the dbname, later keys win.
+		return raw + " dbname=" + db
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable url)"
+	}
+	return u.Redacted()
+}
+
