@@ -168,7 +168,10 @@ type OpenStream struct {
 	Topics   []string `protobuf:"bytes,2,rep,name=topics,proto3" json:"topics,omitempty"`
 	// Maximum jobs the worker runs at once; the gateway never sends more
 	// than the worker has free slots.
-	Concurrency   int32 `protobuf:"varint,3,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Concurrency int32 `protobuf:"varint,3,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// Jobs still running from an earlier stream of this worker (after a
+	// reconnect); the gateway starts with concurrency - in_flight free slots.
+	InFlight      int32 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +223,13 @@ func (x *OpenStream) GetTopics() []string {
 func (x *OpenStream) GetConcurrency() int32 {
 	if x != nil {
 		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *OpenStream) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
 	}
 	return 0
 }
@@ -1054,12 +1064,13 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\x11StreamJobsRequest\x12*\n" +
 	"\x04open\x18\x01 \x01(\v2\x14.pulse.v1.OpenStreamH\x00R\x04open\x12*\n" +
 	"\x06credit\x18\x02 \x01(\v2\x10.pulse.v1.CreditH\x00R\x06creditB\x05\n" +
-	"\x03msg\"c\n" +
+	"\x03msg\"\x80\x01\n" +
 	"\n" +
 	"OpenStream\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x12 \n" +
-	"\vconcurrency\x18\x03 \x01(\x05R\vconcurrency\"\x1e\n" +
+	"\vconcurrency\x18\x03 \x01(\x05R\vconcurrency\x12\x1b\n" +
+	"\tin_flight\x18\x04 \x01(\x05R\binFlight\"\x1e\n" +
 	"\x06Credit\x12\x14\n" +
 	"\x05slots\x18\x01 \x01(\x05R\x05slots\"\x85\x01\n" +
 	"\x12StreamJobsResponse\x12-\n" +

@@ -1,0 +1,215 @@
+// Package apierr is the one place where pulse's typed errors are defined and
+// mapped to gRPC codes and HTTP statuses. Stores and validators return these
+// errors; transports translate them here and nowhere else.
+package apierr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Kind classifies an error for the transports.
+type Kind int
+
+// The kinds, each with one gRPC code and one HTTP status.
+const (
+	KindInternal Kind = iota
+	KindInvalidArgument
+	KindNotFound
+	KindInvalidTransition
+	KindUnavailable
+	KindUnauthenticated
+	KindPermissionDenied
+	KindAlreadyExists
+)
+
+// Error is a classified error. Field names the offending input for
+// KindInvalidArgument, in the request's own spelling ("jobs[3].topic").
+type Error struct {
+	Kind  Kind
+	Field string
+	Msg   string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Field != "" && e.Err != nil:
+		return fmt.Sprintf("%s: %s: %v", e.Field, e.Msg, e.Err)
+	case e.Field != "":
+		return e.Field + ": " + e.Msg
+	case e.Err != nil && e.Msg != "":
+		return e.Msg + ": " + e.Err.Error()
+	case e.Err != nil:
+		return e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrNotFound) and friends match on Kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Msg == "" && t.Field == "" && t.Err == nil && t.Kind == e.Kind
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrInvalidArgument   = &Error{Kind: KindInvalidArgument}
+	ErrNotFound          = &Error{Kind: KindNotFound}
+	ErrInvalidTransition = &Error{Kind: KindInvalidTransition}
+	ErrUnavailable       = &Error{Kind: KindUnavailable}
+	ErrUnauthenticated   = &Error{Kind: KindUnauthenticated}
+	ErrPermissionDenied  = &Error{Kind: KindPermissionDenied}
+)
+
+// Invalid reports bad input in field.
+func Invalid(field, format string, args ...any) error {
+	return &Error{Kind: KindInvalidArgument, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// NotFound reports an unknown id.
+func NotFound(what, id string) error {
+	return &Error{Kind: KindNotFound, Msg: fmt.Sprintf("%s %q not found", what, id)}
+}
+
+// InvalidTransition reports a guarded update that matched no row because
+// the job was not in a state that allows the change.
+func InvalidTransition(format string, args ...any) error {
+	return &Error{Kind: KindInvalidTransition, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Unavailable wraps a failure to reach the database or another dependency.
+func Unavailable(msg string, err error) error {
+	return &Error{Kind: KindUnavailable, Msg: msg, Err: err}
+}
+
+// Unauthenticated reports missing or wrong credentials.
+func Unauthenticated(msg string) error { return &Error{Kind: KindUnauthenticated, Msg: msg} }
+
+// PermissionDenied reports a known identity whose role may not do this.
+func PermissionDenied(msg string) error { return &Error{Kind: KindPermissionDenied, Msg: msg} }
+
+// KindOf classifies any error; unclassified errors are internal, except
+// context errors which keep their own meaning.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindInternal
+}
+
+// FieldOf returns the offending field of an invalid-argument error.
+func FieldOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Field
+	}
+	return ""
+}
+
+// GRPCStatus maps err to a gRPC status. Errors that already carry a status
+// pass through unchanged.
+func GRPCStatus(err error) *status.Status {
+	if err == nil {
+		return nil
+	}
+	if s, ok := status.FromError(err); ok {
+		return s
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, err.Error())
+	}
+	return status.New(grpcCode(KindOf(err)), err.Error())
+}
+
+func grpcCode(k Kind) codes.Code {
+	switch k {
+	case KindInvalidArgument:
+		return codes.InvalidArgument
+	case KindNotFound:
+		return codes.NotFound
+	case KindInvalidTransition:
+		return codes.FailedPrecondition
+	case KindUnavailable:
+		return codes.Unavailable
+	case KindUnauthenticated:
+		return codes.Unauthenticated
+	case KindPermissionDenied:
+		return codes.PermissionDenied
+	case KindAlreadyExists:
+		return codes.AlreadyExists
+	}
+	return codes.Internal
+}
+
+// HTTPStatus maps err to an HTTP status code.
+func HTTPStatus(err error) int {
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return httpFromCode(s.Code())
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return 499
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return httpFromCode(grpcCode(KindOf(err)))
+}
+
+func httpFromCode(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition, codes.AlreadyExists:
+		return http.StatusConflict
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// HTTPCode is the short machine-readable code in HTTP error bodies
+// ("invalid_argument", "not_found", ...).
+func HTTPCode(err error) string {
+	s := GRPCStatus(err)
+	switch s.Code() {
+	case codes.InvalidArgument:
+		return "invalid_argument"
+	case codes.NotFound:
+		return "not_found"
+	case codes.FailedPrecondition:
+		return "invalid_transition"
+	case codes.Unavailable:
+		return "unavailable"
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	case codes.PermissionDenied:
+		return "permission_denied"
+	case codes.AlreadyExists:
+		return "already_exists"
+	case codes.DeadlineExceeded:
+		return "deadline_exceeded"
+	case codes.Canceled:
+		return "canceled"
+	}
+	return "internal"
+}
