@@ -1,0 +1,141 @@
+// Package jobspec validates what producers submit and turns it into rows
+// for jobstore. control-api (submits) and the scheduler (schedule
+// templates) share it, so a job is held to the same rules however it
+// arrives. Every error names the offending field.
+package jobspec
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Limits and defaults. The schema's CHECK constraints hold the same ranges.
+const (
+	MinPriority            = 0
+	MaxPriority            = 10
+	DefaultPriority        = 5
+	MinMaxAttempts         = 1
+	MaxMaxAttempts         = 100
+	DefaultMaxAttempts     = 25
+	MaxIdempotencyKeyBytes = 255
+	// DefaultMaxArgsBytes bounds one job's args document.
+	DefaultMaxArgsBytes = 1 << 20
+	// MaxTopicLength is the longest topic name.
+	MaxTopicLength = 128
+)
+
+// TopicPattern is the documented topic charset: a letter or digit, then up
+// to 127 letters, digits, '.', '_', ':' or '-'.
+var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// Limits are the configurable bounds.
+type Limits struct {
+	MaxArgsBytes int
+}
+
+// ValidateTopic checks one topic name.
+func ValidateTopic(field, topic string) error {
+	switch {
+	case topic == "":
+		return apierr.Invalid(field, "is required")
+	case len(topic) > MaxTopicLength:
+		return apierr.Invalid(field, "is %d characters; the limit is %d", len(topic), MaxTopicLength)
+	case !TopicPattern.MatchString(topic):
+		return apierr.Invalid(field, "%q has characters outside [A-Za-z0-9._:-] or does not start with a letter or digit", topic)
+	}
+	return nil
+}
+
+// ValidateArgs checks a job's args document and returns it, `{}` when empty.
+func ValidateArgs(field string, args []byte, maxBytes int) ([]byte, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxArgsBytes
+	}
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 {
+		return []byte("{}"), nil
+	}
+	if len(args) > maxBytes {
+		return nil, apierr.Invalid(field, "is %d bytes; the limit is %d bytes", len(args), maxBytes)
+	}
+	if !json.Valid(trimmed) {
+		return nil, apierr.Invalid(field, "is not valid JSON")
+	}
+	if trimmed[0] != '{' {
+		return nil, apierr.Invalid(field, "must be a JSON object")
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		return nil, apierr.Invalid(field, "contains a NUL character (\\u0000), which Postgres cannot store")
+	}
+	return trimmed, nil
+}
+
+// Validate checks spec and builds the row to insert. prefix is how the
+// request names the spec ("" for a bare body, "jobs[3]" in a batch), so
+// errors read "jobs[3].topic: is required".
+func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob, error) {
+	f := func(name string) string {
+		if prefix == "" {
+			return name
+		}
+		return prefix + "." + name
+	}
+	if spec == nil {
+		return jobstore.NewJob{}, apierr.Invalid(prefix, "is required")
+	}
+	if err := ValidateTopic(f("topic"), spec.GetTopic()); err != nil {
+		return jobstore.NewJob{}, err
+	}
+	args, err := ValidateArgs(f("args"), spec.GetArgs(), lim.MaxArgsBytes)
+	if err != nil {
+		return jobstore.NewJob{}, err
+	}
+	prio := int32(DefaultPriority)
+	if spec.GetHasPriority() || spec.GetPriority() != 0 {
+		prio = spec.GetPriority()
+		if prio < MinPriority || prio > MaxPriority {
+			return jobstore.NewJob{}, apierr.Invalid(f("priority"), "is %d; it must be between %d and %d", prio, MinPriority, MaxPriority)
+		}
+	}
+	maxAttempts := spec.GetMaxAttempts()
+	if maxAttempts == 0 {
+		maxAttempts = DefaultMaxAttempts
+	} else if maxAttempts < MinMaxAttempts || maxAttempts > MaxMaxAttempts {
+		return jobstore.NewJob{}, apierr.Invalid(f("max_attempts"), "is %d; it must be between %d and %d", maxAttempts, MinMaxAttempts, MaxMaxAttempts)
+	}
+	key := spec.GetIdempotencyKey()
+	if len(key) > MaxIdempotencyKeyBytes {
+		return jobstore.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyBytes)
+	}
+	if !utf8.ValidString(key) || bytes.IndexByte([]byte(key), 0) >= 0 {
+		return jobstore.NewJob{}, apierr.Invalid(f("idempotency_key"), "must be valid UTF-8 without NUL characters")
+	}
+	job := jobstore.NewJob{
+		Topic:          spec.GetTopic(),
+		Args:           args,
+		Priority:       int16(prio),
+		MaxAttempts:    maxAttempts,
+		IdempotencyKey: key,
+	}
+	if ts := spec.GetRunAt(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return jobstore.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
+		}
+		job.RunAt = ts.AsTime()
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return jobstore.NewJob{}, fmt.Errorf("mint job id: %w", err)
+	}
+	job.ID = id
+	return job, nil
+}

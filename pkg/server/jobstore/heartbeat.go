@@ -1,0 +1,81 @@
+package jobstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// AttemptRef names one attempt of one job: the fence every worker call
+// carries back.
+type AttemptRef struct {
+	ID      uuid.UUID
+	Attempt int32
+}
+
+// Beat is the answer for one heartbeated attempt.
+type Beat struct {
+	Ref        AttemptRef
+	LeaseHeld  bool
+	LeaseUntil time.Time // zero unless LeaseHeld
+	Canceled   bool      // the job was canceled while this attempt ran
+}
+
+// heartbeatSQL extends the leases a worker still holds. The fence is
+// locked_by AND attempts: after a reap and re-claim (even by the same
+// worker) the stale attempt's beat matches nothing, so a zombie can never
+// push a job out of its new owner's hands. A miss is reported, not raised.
+const heartbeatSQL = `
+WITH beats AS (
+    SELECT * FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS b(id, attempt, ord)
+), extended AS (
+    UPDATE jobs AS j
+    SET lease_until = now() + $4::interval
+    FROM beats
+    WHERE j.id = beats.id
+      AND j.attempts = beats.attempt
+      AND j.status = 'RUNNING'
+      AND j.locked_by = $1
+    RETURNING j.id, j.lease_until
+)
+SELECT beats.id, beats.attempt, extended.lease_until,
+       COALESCE(cur.status = 'CANCELED' AND cur.attempts = beats.attempt, false)
+FROM beats
+LEFT JOIN extended ON extended.id = beats.id
+LEFT JOIN jobs AS cur ON cur.id = beats.id
+ORDER BY beats.ord`
+
+// Heartbeat extends the lease of every attempt in refs that worker still
+// holds, in one statement, and says for each whether it held.
+func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef, leaseTTL time.Duration) ([]Beat, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids := make([]uuid.UUID, len(refs))
+	attempts := make([]int32, len(refs))
+	for i, r := range refs {
+		ids[i], attempts[i] = r.ID, r.Attempt
+	}
+	rows, err := s.pool.Query(ctx, heartbeatSQL, worker, ids, attempts, intervalOf(leaseTTL))
+	if err != nil {
+		return nil, interpretError("heartbeat", err)
+	}
+	defer rows.Close()
+	out := make([]Beat, 0, len(refs))
+	for rows.Next() {
+		var b Beat
+		var until *time.Time
+		if err := rows.Scan(&b.Ref.ID, &b.Ref.Attempt, &until, &b.Canceled); err != nil {
+			return nil, interpretError("heartbeat", err)
+		}
+		if until != nil {
+			b.LeaseHeld, b.LeaseUntil = true, *until
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("heartbeat", err)
+	}
+	return out, nil
+}

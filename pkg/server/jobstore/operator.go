@@ -1,0 +1,61 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// cancelSQL ends a live job. A running attempt learns it on its next
+// heartbeat; its late report no longer matches status RUNNING.
+const cancelSQL = `
+UPDATE jobs
+SET status = 'CANCELED', finished_at = now(), lease_until = NULL
+WHERE id = $1 AND status IN ('PENDING', 'RETRYING', 'RUNNING')
+RETURNING ` + jobColumns
+
+// retrySQL gives a dead-lettered or canceled job a fresh attempt budget and
+// makes it claimable now. The error history stays. The NOTIFY wakes the
+// gateways as an insert would.
+const retrySQL = `
+WITH retried AS (
+    UPDATE jobs
+    SET status = 'PENDING', attempts = 0, finished_at = NULL,
+        lease_until = NULL, locked_by = NULL, next_run_at = now()
+    WHERE id = $1 AND status IN ('DEAD_LETTERED', 'CANCELED')
+    RETURNING ` + jobColumns + `
+), notified AS (
+    SELECT pg_notify('` + ReadyChannel + `', topic) FROM retried
+)
+SELECT retried.* FROM retried, (SELECT count(*) FROM notified) AS n`
+
+// Cancel moves a PENDING, RETRYING or RUNNING job to CANCELED.
+func (s *Store) Cancel(ctx context.Context, id uuid.UUID) (*Job, error) {
+	return s.guarded(ctx, "cancel job", cancelSQL, id, "cannot cancel job %s: it is %s")
+}
+
+// Retry moves a DEAD_LETTERED or CANCELED job back to PENDING.
+func (s *Store) Retry(ctx context.Context, id uuid.UUID) (*Job, error) {
+	return s.guarded(ctx, "retry job", retrySQL, id, "cannot retry job %s: it is %s (only DEAD_LETTERED or CANCELED jobs can be retried)")
+}
+
+// guarded runs a single-row guarded UPDATE; zero rows becomes NotFound or
+// an invalid-transition error naming the job's actual status.
+func (s *Store) guarded(ctx context.Context, op, sql string, id uuid.UUID, refusal string) (*Job, error) {
+	job, err := scanJob(s.pool.QueryRow(ctx, sql, id))
+	if err == nil {
+		return job, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, interpretError(op, err)
+	}
+	cur, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return nil, apierr.InvalidTransition(refusal, id, cur.Status)
+}

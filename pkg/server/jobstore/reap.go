@@ -1,0 +1,68 @@
+package jobstore
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
+
+// Reaped is one job whose lapsed lease the sweep settled.
+type Reaped struct {
+	ID       uuid.UUID
+	Topic    string
+	Status   Status // RETRYING or DEAD_LETTERED
+	Attempt  int32
+	LockedBy string
+}
+
+// LeaseExpiredError is the error-history text for a reaped attempt.
+const LeaseExpiredError = "worker lease expired"
+
+// reapSQL routes RUNNING jobs whose lease has lapsed through the normal
+// retry path, exactly as a failure report the worker did not live to make
+// (seed ADR-0007). It walks jobs_expired_lease_idx oldest lease first and
+// takes at most $1 rows, so a huge expired set is settled in bounded
+// transactions. SKIP LOCKED plus the status guard make concurrent reapers
+// safe: a row leaves RUNNING once, so it is reaped once.
+const reapSQL = `
+WITH expired AS (
+    SELECT id FROM jobs
+    WHERE status = 'RUNNING' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() ELSE NULL END,
+    next_run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.next_run_at
+                       ELSE now() + LEAST(power(j.attempts, 2) * $2::interval, $3::interval) END,
+    lease_until = NULL,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
+FROM expired
+WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
+RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '')`
+
+// Reap settles up to limit expired leases in one statement.
+func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped, error) {
+	rows, err := s.pool.Query(ctx, reapSQL, limit, intervalOf(backoff.Unit), intervalOf(backoff.Max))
+	if err != nil {
+		return nil, interpretError("reap", err)
+	}
+	defer rows.Close()
+	var out []Reaped
+	for rows.Next() {
+		var r Reaped
+		var status string
+		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy); err != nil {
+			return nil, interpretError("reap", err)
+		}
+		r.Status = Status(status)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("reap", err)
+	}
+	return out, nil
+}

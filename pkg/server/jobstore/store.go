@@ -1,0 +1,95 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// ReadyChannel is the NOTIFY channel that announces claimable jobs; the
+// payload is the topic. The insert trigger and RetryJob send on it.
+const ReadyChannel = "pulse_jobs_ready"
+
+// Store runs the lifecycle statements against one pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool}
+}
+
+// Pool exposes the underlying pool for callers that run their own reads.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// interpretError is the one boundary where database errors become pulse's
+// typed errors: no rows → not found, the transition trigger and CHECK
+// constraints → invalid transition, connection trouble → unavailable.
+func interpretError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23514" && (pgErr.ConstraintName == "jobs_status_transition" || pgErr.ConstraintName == "jobs_attempts_fence"):
+			return apierr.InvalidTransition("%s: %s", op, pgErr.Message)
+		case pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_idempotency_key_live_idx":
+			return apierr.InvalidTransition("%s: another live job holds this idempotency key", op)
+		case pgErr.Code == "23514":
+			return apierr.Invalid(constraintField(pgErr.ConstraintName), "%s", pgErr.Message)
+		case pgErr.Code == "22P02" || pgErr.Code == "22023":
+			return apierr.Invalid("", "%s: %s", op, pgErr.Message)
+		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
+			// connection exception, operator intervention (shutdown), insufficient resources
+			return apierr.Unavailable(op, err)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed) {
+		return apierr.Unavailable(op+": database unreachable", err)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apierr.ErrNotFound
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func constraintField(name string) string {
+	switch name {
+	case "jobs_topic_format":
+		return "topic"
+	case "jobs_args_object":
+		return "args"
+	case "jobs_priority_range":
+		return "priority"
+	case "jobs_max_attempts_range", "jobs_attempts_within_max":
+		return "max_attempts"
+	case "jobs_idempotency_key_length":
+		return "idempotency_key"
+	}
+	return name
+}
+
+// intervalOf renders d for a ::interval parameter with microsecond precision.
+func intervalOf(d time.Duration) string {
+	return fmt.Sprintf("%d microseconds", d.Microseconds())
+}

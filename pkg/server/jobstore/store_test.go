@@ -1,0 +1,535 @@
+package jobstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+)
+
+type testBundle struct {
+	pool  *pgxpool.Pool
+	store *jobstore.Store
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	return &testBundle{pool: pool, store: jobstore.New(pool)}
+}
+
+const ttl = time.Minute
+
+var ctx = context.Background()
+
+func slots(worker string, n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = worker
+	}
+	return s
+}
+
+// expireLease pretends the lease lapsed, as if the worker went silent.
+func expireLease(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
+	t.Helper()
+	_, err := pool.Exec(ctx, `UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+// makeDue makes a RETRYING job claimable now instead of after its backoff.
+func makeDue(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
+	t.Helper()
+	_, err := pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+}
+
+func TestClaim(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ClaimsInPriorityThenFIFOOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		base := time.Now().Add(-time.Hour)
+		low := insertRow(t, b.pool, rowOpts{Priority: 1, SubmittedAt: base})
+		highLate := insertRow(t, b.pool, rowOpts{Priority: 9, SubmittedAt: base.Add(2 * time.Second)})
+		highEarly := insertRow(t, b.pool, rowOpts{Priority: 9, SubmittedAt: base.Add(time.Second)})
+		mid := insertRow(t, b.pool, rowOpts{Priority: 5, SubmittedAt: base})
+
+		var got []uuid.UUID
+		for range 4 {
+			c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+			require.NoError(t, err)
+			require.Len(t, c, 1)
+			got = append(got, c[0].ID)
+		}
+		require.Equal(t, []uuid.UUID{highEarly, highLate, mid, low}, got)
+	})
+
+	t.Run("LeasesEachJobToItsSlotsWorker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for range 3 {
+			insertRow(t, b.pool, rowOpts{})
+		}
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, []string{"w1", "w2", "w2"}, ttl)
+		require.NoError(t, err)
+		require.Len(t, c, 3)
+		count := map[string]int{}
+		for _, cl := range c {
+			count[cl.WorkerID]++
+			require.EqualValues(t, 1, cl.Attempt)
+			require.True(t, cl.LeaseUntil.After(time.Now()))
+			var lockedBy string
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT locked_by FROM jobs WHERE id = $1 AND status = 'RUNNING'`, cl.ID).Scan(&lockedBy))
+			require.Equal(t, cl.WorkerID, lockedBy)
+		}
+		require.Equal(t, map[string]int{"w1": 1, "w2": 2}, count)
+	})
+
+	t.Run("TakesOnlyTheSubscribedTopicsAndDueJobs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertRow(t, b.pool, rowOpts{Topic: "other"})
+		future := newJob("test.topic", 5)
+		future.RunAt = time.Now().Add(time.Hour)
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{future})
+		require.NoError(t, err)
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 5), ttl)
+		require.NoError(t, err)
+		require.Empty(t, c)
+	})
+
+	t.Run("ConcurrentClaimsTakeDisjointJobs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobs := make([]jobstore.NewJob, 500)
+		for i := range jobs {
+			jobs[i] = newJob("test.topic", 5)
+		}
+		_, err := b.store.Insert(ctx, jobs)
+		require.NoError(t, err)
+		results := make(chan []jobstore.Claimed)
+		for g := range 5 {
+			go func() {
+				var mine []jobstore.Claimed
+				for {
+					c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w"+string(rune('a'+g)), 7), ttl)
+					if err != nil || len(c) == 0 {
+						results <- mine
+						return
+					}
+					mine = append(mine, c...)
+				}
+			}()
+		}
+		seen := map[uuid.UUID]bool{}
+		for range 5 {
+			for _, c := range <-results {
+				require.False(t, seen[c.ID], "job %s claimed twice", c.ID)
+				seen[c.ID] = true
+			}
+		}
+		require.Len(t, seen, 500)
+	})
+}
+
+func TestInsert(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SameIdempotencyKeyReturnsTheLiveJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := newJob("test.topic", 5)
+		first.IdempotencyKey = "order-42"
+		res, err := b.store.Insert(ctx, []jobstore.NewJob{first})
+		require.NoError(t, err)
+		require.False(t, res[0].Duplicate)
+
+		again := newJob("test.topic", 5)
+		again.IdempotencyKey = "order-42"
+		sameBatch := newJob("test.topic", 5)
+		sameBatch.IdempotencyKey = "order-43"
+		sameBatchTwin := newJob("test.topic", 5)
+		sameBatchTwin.IdempotencyKey = "order-43"
+		res, err = b.store.Insert(ctx, []jobstore.NewJob{again, sameBatch, sameBatchTwin})
+		require.NoError(t, err)
+		require.Equal(t, jobstore.Inserted{ID: first.ID, Duplicate: true}, res[0])
+		require.Equal(t, jobstore.Inserted{ID: sameBatch.ID, Duplicate: false}, res[1])
+		require.Equal(t, jobstore.Inserted{ID: sameBatch.ID, Duplicate: true}, res[2])
+
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n))
+		require.Equal(t, 2, n)
+	})
+
+	t.Run("KeyIsFreeAgainOnceItsJobFinished", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first := newJob("test.topic", 5)
+		first.IdempotencyKey = "k"
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{first})
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, first.ID)
+		require.NoError(t, err)
+		second := newJob("test.topic", 5)
+		second.IdempotencyKey = "k"
+		res, err := b.store.Insert(ctx, []jobstore.NewJob{second})
+		require.NoError(t, err)
+		require.Equal(t, jobstore.Inserted{ID: second.ID}, res[0])
+	})
+
+	t.Run("SameIDIsADuplicateNotASecondJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		j := newJob("test.topic", 5)
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		require.NoError(t, err)
+		res, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		require.NoError(t, err)
+		require.True(t, res[0].Duplicate)
+	})
+
+	t.Run("BatchInsertNotifiesOncePerTopic", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+		require.NoError(t, err)
+
+		var jobs []jobstore.NewJob
+		for i := range 100 {
+			topic := "a"
+			if i%2 == 1 {
+				topic = "b"
+			}
+			jobs = append(jobs, newJob(topic, 5))
+		}
+		_, err = b.store.Insert(ctx, jobs)
+		require.NoError(t, err)
+		// A marker statement afterwards: once its notification arrives, every
+		// notification of the batch insert has arrived too.
+		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
+		require.NoError(t, err)
+
+		got := map[string]int{}
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err)
+			if n.Payload == "marker" {
+				break
+			}
+			got[n.Payload]++
+		}
+		require.Equal(t, map[string]int{"a": 1, "b": 1}, got)
+	})
+}
+
+func TestReport(t *testing.T) {
+	t.Parallel()
+
+	claimOne := func(t *testing.T, b *testBundle, worker string) jobstore.Claimed {
+		t.Helper()
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots(worker, 1), ttl)
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		return c[0]
+	}
+	ref := func(c jobstore.Claimed) jobstore.AttemptRef { return jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt} }
+
+	t.Run("CompleteFinishesTheJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertRow(t, b.pool, rowOpts{})
+		c := claimOne(t, b, "w")
+		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeComplete}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.True(t, acks[0].Accepted)
+		require.Equal(t, jobstore.StatusCompleted, acks[0].Status)
+		job, err := b.store.Get(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusCompleted, job.Status)
+		require.NotNil(t, job.FinishedAt)
+		require.Nil(t, job.LeaseUntil)
+	})
+
+	t.Run("FailRetriesWithSquaredBackoffThenDeadLettersWithHistory", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{MaxAttempts: 3})
+		backoff := jobstore.Backoff{Unit: time.Minute, Max: time.Hour}
+		for attempt := int32(1); attempt <= 3; attempt++ {
+			c := claimOne(t, b, "w")
+			require.Equal(t, attempt, c.Attempt)
+			before := time.Now()
+			acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeFail, Error: "boom " + string(rune('0'+attempt))}}, backoff)
+			require.NoError(t, err)
+			require.True(t, acks[0].Accepted)
+			if attempt < 3 {
+				require.Equal(t, jobstore.StatusRetrying, acks[0].Status)
+				wait := time.Duration(attempt*attempt) * time.Minute
+				require.WithinDuration(t, before.Add(wait), acks[0].NextRunAt, 5*time.Second)
+				// Not claimable before its backoff has passed.
+				none, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+				require.NoError(t, err)
+				require.Empty(t, none)
+				makeDue(t, b.pool, id)
+			} else {
+				require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
+			}
+		}
+		job, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusDeadLettered, job.Status)
+		require.Len(t, job.Errors, 3)
+		for i, e := range job.Errors {
+			require.Equal(t, i+1, e.Attempt)
+			require.Equal(t, "boom "+string(rune('1'+i)), e.Error)
+			require.Equal(t, "w", e.Worker)
+			require.False(t, e.At.IsZero())
+		}
+	})
+
+	t.Run("PermanentFailureDeadLettersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertRow(t, b.pool, rowOpts{MaxAttempts: 10})
+		c := claimOne(t, b, "w")
+		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeFailPermanent, Error: "bad input"}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
+	})
+
+	t.Run("StaleReportIsRejectedAndChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		old := claimOne(t, b, "w1")
+		expireLease(t, b.pool, id)
+		reaped, err := b.store.Reap(ctx, 10, jobstore.Backoff{Unit: 0, Max: 0})
+		require.NoError(t, err)
+		require.Len(t, reaped, 1)
+		current := claimOne(t, b, "w2")
+		require.EqualValues(t, 2, current.Attempt)
+
+		acks, err := b.store.Report(ctx, "w1", []jobstore.Result{{Ref: ref(old), Outcome: jobstore.OutcomeComplete}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.False(t, acks[0].Accepted)
+		require.Contains(t, acks[0].Reason, "stale")
+		require.Equal(t, jobstore.StatusRunning, statusOf(t, b.pool, id))
+	})
+
+	t.Run("MixedBatchIsAnsweredPerResult", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for range 3 {
+			insertRow(t, b.pool, rowOpts{})
+		}
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 3), ttl)
+		require.NoError(t, err)
+		require.Len(t, c, 3)
+		results := []jobstore.Result{
+			{Ref: ref(c[0]), Outcome: jobstore.OutcomeComplete},
+			{Ref: jobstore.AttemptRef{ID: c[1].ID, Attempt: 9}, Outcome: jobstore.OutcomeComplete},
+			{Ref: ref(c[2]), Outcome: jobstore.OutcomeFail, Error: "x"},
+			{Ref: jobstore.AttemptRef{ID: uuid.Must(uuid.NewV7()), Attempt: 1}, Outcome: jobstore.OutcomeComplete},
+		}
+		acks, err := b.store.Report(ctx, "w", results, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.Len(t, acks, 4)
+		require.True(t, acks[0].Accepted)
+		require.False(t, acks[1].Accepted)
+		require.True(t, acks[2].Accepted)
+		require.Equal(t, jobstore.StatusRetrying, acks[2].Status)
+		require.False(t, acks[3].Accepted)
+		require.Contains(t, acks[3].Reason, "not found")
+	})
+}
+
+func TestFencing(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StaleHeartbeatIsANoOp", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		c1, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w1", 1), ttl)
+		require.NoError(t, err)
+		expireLease(t, b.pool, id)
+		_, err = b.store.Reap(ctx, 10, jobstore.Backoff{})
+		require.NoError(t, err)
+		c2, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w2", 1), time.Second)
+		require.NoError(t, err)
+		require.Len(t, c2, 1)
+
+		beats, err := b.store.Heartbeat(ctx, "w1", []jobstore.AttemptRef{{ID: id, Attempt: c1[0].Attempt}}, time.Hour)
+		require.NoError(t, err)
+		require.False(t, beats[0].LeaseHeld)
+		job, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "w2", job.LockedBy)
+		require.WithinDuration(t, c2[0].LeaseUntil, *job.LeaseUntil, 0, "the zombie's beat must not extend the new owner's lease")
+
+		beats, err = b.store.Heartbeat(ctx, "w2", []jobstore.AttemptRef{{ID: id, Attempt: c2[0].Attempt}}, time.Hour)
+		require.NoError(t, err)
+		require.True(t, beats[0].LeaseHeld)
+		require.True(t, beats[0].LeaseUntil.After(c2[0].LeaseUntil))
+	})
+
+	// The self-zombie of seed ADR-0007: the same worker re-claims the job
+	// its stuck goroutine still runs. locked_by matches; only the attempt
+	// fences the old goroutine out.
+	t.Run("AttemptFencesTheSelfZombie", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		first, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		expireLease(t, b.pool, id)
+		_, err = b.store.Reap(ctx, 10, jobstore.Backoff{})
+		require.NoError(t, err)
+		second, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		require.Len(t, second, 1)
+		require.EqualValues(t, 2, second[0].Attempt)
+
+		stale := jobstore.AttemptRef{ID: id, Attempt: first[0].Attempt}
+		beats, err := b.store.Heartbeat(ctx, "w", []jobstore.AttemptRef{stale}, time.Hour)
+		require.NoError(t, err)
+		require.False(t, beats[0].LeaseHeld)
+		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: stale, Outcome: jobstore.OutcomeFail, Error: "late"}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.False(t, acks[0].Accepted)
+
+		acks, err = b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeComplete}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.True(t, acks[0].Accepted)
+		job, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusCompleted, job.Status)
+		require.Len(t, job.Errors, 1, "only the reaped attempt is in the history")
+		require.Equal(t, jobstore.LeaseExpiredError, job.Errors[0].Error)
+	})
+}
+
+func TestOperatorActions(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CancelsPendingJobs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		job, err := b.store.Cancel(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusCanceled, job.Status)
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		require.Empty(t, c)
+	})
+
+	t.Run("CancelOfARunningJobReachesItsHeartbeatAndRejectsItsReport", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, id)
+		require.NoError(t, err)
+		r := jobstore.AttemptRef{ID: id, Attempt: c[0].Attempt}
+		beats, err := b.store.Heartbeat(ctx, "w", []jobstore.AttemptRef{r}, ttl)
+		require.NoError(t, err)
+		require.False(t, beats[0].LeaseHeld)
+		require.True(t, beats[0].Canceled)
+		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: r, Outcome: jobstore.OutcomeComplete}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.False(t, acks[0].Accepted)
+		require.Contains(t, acks[0].Reason, "CANCELED")
+		require.Equal(t, jobstore.StatusCanceled, statusOf(t, b.pool, id))
+	})
+
+	t.Run("CancelOfAFinishedJobIsAnInvalidTransition", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted, Attempts: 1})
+		_, err := b.store.Cancel(ctx, id)
+		require.ErrorIs(t, err, apierr.ErrInvalidTransition)
+		require.Contains(t, err.Error(), "COMPLETED")
+	})
+
+	t.Run("UnknownJobIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.Cancel(ctx, uuid.Must(uuid.NewV7()))
+		require.ErrorIs(t, err, apierr.ErrNotFound)
+		_, err = b.store.Get(ctx, uuid.Must(uuid.NewV7()))
+		require.ErrorIs(t, err, apierr.ErrNotFound)
+	})
+
+	t.Run("RetryOfADeadLetteredJobKeepsItsHistory", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{MaxAttempts: 1})
+		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		_, err = b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: c[0].Attempt}, Outcome: jobstore.OutcomeFail, Error: "first"}}, jobstore.DefaultBackoff)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusDeadLettered, statusOf(t, b.pool, id))
+
+		job, err := b.store.Retry(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.StatusPending, job.Status)
+		require.EqualValues(t, 0, job.Attempts)
+		require.Len(t, job.Errors, 1)
+		require.Nil(t, job.FinishedAt)
+		again, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+	})
+
+	t.Run("RetryOfALiveJobIsAnInvalidTransition", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := insertRow(t, b.pool, rowOpts{})
+		_, err := b.store.Retry(ctx, id)
+		require.ErrorIs(t, err, apierr.ErrInvalidTransition)
+		require.True(t, strings.Contains(err.Error(), "PENDING"))
+	})
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []uuid.UUID
+	for i := range 7 {
+		topic := "a"
+		if i%2 == 1 {
+			topic = "b"
+		}
+		j := newJob(topic, 5)
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	page1, err := b.store.List(ctx, jobstore.ListFilter{Topic: "a", Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids[6], ids[4]}, []uuid.UUID{page1[0].ID, page1[1].ID})
+	page2, err := b.store.List(ctx, jobstore.ListFilter{Topic: "a", Limit: 2, Before: &page1[1].ID})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids[2], ids[0]}, []uuid.UUID{page2[0].ID, page2[1].ID})
+	running, err := b.store.List(ctx, jobstore.ListFilter{Status: jobstore.StatusRunning, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, running)
+}
