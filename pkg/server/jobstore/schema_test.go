@@ -15,16 +15,16 @@ import (
 
 // allowed is DESIGN.md's transition table.
 var allowed = map[[2]jobstore.Status]bool{
-	{jobstore.StatusPending, jobstore.StatusRunning}:       true,
-	{jobstore.StatusRetrying, jobstore.StatusRunning}:      true,
-	{jobstore.StatusRunning, jobstore.StatusCompleted}:     true,
-	{jobstore.StatusRunning, jobstore.StatusRetrying}:      true,
-	{jobstore.StatusRunning, jobstore.StatusDeadLettered}:  true,
-	{jobstore.StatusPending, jobstore.StatusCanceled}:      true,
-	{jobstore.StatusRetrying, jobstore.StatusCanceled}:     true,
-	{jobstore.StatusRunning, jobstore.StatusCanceled}:      true,
-	{jobstore.StatusDeadLettered, jobstore.StatusPending}:  true,
-	{jobstore.StatusCanceled, jobstore.StatusPending}:      true,
+	{jobstore.StatusPending, jobstore.StatusRunning}:      true,
+	{jobstore.StatusRetrying, jobstore.StatusRunning}:     true,
+	{jobstore.StatusRunning, jobstore.StatusCompleted}:    true,
+	{jobstore.StatusRunning, jobstore.StatusRetrying}:     true,
+	{jobstore.StatusRunning, jobstore.StatusDeadLettered}: true,
+	{jobstore.StatusPending, jobstore.StatusCanceled}:     true,
+	{jobstore.StatusRetrying, jobstore.StatusCanceled}:    true,
+	{jobstore.StatusRunning, jobstore.StatusCanceled}:     true,
+	{jobstore.StatusDeadLettered, jobstore.StatusPending}: true,
+	{jobstore.StatusCanceled, jobstore.StatusPending}:     true,
 }
 
 // transitionSQL moves a row to `to` while keeping every CHECK constraint

@@ -221,4 +221,3 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
-
