@@ -1,0 +1,224 @@
+package pulse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+)
+
+// Client enqueues and manages jobs through control-api. It is safe for
+// concurrent use; create one per process and share it, because it holds a
+// gRPC connection.
+//
+// Errors from the server are gRPC status errors wrapped with context;
+// status.Code(err) still reports their code (NotFound, InvalidArgument,
+// FailedPrecondition, ...).
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  pulsev1.ControlServiceClient
+}
+
+// NewClient creates a client for the control-api at target (for example
+// "localhost:9090" or "dns:///control-api:9090"). It does not connect until
+// the first call, so it succeeds while control-api is still starting.
+// Without options it uses a plaintext connection.
+func NewClient(target string, opts ...ClientOption) (*Client, error) {
+	var cfg clientConfig
+	for _, o := range opts {
+		o.applyClient(&cfg)
+	}
+	conn, err := grpc.NewClient(target, cfg.conn.grpcDialOptions(grpc.WithChainUnaryInterceptor(injectTraceContext))...)
+	if err != nil {
+		return nil, fmt.Errorf("pulse: dial control-api %q: %w", target, err)
+	}
+	return &Client{conn: conn, rpc: pulsev1.NewControlServiceClient(conn)}, nil
+}
+
+// Close releases the client's connection; calls made afterwards fail.
+func (c *Client) Close() error {
+	return c.conn.Close()
+}
+
+// Submitted is the outcome of enqueuing one job.
+type Submitted struct {
+	ID string
+	// Duplicate is true when an IdempotencyKey matched a live job: ID is
+	// that job's and nothing new was enqueued.
+	Duplicate bool
+}
+
+// JobRequest is one job for [Client.EnqueueMany].
+type JobRequest struct {
+	Topic   string
+	Args    any
+	Options []EnqueueOption
+}
+
+// Enqueue submits one job to topic. args is sent as-is when it is a []byte
+// or json.RawMessage (so large integers and key order survive), as {} when
+// nil, and JSON-encoded otherwise.
+func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...EnqueueOption) (Submitted, error) {
+	spec, err := buildJobSpec(topic, args, opts)
+	if err != nil {
+		return Submitted{}, err
+	}
+	resp, err := c.rpc.SubmitJob(ctx, &pulsev1.SubmitJobRequest{Job: spec})
+	if err != nil {
+		return Submitted{}, fmt.Errorf("pulse: enqueue %s: %w", topic, err)
+	}
+	return submittedFromProto(resp.GetResult()), nil
+}
+
+// EnqueueMany submits jobs in one RPC that the server writes in one
+// statement: either every job is enqueued or none is. Results are in
+// request order.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) ([]Submitted, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	specs := make([]*pulsev1.JobSpec, len(jobs))
+	for i, j := range jobs {
+		spec, err := buildJobSpec(j.Topic, j.Args, j.Options)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		specs[i] = spec
+	}
+	resp, err := c.rpc.SubmitJobs(ctx, &pulsev1.SubmitJobsRequest{Jobs: specs})
+	if err != nil {
+		return nil, fmt.Errorf("pulse: enqueue %d jobs: %w", len(jobs), err)
+	}
+	if got := len(resp.GetResults()); got != len(jobs) {
+		return nil, fmt.Errorf("pulse: enqueue %d jobs: server answered %d results", len(jobs), got)
+	}
+	out := make([]Submitted, len(jobs))
+	for i, r := range resp.GetResults() {
+		out[i] = submittedFromProto(r)
+	}
+	return out, nil
+}
+
+// Get returns the stored state of job id.
+func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
+	resp, err := c.rpc.GetJob(ctx, &pulsev1.GetJobRequest{Id: id})
+	if err != nil {
+		return nil, fmt.Errorf("pulse: get job %s: %w", id, err)
+	}
+	return jobInfoFromProto(resp.GetJob()), nil
+}
+
+// ListOptions filters and pages [Client.List]; the zero value lists the
+// newest jobs of every topic and status.
+type ListOptions struct {
+	Topic string
+	// Status is one of the JobInfo.Status names, or empty for any.
+	Status string
+	// Limit is 1..500; 0 means the server default (50).
+	Limit int
+	// PageToken continues a previous List; empty starts from the newest.
+	PageToken string
+}
+
+// List returns one page of jobs, newest first, and the token for the next
+// page, which is empty on the last page.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]*JobInfo, string, error) {
+	status, err := parseStatus(opts.Status)
+	if err != nil {
+		return nil, "", err
+	}
+	resp, err := c.rpc.ListJobs(ctx, &pulsev1.ListJobsRequest{
+		Topic:     opts.Topic,
+		Status:    status,
+		Limit:     int32(opts.Limit),
+		PageToken: opts.PageToken,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("pulse: list jobs: %w", err)
+	}
+	jobs := make([]*JobInfo, len(resp.GetJobs()))
+	for i, j := range resp.GetJobs() {
+		jobs[i] = jobInfoFromProto(j)
+	}
+	return jobs, resp.GetNextPageToken(), nil
+}
+
+// Cancel moves a pending, retrying or running job to CANCELED. A running
+// attempt learns of it on its next heartbeat: its handler's context is
+// canceled with [ErrJobCanceled] and its late result is rejected.
+func (c *Client) Cancel(ctx context.Context, id string) (*JobInfo, error) {
+	resp, err := c.rpc.CancelJob(ctx, &pulsev1.CancelJobRequest{Id: id})
+	if err != nil {
+		return nil, fmt.Errorf("pulse: cancel job %s: %w", id, err)
+	}
+	return jobInfoFromProto(resp.GetJob()), nil
+}
+
+// Retry moves a dead-lettered or canceled job back to PENDING with a fresh
+// attempt budget, keeping its error history.
+func (c *Client) Retry(ctx context.Context, id string) (*JobInfo, error) {
+	resp, err := c.rpc.RetryJob(ctx, &pulsev1.RetryJobRequest{Id: id})
+	if err != nil {
+		return nil, fmt.Errorf("pulse: retry job %s: %w", id, err)
+	}
+	return jobInfoFromProto(resp.GetJob()), nil
+}
+
+func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpec, error) {
+	var cfg enqueueConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if topic == "" {
+		cfg.errs = append(cfg.errs, errors.New("pulse: topic must not be empty"))
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	raw, err := encodeArgs(args)
+	if err != nil {
+		return nil, fmt.Errorf("pulse: encode args for %s: %w", topic, err)
+	}
+	spec := &pulsev1.JobSpec{
+		Topic:          topic,
+		Args:           raw,
+		Priority:       cfg.priority,
+		HasPriority:    cfg.hasPriority,
+		MaxAttempts:    cfg.maxAttempts,
+		IdempotencyKey: cfg.idempotencyKey,
+	}
+	if !cfg.runAt.IsZero() {
+		spec.RunAt = timestamppb.New(cfg.runAt)
+	}
+	return spec, nil
+}
+
+var emptyArgs = []byte("{}")
+
+func encodeArgs(args any) ([]byte, error) {
+	switch a := args.(type) {
+	case nil:
+		return emptyArgs, nil
+	case []byte:
+		if len(a) == 0 {
+			return emptyArgs, nil
+		}
+		return a, nil
+	case json.RawMessage:
+		if len(a) == 0 {
+			return emptyArgs, nil
+		}
+		return a, nil
+	default:
+		return json.Marshal(args)
+	}
+}
+
+func submittedFromProto(r *pulsev1.SubmitResult) Submitted {
+	return Submitted{ID: r.GetId(), Duplicate: r.GetDuplicate()}
+}

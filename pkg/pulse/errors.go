@@ -1,0 +1,55 @@
+package pulse
+
+import "errors"
+
+var (
+	// ErrLeaseLost is the cause of a handler context's cancellation when the
+	// worker no longer holds the job's lease (the gateway says so, or
+	// heartbeats failed for longer than the lease TTL). Another worker may
+	// already be running the job, so the handler should stop promptly.
+	ErrLeaseLost = errors.New("pulse: job lease lost")
+
+	// ErrJobCanceled is the cause of a handler context's cancellation when an
+	// operator or producer canceled the job while it was running; its result
+	// will be rejected, so there is no point in finishing the work.
+	ErrJobCanceled = errors.New("pulse: job canceled")
+
+	// ErrWorkerShutdown is the cause of a handler context's cancellation when
+	// the worker is shutting down and the handler outlived the shutdown
+	// timeout.
+	ErrWorkerShutdown = errors.New("pulse: worker shutting down")
+
+	// ErrNoHandlers is returned by [Worker.Run] when nothing was registered,
+	// because a worker without topics could never receive a job.
+	ErrNoHandlers = errors.New("pulse: no handlers registered")
+
+	// ErrWorkerStarted is returned by [Worker.Run] when it is called a second
+	// time: a worker identity owns one set of leases and must not run twice.
+	ErrWorkerStarted = errors.New("pulse: worker already started")
+)
+
+// permanentError marks a handler error as not worth retrying.
+type permanentError struct {
+	err error
+}
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so the attempt is reported as a permanent failure and
+// the job is dead-lettered now, whatever attempts remain. Use it when a retry
+// cannot succeed (malformed arguments, a resource that no longer exists) so
+// the job does not burn its retry budget. Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked with
+// [Permanent], so middleware can tell the two failure kinds apart.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,105 @@
+package pulse
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// JobInfo is the stored state of a job as control-api reports it, in plain
+// Go types so callers need not import the generated protobuf package.
+type JobInfo struct {
+	ID       string
+	Topic    string
+	Args     json.RawMessage
+	Priority int
+	// Status is PENDING, RUNNING, RETRYING, COMPLETED, DEAD_LETTERED or
+	// CANCELED.
+	Status      string
+	Attempts    int
+	MaxAttempts int
+	// Errors is the per-attempt failure history, oldest first.
+	Errors []AttemptError
+	// LockedBy is the worker id holding the lease while RUNNING.
+	LockedBy       string
+	LeaseUntil     time.Time
+	NextRunAt      time.Time
+	SubmittedAt    time.Time
+	StartedAt      time.Time
+	FinishedAt     time.Time
+	ScheduleID     string
+	IdempotencyKey string
+}
+
+// AttemptError is one failed attempt in a job's history, kept so operators
+// can see why each retry happened and on which worker.
+type AttemptError struct {
+	Attempt int
+	Error   string
+	Worker  string
+	At      time.Time
+}
+
+const statusPrefix = "JOB_STATUS_"
+
+func statusName(s pulsev1.JobStatus) string {
+	return strings.TrimPrefix(s.String(), statusPrefix)
+}
+
+// parseStatus accepts the names statusName produces, case-insensitively;
+// the empty string means no filter.
+func parseStatus(s string) (pulsev1.JobStatus, error) {
+	if s == "" {
+		return pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED, nil
+	}
+	v, ok := pulsev1.JobStatus_value[statusPrefix+strings.ToUpper(s)]
+	if !ok || v == int32(pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED) {
+		return 0, fmt.Errorf("pulse: unknown job status %q", s)
+	}
+	return pulsev1.JobStatus(v), nil
+}
+
+func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
+	if j == nil {
+		return nil
+	}
+	info := &JobInfo{
+		ID:             j.GetId(),
+		Topic:          j.GetTopic(),
+		Args:           json.RawMessage(j.GetArgs()),
+		Priority:       int(j.GetPriority()),
+		Status:         statusName(j.GetStatus()),
+		Attempts:       int(j.GetAttempts()),
+		MaxAttempts:    int(j.GetMaxAttempts()),
+		LockedBy:       j.GetLockedBy(),
+		LeaseUntil:     timeOf(j.GetLeaseUntil()),
+		NextRunAt:      timeOf(j.GetNextRunAt()),
+		SubmittedAt:    timeOf(j.GetSubmittedAt()),
+		StartedAt:      timeOf(j.GetStartedAt()),
+		FinishedAt:     timeOf(j.GetFinishedAt()),
+		ScheduleID:     j.GetScheduleId(),
+		IdempotencyKey: j.GetIdempotencyKey(),
+	}
+	for _, e := range j.GetErrors() {
+		info.Errors = append(info.Errors, AttemptError{
+			Attempt: int(e.GetAttempt()),
+			Error:   e.GetError(),
+			Worker:  e.GetWorker(),
+			At:      timeOf(e.GetAt()),
+		})
+	}
+	return info
+}
+
+// timeOf maps an unset timestamp to the zero time, so callers can test
+// IsZero instead of checking for nil.
+func timeOf(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}

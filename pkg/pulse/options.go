@@ -1,0 +1,249 @@
+package pulse
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Worker defaults, named so the documentation and the code cannot drift.
+const (
+	// DefaultConcurrency is how many handlers a worker runs at once unless
+	// [WithConcurrency] says otherwise.
+	DefaultConcurrency = 10
+	// DefaultShutdownTimeout is how long [Worker.Run] waits for running
+	// handlers after its context is done before canceling them.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaxReportBatch caps how many results one ReportResult RPC carries.
+	DefaultMaxReportBatch = 1000
+)
+
+// ClientOption configures a [Client].
+type ClientOption interface {
+	applyClient(*clientConfig)
+}
+
+// WorkerOption configures a [Worker].
+type WorkerOption interface {
+	applyWorker(*workerConfig)
+}
+
+// ConnOption configures the gRPC connection and is accepted by both
+// [NewClient] and [NewWorker], so producer and worker code configure
+// transport and credentials the same way.
+type ConnOption interface {
+	ClientOption
+	WorkerOption
+}
+
+// connConfig is the connection configuration shared by clients and workers.
+type connConfig struct {
+	dialOptions []grpc.DialOption
+}
+
+// grpcDialOptions returns the options for grpc.NewClient: insecure transport by
+// default, then the caller's options, which win because gRPC applies dial
+// options in order.
+func (c *connConfig) grpcDialOptions(extra ...grpc.DialOption) []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecureCredentials())}
+	opts = append(opts, extra...)
+	return append(opts, c.dialOptions...)
+}
+
+type connOption func(*connConfig)
+
+func (o connOption) applyClient(c *clientConfig) { o(&c.conn) }
+func (o connOption) applyWorker(c *workerConfig) { o(&c.conn) }
+
+// WithDialOptions passes options to grpc.NewClient, for TLS
+// (grpc.WithTransportCredentials), tracing (grpc.WithStatsHandler with
+// otelgrpc) or anything else the SDK does not wrap. They are applied after
+// the SDK's defaults, so they override them.
+func WithDialOptions(opts ...grpc.DialOption) ConnOption {
+	return connOption(func(c *connConfig) {
+		c.dialOptions = append(c.dialOptions, opts...)
+	})
+}
+
+// WithPerRPCCredentials attaches credentials to every RPC, so any
+// authentication scheme the services accept can be plugged in.
+func WithPerRPCCredentials(creds credentials.PerRPCCredentials) ConnOption {
+	return WithDialOptions(grpc.WithPerRPCCredentials(creds))
+}
+
+// WithUserPass authenticates every RPC with HTTP Basic credentials, the
+// scheme the pulse services accept for producers, workers and operators.
+// It works over plaintext connections too, so use TLS outside a trusted
+// network.
+func WithUserPass(user, pass string) ConnOption {
+	return WithPerRPCCredentials(basicAuth{user: user, pass: pass})
+}
+
+// clientConfig is everything a ClientOption can set.
+type clientConfig struct {
+	conn connConfig
+}
+
+// workerConfig is everything a WorkerOption can set.
+type workerConfig struct {
+	conn            connConfig
+	concurrency     int
+	workerID        string
+	logger          *slog.Logger
+	shutdownTimeout time.Duration
+	maxReportBatch  int
+	errs            []error
+}
+
+func defaultWorkerConfig() workerConfig {
+	return workerConfig{
+		concurrency:     DefaultConcurrency,
+		logger:          slog.Default(),
+		shutdownTimeout: DefaultShutdownTimeout,
+		maxReportBatch:  DefaultMaxReportBatch,
+	}
+}
+
+func (c *workerConfig) validate() error {
+	return errors.Join(c.errs...)
+}
+
+type workerOption func(*workerConfig)
+
+func (o workerOption) applyWorker(c *workerConfig) { o(c) }
+
+// WithConcurrency sets how many handlers run at once; the worker declares it
+// to the gateway, which never sends more jobs than there are free slots.
+// It must be positive.
+func WithConcurrency(n int) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if n <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("pulse: concurrency must be positive, got %d", n))
+			return
+		}
+		c.concurrency = n
+	})
+}
+
+// WithWorkerID sets the identity stored as the job's locked_by, so operators
+// can tell which process holds a lease. The default, hostname-pid-<random>,
+// is unique per process; set one only if it stays unique too.
+func WithWorkerID(id string) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if id == "" {
+			c.errs = append(c.errs, errors.New("pulse: worker id must not be empty"))
+			return
+		}
+		c.workerID = id
+	})
+}
+
+// WithLogger sets where the worker logs connection changes, rejected results
+// and handler panics; the default is slog.Default(). Job arguments are never
+// logged.
+func WithLogger(l *slog.Logger) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if l == nil {
+			c.errs = append(c.errs, errors.New("pulse: logger must not be nil"))
+			return
+		}
+		c.logger = l
+	})
+}
+
+// WithShutdownTimeout bounds how long [Worker.Run] waits for running
+// handlers after its context is done; handlers still running then have
+// their context canceled with [ErrWorkerShutdown]. Keep it below the
+// platform's kill grace period (Kubernetes: terminationGracePeriodSeconds).
+func WithShutdownTimeout(d time.Duration) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("pulse: shutdown timeout must not be negative, got %s", d))
+			return
+		}
+		c.shutdownTimeout = d
+	})
+}
+
+// WithMaxReportBatch caps how many results one ReportResult RPC carries, to
+// keep a single request bounded when many handlers finish together.
+func WithMaxReportBatch(n int) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if n <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("pulse: max report batch must be positive, got %d", n))
+			return
+		}
+		c.maxReportBatch = n
+	})
+}
+
+// EnqueueOption sets one property of a job being enqueued.
+type EnqueueOption func(*enqueueConfig)
+
+// enqueueConfig collects what EnqueueOptions set; errs holds values out of
+// range so Enqueue can fail before any RPC.
+type enqueueConfig struct {
+	priority       int32
+	hasPriority    bool
+	maxAttempts    int32
+	runAt          time.Time
+	idempotencyKey string
+	errs           []error
+}
+
+// Job property ranges, checked before sending so a mistake is reported
+// without a round trip; the server checks them again.
+const (
+	MinPriority    = 0
+	MaxPriority    = 10
+	MinMaxAttempts = 1
+	MaxMaxAttempts = 100
+)
+
+// Priority sets the job's priority, MinPriority..MaxPriority; higher runs
+// first. Without it the server's default applies.
+func Priority(p int) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if p < MinPriority || p > MaxPriority {
+			c.errs = append(c.errs, fmt.Errorf("pulse: priority %d out of range %d..%d", p, MinPriority, MaxPriority))
+			return
+		}
+		c.priority, c.hasPriority = int32(p), true
+	}
+}
+
+// MaxAttempts sets how many attempts the job gets before it is
+// dead-lettered, MinMaxAttempts..MaxMaxAttempts. Without it the server's
+// default applies.
+func MaxAttempts(n int) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if n < MinMaxAttempts || n > MaxMaxAttempts {
+			c.errs = append(c.errs, fmt.Errorf("pulse: max attempts %d out of range %d..%d", n, MinMaxAttempts, MaxMaxAttempts))
+			return
+		}
+		c.maxAttempts = int32(n)
+	}
+}
+
+// RunAt sets the earliest time the job may start, for work that must not
+// happen before a given moment. The last of RunAt and Delay wins.
+func RunAt(t time.Time) EnqueueOption {
+	return func(c *enqueueConfig) { c.runAt = t }
+}
+
+// Delay makes the job start no earlier than d after the Enqueue call, by the
+// producer's clock. The last of RunAt and Delay wins.
+func Delay(d time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) { c.runAt = time.Now().Add(d) }
+}
+
+// IdempotencyKey makes a retried Enqueue safe: while a job with the same key
+// is live (pending, running or retrying), enqueuing again returns that job
+// with Submitted.Duplicate set instead of creating another.
+func IdempotencyKey(key string) EnqueueOption {
+	return func(c *enqueueConfig) { c.idempotencyKey = key }
+}

@@ -1,0 +1,229 @@
+package pulse
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+)
+
+const (
+	// reportConcurrency is how many ReportResult RPCs may be in flight; two
+	// keeps the pipe busy while results pile up for the next batch.
+	reportConcurrency = 2
+	// reportRetryMin and reportRetryMax bound the backoff between attempts
+	// to deliver a batch while a gateway is unreachable.
+	reportRetryMin = 50 * time.Millisecond
+	reportRetryMax = 2 * time.Second
+	// rpcTimeout bounds each unary RPC so a hung connection cannot stall a
+	// loop.
+	rpcTimeout = 10 * time.Second
+)
+
+// pendingResult is a finished attempt waiting to be reported.
+type pendingResult struct {
+	result     *pulsev1.JobResult
+	producedAt time.Time
+}
+
+// reporter sends handler results to the gateway in batches. It batches
+// naturally, with no linger: it blocks for the first result, takes whatever
+// else is already queued (up to maxBatch) and sends it, with at most
+// reportConcurrency RPCs in flight, so a lone result goes out at once and a
+// burst shares RPCs.
+type reporter struct {
+	pool     *gatewayPool
+	terms    *leaseTerms
+	workerID string
+	maxBatch int
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	queue   []pendingResult
+	closing bool // stop requested: drain the queue, then exit
+	closed  bool // loop exited: later results are dropped
+	wake    chan struct{}
+	stopped chan struct{} // closed by stop
+}
+
+func newReporter(pool *gatewayPool, terms *leaseTerms, workerID string, maxBatch int, log *slog.Logger) *reporter {
+	return &reporter{
+		pool:     pool,
+		terms:    terms,
+		workerID: workerID,
+		maxBatch: maxBatch,
+		log:      log.With(logKeyComponent, "reporter"),
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+	}
+}
+
+// submit queues a result; it never blocks, so a slow gateway does not hold
+// up handlers.
+func (r *reporter) submit(res *pulsev1.JobResult) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.log.Error("result produced after shutdown, dropped; the job will be retried after its lease expires",
+			logKeyJobID, res.GetJobId(), logKeyAttempt, res.GetAttempt())
+		return
+	}
+	r.queue = append(r.queue, pendingResult{result: res, producedAt: time.Now()})
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop asks run to send everything queued and return.
+func (r *reporter) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closing {
+		r.closing = true
+		close(r.stopped)
+	}
+}
+
+// run reports results until stop is called and the queue is empty. ctx
+// bounds everything, including the final flush: when it is done, unsent
+// results are dropped.
+func (r *reporter) run(ctx context.Context) {
+	tokens := make(chan struct{}, reportConcurrency)
+	var sends sync.WaitGroup
+	defer sends.Wait()
+	for {
+		select {
+		case tokens <- struct{}{}:
+		case <-ctx.Done():
+			r.dropQueued("worker stopped before results could be reported")
+			return
+		}
+		batch, ok := r.nextBatch(ctx)
+		if !ok {
+			return
+		}
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			defer func() { <-tokens }()
+			r.send(ctx, batch)
+		}()
+	}
+}
+
+// nextBatch blocks until results are queued and returns up to maxBatch of
+// them. It returns false once stopping with nothing queued, or when ctx is
+// done; from then on submit drops results.
+func (r *reporter) nextBatch(ctx context.Context) ([]pendingResult, bool) {
+	for {
+		r.mu.Lock()
+		if n := min(len(r.queue), r.maxBatch); n > 0 {
+			batch := r.queue[:n:n]
+			r.queue = r.queue[n:]
+			r.mu.Unlock()
+			return batch, true
+		}
+		if r.closing {
+			r.closed = true
+			r.mu.Unlock()
+			return nil, false
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.wake:
+		case <-r.stopped:
+		case <-ctx.Done():
+			r.dropQueued("worker stopped before results could be reported")
+			return nil, false
+		}
+	}
+}
+
+// send delivers one batch, retrying on RPC failure until each result is a
+// lease TTL old: by then the gateway has let the lease expire and the
+// reaper owns the job, so the result no longer matters.
+func (r *reporter) send(ctx context.Context, batch []pendingResult) {
+	bo := backoff{min: reportRetryMin, max: reportRetryMax}
+	for {
+		req := &pulsev1.ReportResultRequest{WorkerId: r.workerID, Results: make([]*pulsev1.JobResult, len(batch))}
+		for i, p := range batch {
+			req.Results[i] = p.result
+		}
+		rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		resp, err := r.pool.current().ReportResult(rpcCtx, req)
+		cancel()
+		if err == nil {
+			r.logRejected(resp.GetAcks())
+			return
+		}
+		if ctx.Err() != nil {
+			r.logDropped(batch, "worker stopped before results could be reported", err)
+			return
+		}
+		batch = r.dropExpired(batch, err)
+		if len(batch) == 0 {
+			return
+		}
+		delay := bo.next()
+		r.log.Warn("report results failed, retrying", logKeyCount, len(batch), logKeyDelay, delay, logKeyError, err)
+		if !sleepCtx(ctx, delay) {
+			r.logDropped(batch, "worker stopped before results could be reported", err)
+			return
+		}
+	}
+}
+
+// dropExpired removes, with an error log, results older than the lease TTL.
+func (r *reporter) dropExpired(batch []pendingResult, err error) []pendingResult {
+	ttl := r.terms.leaseTTL()
+	now := time.Now()
+	keep := batch[:0:0]
+	var expired []pendingResult
+	for _, p := range batch {
+		if now.Sub(p.producedAt) > ttl {
+			expired = append(expired, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	r.logDropped(expired, "result not reported within the lease TTL; the reaper will retry the job", err)
+	return keep
+}
+
+func (r *reporter) dropQueued(reason string) {
+	r.mu.Lock()
+	batch := r.queue
+	r.queue = nil
+	r.closed = true
+	r.mu.Unlock()
+	r.logDropped(batch, reason, nil)
+}
+
+func (r *reporter) logDropped(batch []pendingResult, reason string, err error) {
+	for _, p := range batch {
+		attrs := []any{logKeyJobID, p.result.GetJobId(), logKeyAttempt, p.result.GetAttempt()}
+		if err != nil {
+			attrs = append(attrs, logKeyError, err)
+		}
+		r.log.Error("result dropped: "+reason, attrs...)
+	}
+}
+
+// logRejected warns about results the gateway refused. They are not
+// retried: a refusal means the fence did not match (stale attempt,
+// canceled, reaped), which no retry can change.
+func (r *reporter) logRejected(acks []*pulsev1.ResultAck) {
+	for _, a := range acks {
+		if codes.Code(a.GetCode()) != codes.OK {
+			r.log.Warn("result rejected",
+				logKeyJobID, a.GetJobId(), logKeyAttempt, a.GetAttempt(),
+				logKeyCode, codes.Code(a.GetCode()).String(), logKeyError, a.GetMessage())
+		}
+	}
+}

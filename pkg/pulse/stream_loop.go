@@ -1,0 +1,147 @@
+package pulse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+)
+
+// Reconnect backoff bounds; jittered so a gateway restart does not bring
+// every worker back in the same millisecond.
+const (
+	reconnectMin = 100 * time.Millisecond
+	reconnectMax = 5 * time.Second
+)
+
+// streamLoop keeps one StreamJobs stream open to some gateway: it opens the
+// stream, hands assignments to the executor and returns freed slots as
+// credits. When the stream breaks it moves to the next target, while the
+// handlers already running carry on.
+type streamLoop struct {
+	pool        *gatewayPool
+	terms       *leaseTerms
+	ledger      *slotLedger
+	exec        *executor
+	workerID    string
+	topics      []string
+	concurrency int
+	log         *slog.Logger
+}
+
+func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exec *executor,
+	workerID string, topics []string, concurrency int, log *slog.Logger,
+) *streamLoop {
+	return &streamLoop{
+		pool:        pool,
+		terms:       terms,
+		ledger:      ledger,
+		exec:        exec,
+		workerID:    workerID,
+		topics:      topics,
+		concurrency: concurrency,
+		log:         log.With(logKeyComponent, "stream"),
+	}
+}
+
+// run streams until ctx is done. Canceling ctx also cancels the open
+// stream, which is how the gateway learns the worker stopped taking work.
+func (s *streamLoop) run(ctx context.Context) {
+	bo := backoff{min: reconnectMin, max: reconnectMax, jitter: true}
+	for {
+		target, client := s.pool.rotate()
+		welcomed, err := s.session(ctx, client, target)
+		if ctx.Err() != nil {
+			return
+		}
+		if welcomed {
+			bo.reset()
+		}
+		delay := bo.next()
+		s.log.Warn("job stream lost, reconnecting", logKeyTarget, target, logKeyDelay, delay, logKeyError, err)
+		if !sleepCtx(ctx, delay) {
+			return
+		}
+	}
+}
+
+// session runs one stream to completion. It reports whether the gateway
+// welcomed the worker, and the error that ended the stream.
+func (s *streamLoop) session(ctx context.Context, client pulsev1.DispatchServiceClient, target string) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var sender sync.WaitGroup
+	defer sender.Wait()
+	defer cancel()
+
+	stream, err := client.StreamJobs(ctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream: %w", err)
+	}
+	inFlight := s.ledger.opened()
+	err = stream.Send(&pulsev1.StreamJobsRequest{Msg: &pulsev1.StreamJobsRequest_Open{Open: &pulsev1.OpenStream{
+		WorkerId:    s.workerID,
+		Topics:      s.topics,
+		Concurrency: int32(s.concurrency),
+		InFlight:    int32(inFlight),
+	}}})
+	if err != nil {
+		return false, fmt.Errorf("send open: %w", err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return false, fmt.Errorf("await welcome: %w", err)
+	}
+	welcome := first.GetWelcome()
+	if welcome == nil {
+		return false, errors.New("protocol error: first message is not a welcome")
+	}
+	s.terms.update(welcome)
+	s.log.Info("job stream open", logKeyTarget, target, logKeyGatewayID, welcome.GetGatewayId(),
+		logKeyInFlight, inFlight)
+
+	sender.Add(1)
+	go func() {
+		defer sender.Done()
+		s.sendCredits(ctx, stream)
+	}()
+
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return true, err
+		}
+		if w := msg.GetWelcome(); w != nil {
+			s.terms.update(w) // a gateway may revise its terms mid-stream
+		}
+		for _, a := range msg.GetAssignments().GetJobs() {
+			s.exec.start(a)
+		}
+	}
+}
+
+// sendCredits is the stream's only sender after Open. Each time it wakes it
+// sends one Credit with every slot freed since the last, so a burst of
+// finished handlers costs one message.
+func (s *streamLoop) sendCredits(ctx context.Context, stream pulsev1.DispatchService_StreamJobsClient) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.ledger.wake:
+		}
+		n := s.ledger.takeUnsent()
+		if n == 0 {
+			continue
+		}
+		err := stream.Send(&pulsev1.StreamJobsRequest{Msg: &pulsev1.StreamJobsRequest_Credit{Credit: &pulsev1.Credit{Slots: int32(n)}}})
+		if err != nil {
+			// The receive side sees the broken stream and reconnects; the
+			// next Open's in_flight accounts for these slots.
+			return
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package pgconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/migrate"
+)
+
+const (
+	// EnvURL is the variable services read the database URL from; errors
+	// about the URL name it.
+	EnvURL = "PULSE_DATABASE_URL"
+	// DefaultMaxConns is the pool size when Options.MaxConns is zero.
+	DefaultMaxConns int32 = 10
+	// RetryInitial is the first wait between connection attempts.
+	RetryInitial = 200 * time.Millisecond
+	// RetryMax caps the doubling wait between connection attempts.
+	RetryMax = 5 * time.Second
+)
+
+// Options configures Open.
+type Options struct {
+	// URL is the connection string, usually PULSE_DATABASE_URL.
+	URL string
+	// Service becomes application_name unless the URL sets one.
+	Service string
+	// MinSchemaVersion is the oldest schema this service can run on.
+	MinSchemaVersion int64
+	// MaxConns caps the pool; zero means DefaultMaxConns.
+	MaxConns int32
+	// Logger receives a WARN line per failed connection attempt.
+	Logger *slog.Logger
+}
+
+// Open returns a pool once the database answers and its schema is at least
+// MinSchemaVersion. While the database is unreachable it retries with
+// backoff until ctx is done, so services started alongside Postgres wait for
+// it instead of crash-looping. A schema that is too old fails at once with
+// migrate.ErrSchemaTooOld: retrying cannot fix it.
+func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgxpool.ParseConfig(opts.URL)
+	if err != nil {
+		return nil, config.Invalid(EnvURL, "%s", redact(opts.URL, err.Error()))
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && opts.Service != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = opts.Service
+	}
+	cfg.MaxConns = opts.MaxConns
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	// otelpgx v0.13 names spans after the statement's first word by default
+	// (its WithTrimSQLInSpanName is deprecated as the default); arguments are
+	// never recorded, so job payloads stay out of traces.
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgconn: create pool: %s", redact(opts.URL, err.Error()))
+	}
+	if err := waitForDatabase(ctx, pool, logger); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := migrate.Require(ctx, pool, opts.MinSchemaVersion); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgconn: %w", err)
+	}
+	logger.Info("database ready",
+		"host", cfg.ConnConfig.Host, "database", cfg.ConnConfig.Database, "max_conns", cfg.MaxConns)
+	return pool, nil
+}
+
+// waitForDatabase pings until the database answers or ctx is done.
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	delay := RetryInitial
+	for attempt := 1; ; attempt++ {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+		}
+		logger.Warn("database unreachable, retrying",
+			"attempt", attempt, "retry_in", delay, logging.Error, err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(delay*2, RetryMax)
+	}
+}
+
+// ReadinessCheck returns a check for adminhttp's /readyz: the database
+// answers and its schema is still new enough (a rollback of migrations
+// makes the service unready rather than wrong).
+func ReadinessCheck(pool *pgxpool.Pool, min int64) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("ping database: %w", err)
+		}
+		if err := migrate.Require(ctx, pool, min); err != nil {
+			if errors.Is(err, migrate.ErrSchemaTooOld) {
+				return err
+			}
+			return fmt.Errorf("check schema version: %w", err)
+		}
+		return nil
+	}
+}
+
+var (
+	urlPassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:(.*)@`)
+	// password=... in a keyword/value DSN or in a URL's query string.
+	keywordPassword = regexp.MustCompile(`(?:^|[\s?&])password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+)
+
+// redact removes the password in raw from msg. Parse errors from net/url
+// quote the whole URL, so pgx's own redaction is not enough.
+func redact(raw, msg string) string {
+	var secrets []string
+	if m := urlPassword.FindStringSubmatch(raw); m != nil && m[1] != "" {
+		secrets = append(secrets, m[1])
+		if dec, err := url.PathUnescape(m[1]); err == nil {
+			secrets = append(secrets, dec)
+		}
+	}
+	for _, m := range keywordPassword.FindAllStringSubmatch(raw, -1) {
+		secrets = append(secrets, strings.Trim(m[1], "'"))
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}

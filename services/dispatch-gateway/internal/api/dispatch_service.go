@@ -1,0 +1,322 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
+)
+
+// Limits on what a worker may ask for.
+const (
+	MaxConcurrency   = 10000
+	MaxWorkerIDBytes = 200
+	MaxTopics        = 100
+	MaxBatch         = 10000
+)
+
+// Store is what the service needs from jobstore.
+type Store interface {
+	Heartbeat(ctx context.Context, worker string, refs []jobstore.AttemptRef, leaseTTL time.Duration) ([]jobstore.Beat, error)
+	Report(ctx context.Context, worker string, results []jobstore.Result, backoff jobstore.Backoff) ([]jobstore.Ack, error)
+}
+
+// Observer is told about settled results and streams, for metrics.
+type Observer interface {
+	Reported(acks []jobstore.Ack)
+	Sent(n int)
+}
+
+// Config holds the lease terms the gateway hands to workers.
+type Config struct {
+	GatewayID         string
+	LeaseTTL          time.Duration
+	HeartbeatInterval time.Duration
+	Backoff           jobstore.Backoff
+}
+
+// DispatchService implements pulsev1.DispatchServiceServer.
+type DispatchService struct {
+	pulsev1.UnimplementedDispatchServiceServer
+	cfg        Config
+	store      Store
+	registry   *dispatch.Registry
+	observer   Observer
+	logger     *slog.Logger
+	draining   chan struct{}
+	drainOnce  sync.Once
+}
+
+// NewDispatchService builds the service on registry (the dispatcher's).
+func NewDispatchService(cfg Config, store Store, registry *dispatch.Registry, observer Observer, logger *slog.Logger) *DispatchService {
+	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger, draining: make(chan struct{})}
+}
+
+// Drain ends every open stream so its worker reconnects to another
+// replica; used on SIGTERM before GracefulStop.
+func (s *DispatchService) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// StreamJobs registers the worker's free slots, then sends what the
+// dispatcher claims for it and takes credits back until either side ends.
+func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return apierr.Invalid("open", "the first message on the stream must be open")
+	}
+	if err := validateOpen(open); err != nil {
+		return err
+	}
+	if err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Welcome{Welcome: &pulsev1.Welcome{
+		GatewayId:         s.cfg.GatewayID,
+		LeaseTtl:          durationpb.New(s.cfg.LeaseTTL),
+		HeartbeatInterval: durationpb.New(s.cfg.HeartbeatInterval),
+	}}}); err != nil {
+		return err
+	}
+
+	w := s.registry.Add(open.GetWorkerId(), open.GetTopics(), int(open.GetConcurrency()-open.GetInFlight()))
+	logger := s.logger.With("worker_id", w.ID)
+	logger.Debug("worker stream opened", "topics", w.Topics, "concurrency", open.GetConcurrency(), "in_flight", open.GetInFlight())
+	defer func() {
+		if left := s.registry.Remove(w); len(left) > 0 {
+			logger.Warn("stream closed with claimed jobs unsent; their leases will lapse and the reaper retries them", "jobs", len(left))
+		}
+	}()
+
+	ctx := stream.Context()
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if c := msg.GetCredit(); c != nil {
+				if c.GetSlots() < 0 || c.GetSlots() > MaxConcurrency {
+					recvErr <- apierr.Invalid("credit.slots", "is %d; it must be between 0 and %d", c.GetSlots(), MaxConcurrency)
+					return
+				}
+				s.registry.Credit(w, int(c.GetSlots()))
+			}
+		}
+	}()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.draining:
+			return apierr.Unavailable("gateway shutting down; reconnect to another replica", nil)
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-w.Ready():
+			jobs := w.TakeOutbox()
+			if len(jobs) == 0 {
+				continue
+			}
+			msg := &pulsev1.Assignments{Jobs: make([]*pulsev1.Assignment, len(jobs))}
+			for i, j := range jobs {
+				msg.Jobs[i] = assignment(j)
+			}
+			if err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Assignments{Assignments: msg}}); err != nil {
+				// A send error ends the stream; the sent-or-not jobs are
+				// leased and the lease covers them (seed ADR-0005).
+				return err
+			}
+			if s.observer != nil {
+				s.observer.Sent(len(jobs))
+			}
+		}
+	}
+}
+
+func assignment(j jobstore.Claimed) *pulsev1.Assignment {
+	return &pulsev1.Assignment{
+		JobId:       j.ID.String(),
+		Attempt:     j.Attempt,
+		Topic:       j.Topic,
+		Args:        j.Args,
+		Priority:    int32(j.Priority),
+		MaxAttempts: j.MaxAttempts,
+		SubmittedAt: timestamppb.New(j.SubmittedAt),
+		LeaseUntil:  timestamppb.New(j.LeaseUntil),
+		Traceparent: j.TraceParent,
+		Tracestate:  j.TraceState,
+	}
+}
+
+func validateOpen(o *pulsev1.OpenStream) error {
+	if err := validateWorkerID("open.worker_id", o.GetWorkerId()); err != nil {
+		return err
+	}
+	if len(o.GetTopics()) == 0 {
+		return apierr.Invalid("open.topics", "at least one topic is required")
+	}
+	if len(o.GetTopics()) > MaxTopics {
+		return apierr.Invalid("open.topics", "has %d topics; the limit is %d", len(o.GetTopics()), MaxTopics)
+	}
+	for i, t := range o.GetTopics() {
+		if err := jobspec.ValidateTopic(fmt.Sprintf("open.topics[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	if o.GetConcurrency() < 1 || o.GetConcurrency() > MaxConcurrency {
+		return apierr.Invalid("open.concurrency", "is %d; it must be between 1 and %d", o.GetConcurrency(), MaxConcurrency)
+	}
+	if o.GetInFlight() < 0 || o.GetInFlight() > o.GetConcurrency() {
+		return apierr.Invalid("open.in_flight", "is %d; it must be between 0 and concurrency (%d)", o.GetInFlight(), o.GetConcurrency())
+	}
+	return nil
+}
+
+func validateWorkerID(field, id string) error {
+	if id == "" {
+		return apierr.Invalid(field, "is required")
+	}
+	if len(id) > MaxWorkerIDBytes {
+		return apierr.Invalid(field, "is %d bytes; the limit is %d", len(id), MaxWorkerIDBytes)
+	}
+	return nil
+}
+
+func parseRef(field, id string, attempt int32) (jobstore.AttemptRef, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return jobstore.AttemptRef{}, apierr.Invalid(field+".job_id", "%q is not a job id (a UUID)", id)
+	}
+	if attempt < 1 {
+		return jobstore.AttemptRef{}, apierr.Invalid(field+".attempt", "is %d; attempts start at 1", attempt)
+	}
+	return jobstore.AttemptRef{ID: u, Attempt: attempt}, nil
+}
+
+// Heartbeat extends every lease the worker still holds, in one statement.
+// A beat for a lease the worker lost is answered lease_held=false, not an
+// error.
+func (s *DispatchService) Heartbeat(ctx context.Context, req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
+	if err := validateWorkerID("worker_id", req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetJobs()) > MaxBatch {
+		return nil, apierr.Invalid("jobs", "has %d entries; the limit is %d", len(req.GetJobs()), MaxBatch)
+	}
+	refs := make([]jobstore.AttemptRef, len(req.GetJobs()))
+	for i, j := range req.GetJobs() {
+		r, err := parseRef(fmt.Sprintf("jobs[%d]", i), j.GetJobId(), j.GetAttempt())
+		if err != nil {
+			return nil, err
+		}
+		refs[i] = r
+	}
+	beats, err := s.store.Heartbeat(ctx, req.GetWorkerId(), refs, s.cfg.LeaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pulsev1.HeartbeatResponse{Results: make([]*pulsev1.HeartbeatResult, len(beats))}
+	for i, b := range beats {
+		r := &pulsev1.HeartbeatResult{JobId: b.Ref.ID.String(), Attempt: b.Ref.Attempt, LeaseHeld: b.LeaseHeld, Canceled: b.Canceled}
+		if b.LeaseHeld {
+			r.LeaseUntil = timestamppb.New(b.LeaseUntil)
+		}
+		resp.Results[i] = r
+	}
+	return resp, nil
+}
+
+// ReportResult settles a batch of attempts in one statement and answers
+// each: OK, or FAILED_PRECONDITION when its fence no longer matches.
+func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+	if err := validateWorkerID("worker_id", req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetResults()) > MaxBatch {
+		return nil, apierr.Invalid("results", "has %d entries; the limit is %d", len(req.GetResults()), MaxBatch)
+	}
+	results := make([]jobstore.Result, len(req.GetResults()))
+	for i, r := range req.GetResults() {
+		field := fmt.Sprintf("results[%d]", i)
+		ref, err := parseRef(field, r.GetJobId(), r.GetAttempt())
+		if err != nil {
+			return nil, err
+		}
+		var outcome jobstore.Outcome
+		switch r.GetOutcome() {
+		case pulsev1.Outcome_OUTCOME_COMPLETE:
+			outcome = jobstore.OutcomeComplete
+		case pulsev1.Outcome_OUTCOME_FAIL:
+			outcome = jobstore.OutcomeFail
+		case pulsev1.Outcome_OUTCOME_FAIL_PERMANENT:
+			outcome = jobstore.OutcomeFailPermanent
+		default:
+			return nil, apierr.Invalid(field+".outcome", "must be COMPLETE, FAIL or FAIL_PERMANENT")
+		}
+		msg := r.GetError()
+		if len(msg) > 8192 {
+			msg = msg[:8192]
+		}
+		if outcome != jobstore.OutcomeComplete && msg == "" {
+			msg = "(no error message)"
+		}
+		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg}
+	}
+	acks, err := s.store.Report(ctx, req.GetWorkerId(), results, s.cfg.Backoff)
+	if err != nil {
+		return nil, err
+	}
+	if s.observer != nil {
+		s.observer.Reported(acks)
+	}
+	resp := &pulsev1.ReportResultResponse{Acks: make([]*pulsev1.ResultAck, len(acks))}
+	for i, a := range acks {
+		ack := &pulsev1.ResultAck{JobId: a.Ref.ID.String(), Attempt: a.Ref.Attempt}
+		if a.Accepted {
+			ack.Code = int32(codes.OK)
+			ack.Status = statusToProto(a.Status)
+		} else {
+			ack.Code = int32(codes.FailedPrecondition)
+			ack.Message = a.Reason
+		}
+		resp.Acks[i] = ack
+	}
+	return resp, nil
+}
+
+func statusToProto(s jobstore.Status) pulsev1.JobStatus {
+	switch s {
+	case jobstore.StatusPending:
+		return pulsev1.JobStatus_JOB_STATUS_PENDING
+	case jobstore.StatusRunning:
+		return pulsev1.JobStatus_JOB_STATUS_RUNNING
+	case jobstore.StatusRetrying:
+		return pulsev1.JobStatus_JOB_STATUS_RETRYING
+	case jobstore.StatusCompleted:
+		return pulsev1.JobStatus_JOB_STATUS_COMPLETED
+	case jobstore.StatusDeadLettered:
+		return pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED
+	case jobstore.StatusCanceled:
+		return pulsev1.JobStatus_JOB_STATUS_CANCELED
+	}
+	return pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED
+}

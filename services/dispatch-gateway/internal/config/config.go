@@ -1,0 +1,69 @@
+// Package config is the dispatch-gateway's configuration: one struct read
+// from PULSE_* environment variables once, in main.
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/pulsequeue/pulse/pkg/server/config"
+)
+
+// Defaults, named so the operations guide and the code say the same thing.
+const (
+	GRPCAddrDefault          = ":50052"
+	AdminAddrDefault         = ":9101"
+	LeaseTTLDefault          = 30 * time.Second // seed ADR-0007
+	HeartbeatIntervalDefault = 10 * time.Second // seed ADR-0007: three beats per TTL
+	PollIntervalDefault      = 500 * time.Millisecond
+	ClaimBatchDefault        = 500
+	DBMaxConnsDefault        = 10
+	ShutdownTimeoutDefault   = 20 * time.Second
+	// MinLeaseTTL keeps heartbeats from becoming a DoS of their own.
+	MinLeaseTTL = time.Second
+)
+
+// Config is every setting the gateway reads.
+type Config struct {
+	DatabaseURL       string        `envconfig:"DATABASE_URL" required:"true"`
+	GRPCAddr          string        `envconfig:"GRPC_ADDR" default:":50052"`
+	AdminAddr         string        `envconfig:"ADMIN_ADDR" default:":9101"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
+	GatewayID         string        `envconfig:"GATEWAY_ID"`
+	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"30s"`
+	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"10s"`
+	PollInterval      time.Duration `envconfig:"POLL_INTERVAL" default:"500ms"`
+	ClaimBatch        int           `envconfig:"CLAIM_BATCH" default:"500"`
+	RetryBackoffUnit  time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
+	RetryBackoffMax   time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
+	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" default:"10"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+}
+
+// Validate checks ranges and relations, naming the variable at fault.
+func (c *Config) Validate() error {
+	switch {
+	case c.LeaseTTL < MinLeaseTTL:
+		return config.Invalid("PULSE_LEASE_TTL", "is %s; it must be at least %s", c.LeaseTTL, MinLeaseTTL)
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval > c.LeaseTTL/2:
+		return config.Invalid("PULSE_HEARTBEAT_INTERVAL", "is %s; it must be positive and at most half of PULSE_LEASE_TTL (%s) so one lost beat never loses a lease", c.HeartbeatInterval, c.LeaseTTL)
+	case c.PollInterval < 10*time.Millisecond || c.PollInterval > time.Minute:
+		return config.Invalid("PULSE_POLL_INTERVAL", "is %s; it must be between 10ms and 1m", c.PollInterval)
+	case c.ClaimBatch < 1 || c.ClaimBatch > 10000:
+		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
+	case c.RetryBackoffUnit < 0:
+		return config.Invalid("PULSE_RETRY_BACKOFF_UNIT", "is %s; it must not be negative", c.RetryBackoffUnit)
+	case c.RetryBackoffMax < c.RetryBackoffUnit:
+		return config.Invalid("PULSE_RETRY_BACKOFF_MAX", "is %s; it must be at least PULSE_RETRY_BACKOFF_UNIT (%s)", c.RetryBackoffMax, c.RetryBackoffUnit)
+	case c.DBMaxConns < 2:
+		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the gateway needs at least 2 (claims plus reports)", c.DBMaxConns)
+	case c.ShutdownTimeout <= 0:
+		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	if c.GatewayID == "" {
+		host, _ := os.Hostname()
+		c.GatewayID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return nil
+}

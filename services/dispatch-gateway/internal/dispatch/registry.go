@@ -1,0 +1,217 @@
+package dispatch
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Worker is one connected StreamJobs stream. The dispatcher reserves its
+// free slots, claims jobs for them, and appends the claimed jobs to its
+// outbox; the stream goroutine drains the outbox onto the wire.
+type Worker struct {
+	ID       string
+	Topics   []string // sorted
+	groupKey string
+
+	mu     sync.Mutex
+	free   int
+	outbox []jobstore.Claimed
+	closed bool
+	ready  chan struct{} // signalled when the outbox gains jobs
+}
+
+// TakeOutbox returns and clears the jobs waiting to be sent.
+func (w *Worker) TakeOutbox() []jobstore.Claimed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.outbox
+	w.outbox = nil
+	return out
+}
+
+// Ready is signalled whenever jobs are appended to the outbox.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+func (w *Worker) deliver(jobs []jobstore.Claimed) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.outbox = append(w.outbox, jobs...)
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Registry tracks the connected workers of this gateway, grouped by the
+// exact set of topics they subscribe to: one claim statement serves one
+// group.
+type Registry struct {
+	mu      sync.Mutex
+	workers map[*Worker]struct{}
+	// onFree is called (outside the lock) when slots become free.
+	onFree func(groupKey string)
+}
+
+// NewRegistry returns an empty registry. onFree is told when a worker
+// returns slots so the dispatcher can wake up.
+func NewRegistry(onFree func(groupKey string)) *Registry {
+	return &Registry{workers: make(map[*Worker]struct{}), onFree: onFree}
+}
+
+// Add registers a stream with free slots.
+func (r *Registry) Add(id string, topics []string, free int) *Worker {
+	topics = slices.Clone(topics)
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	w := &Worker{ID: id, Topics: topics, groupKey: strings.Join(topics, "\x00"), free: free, ready: make(chan struct{}, 1)}
+	r.mu.Lock()
+	r.workers[w] = struct{}{}
+	r.mu.Unlock()
+	if free > 0 && r.onFree != nil {
+		r.onFree(w.groupKey)
+	}
+	return w
+}
+
+// Remove unregisters a stream. Jobs still in its outbox were claimed but
+// never sent: their lease covers them (the reaper recovers them), exactly
+// as seed ADR-0005 decided for claimed-but-unsent jobs. Remove returns them
+// so the caller can count and log them.
+func (r *Registry) Remove(w *Worker) []jobstore.Claimed {
+	r.mu.Lock()
+	delete(r.workers, w)
+	r.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	left := w.outbox
+	w.outbox = nil
+	return left
+}
+
+// Credit returns n slots to w.
+func (r *Registry) Credit(w *Worker, n int) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	w.free += n
+	w.mu.Unlock()
+	if r.onFree != nil {
+		r.onFree(w.groupKey)
+	}
+}
+
+// Group is one claim's worth of reserved slots: the topics to claim from
+// and, per slot, the worker that receives the job.
+type Group struct {
+	Key     string
+	Topics  []string
+	Slots   []string
+	workers []*Worker // parallel to Slots
+}
+
+// Reserve takes up to max free slots from the workers of the wanted
+// groups (all groups when wanted is nil), interleaving workers so a batch
+// spreads across them. Reserved slots must be settled with Settle.
+func (r *Registry) Reserve(wanted func(groupKey string) bool, max int) []Group {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byKey := map[string][]*Worker{}
+	var order []string
+	for w := range r.workers {
+		if wanted != nil && !wanted(w.groupKey) {
+			continue
+		}
+		if _, ok := byKey[w.groupKey]; !ok {
+			order = append(order, w.groupKey)
+		}
+		byKey[w.groupKey] = append(byKey[w.groupKey], w)
+	}
+	slices.Sort(order)
+	var groups []Group
+	total := 0
+	for _, key := range order {
+		ws := byKey[key]
+		g := Group{Key: key, Topics: ws[0].Topics}
+		// Round-robin one slot per worker per pass.
+		for progress := true; progress && total < max; {
+			progress = false
+			for _, w := range ws {
+				if total >= max {
+					break
+				}
+				w.mu.Lock()
+				if w.free > 0 && !w.closed {
+					w.free--
+					g.Slots = append(g.Slots, w.ID)
+					g.workers = append(g.workers, w)
+					total++
+					progress = true
+				}
+				w.mu.Unlock()
+			}
+		}
+		if len(g.Slots) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
+
+// Settle hands claimed jobs to the workers whose slots they filled and
+// gives unfilled slots back. The claim leases each job to the worker id of
+// its slot; jobs are handed out per worker up to the slots reserved for it,
+// so two streams sharing a worker id (a reconnect racing its old stream)
+// never receive more than they reserved. It returns the jobs whose stream
+// vanished in between (claimed but undeliverable).
+func (r *Registry) Settle(g Group, claimed []jobstore.Claimed) (undeliverable []jobstore.Claimed) {
+	byID := map[string][]jobstore.Claimed{}
+	for _, c := range claimed {
+		byID[c.WorkerID] = append(byID[c.WorkerID], c)
+	}
+	reserved := map[*Worker]int{}
+	var order []*Worker
+	for _, w := range g.workers {
+		if reserved[w] == 0 {
+			order = append(order, w)
+		}
+		reserved[w]++
+	}
+	for _, w := range order {
+		jobs := byID[w.ID]
+		n := min(reserved[w], len(jobs))
+		mine := jobs[:n]
+		byID[w.ID] = jobs[n:]
+		if n > 0 && !w.deliver(mine) {
+			undeliverable = append(undeliverable, mine...)
+		}
+		if unused := reserved[w] - n; unused > 0 {
+			w.mu.Lock()
+			w.free += unused
+			w.mu.Unlock()
+		}
+	}
+	return undeliverable
+}
+
+// Stats reports connected workers and their free slots.
+func (r *Registry) Stats() (workers, free int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.workers {
+		workers++
+		w.mu.Lock()
+		free += w.free
+		w.mu.Unlock()
+	}
+	return workers, free
+}

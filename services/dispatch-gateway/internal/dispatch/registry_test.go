@@ -1,0 +1,98 @@
+package dispatch_test
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
+)
+
+func claimedFor(workers ...string) []jobstore.Claimed {
+	out := make([]jobstore.Claimed, len(workers))
+	for i, w := range workers {
+		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: w}
+	}
+	return out
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReserveInterleavesWorkersAndStopsAtMax", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		r.Add("a", []string{"t"}, 3)
+		r.Add("b", []string{"t"}, 1)
+		groups := r.Reserve(nil, 3)
+		require.Len(t, groups, 1)
+		require.ElementsMatch(t, []string{"a", "b", "a"}, groups[0].Slots)
+		_, free := r.Stats()
+		require.Equal(t, 1, free)
+	})
+
+	t.Run("WorkersWithTheSameTopicsShareOneGroup", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		r.Add("a", []string{"y", "x"}, 1)
+		r.Add("b", []string{"x", "y", "x"}, 1)
+		r.Add("c", []string{"z"}, 1)
+		groups := r.Reserve(nil, 10)
+		require.Len(t, groups, 2)
+		require.Equal(t, []string{"x", "y"}, groups[0].Topics)
+		require.Len(t, groups[0].Slots, 2)
+		require.Equal(t, []string{"z"}, groups[1].Topics)
+	})
+
+	t.Run("SettleDeliversAndReturnsUnfilledSlots", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		a := r.Add("a", []string{"t"}, 2)
+		b := r.Add("b", []string{"t"}, 2)
+		g := r.Reserve(nil, 10)[0]
+		require.Len(t, g.Slots, 4)
+		lost := r.Settle(g, claimedFor("a"))
+		require.Empty(t, lost)
+		require.Len(t, a.TakeOutbox(), 1)
+		require.Empty(t, b.TakeOutbox())
+		_, free := r.Stats()
+		require.Equal(t, 3, free)
+	})
+
+	t.Run("TwoStreamsWithOneWorkerIDNeverGetMoreThanTheyReserved", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		old := r.Add("w", []string{"t"}, 1)
+		fresh := r.Add("w", []string{"t"}, 2)
+		g := r.Reserve(nil, 10)[0]
+		r.Settle(g, claimedFor("w", "w", "w"))
+		got := len(old.TakeOutbox()) + len(fresh.TakeOutbox())
+		require.Equal(t, 3, got)
+		_, free := r.Stats()
+		require.Equal(t, 0, free)
+	})
+
+	t.Run("JobsForAClosedStreamAreReportedUndeliverable", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		w := r.Add("w", []string{"t"}, 2)
+		g := r.Reserve(nil, 10)[0]
+		r.Remove(w)
+		lost := r.Settle(g, claimedFor("w", "w"))
+		require.Len(t, lost, 2)
+	})
+
+	t.Run("CreditsWakeWithTheGroupKey", func(t *testing.T) {
+		t.Parallel()
+		var woke []string
+		r := dispatch.NewRegistry(func(k string) { woke = append(woke, k) })
+		w := r.Add("w", []string{"t"}, 0)
+		require.Empty(t, woke, "no free slots, nothing to wake for")
+		r.Credit(w, 2)
+		require.Len(t, woke, 1)
+		_, free := r.Stats()
+		require.Equal(t, 2, free)
+	})
+}

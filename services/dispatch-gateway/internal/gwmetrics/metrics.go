@@ -1,0 +1,130 @@
+// Package gwmetrics declares every metric the dispatch-gateway exports, in
+// one place (documented in docs/operations.md).
+package gwmetrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Buckets that resolve both milliseconds and minutes.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// Metrics is the gateway's instrument set; it implements the dispatcher's
+// and the API's observer interfaces.
+type Metrics struct {
+	Dispatched      *prometheus.CounterVec
+	Settled         *prometheus.CounterVec
+	Rejected        prometheus.Counter
+	QueueWait       *prometheus.HistogramVec
+	RunDuration     *prometheus.HistogramVec
+	ClaimDuration   prometheus.Histogram
+	ClaimErrors     prometheus.Counter
+	ClaimBatch      prometheus.Histogram
+	UndeliveredJobs prometheus.Counter
+	SentJobs        prometheus.Counter
+	Workers         prometheus.GaugeFunc
+	FreeSlots       prometheus.GaugeFunc
+	now             func() time.Time
+}
+
+// New registers the gateway metrics on reg. stats reports connected
+// workers and free slots at scrape time.
+func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
+	m := &Metrics{
+		Dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_jobs_dispatched_total", Help: "Jobs claimed (moved to RUNNING) by this gateway, by topic.",
+		}, []string{"topic"}),
+		Settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_jobs_settled_total", Help: "Worker reports accepted, by topic and outcome (completed, retried, dead_lettered).",
+		}, []string{"topic", "outcome"}),
+		Rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_reports_rejected_total", Help: "Worker reports refused by the fence (stale attempt, canceled, or another worker's lease).",
+		}),
+		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pulse_queue_wait_seconds", Help: "Time from submit to the first claim, by topic.", Buckets: latencyBuckets,
+		}, []string{"topic"}),
+		RunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pulse_job_run_duration_seconds", Help: "Time from claim to the accepted report, by topic and outcome.", Buckets: latencyBuckets,
+		}, []string{"topic", "outcome"}),
+		ClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pulse_claim_duration_seconds", Help: "Duration of one claim statement.", Buckets: latencyBuckets,
+		}),
+		ClaimErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_claim_errors_total", Help: "Claim statements that failed.",
+		}),
+		ClaimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pulse_claim_batch_jobs", Help: "Jobs returned by one claim statement.", Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
+		}),
+		UndeliveredJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_claimed_undeliverable_total", Help: "Jobs claimed for a stream that closed before they were sent (recovered by lease expiry).",
+		}),
+		SentJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_assignments_sent_total", Help: "Assignments written to worker streams.",
+		}),
+		Workers: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pulse_gateway_connected_workers", Help: "Worker streams connected to this gateway.",
+		}, func() float64 { w, _ := stats(); return float64(w) }),
+		FreeSlots: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pulse_gateway_free_slots", Help: "Free handler slots across this gateway's connected workers.",
+		}, func() float64 { _, f := stats(); return float64(f) }),
+		now: time.Now,
+	}
+	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration,
+		m.ClaimErrors, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots)
+	return m
+}
+
+// Claimed records one claim statement.
+func (m *Metrics) Claimed(took time.Duration, _ int, jobs []jobstore.Claimed, err error) {
+	m.ClaimDuration.Observe(took.Seconds())
+	if err != nil {
+		m.ClaimErrors.Inc()
+		return
+	}
+	m.ClaimBatch.Observe(float64(len(jobs)))
+	now := m.now()
+	for _, j := range jobs {
+		m.Dispatched.WithLabelValues(j.Topic).Inc()
+		if j.Attempt == 1 { // retries wait on their backoff, not the queue
+			m.QueueWait.WithLabelValues(j.Topic).Observe(now.Sub(j.SubmittedAt).Seconds())
+		}
+	}
+}
+
+// Undeliverable records claimed jobs whose stream vanished.
+func (m *Metrics) Undeliverable(jobs []jobstore.Claimed) { m.UndeliveredJobs.Add(float64(len(jobs))) }
+
+// Sent records assignments written to a stream.
+func (m *Metrics) Sent(n int) { m.SentJobs.Add(float64(n)) }
+
+// Reported records settled results.
+func (m *Metrics) Reported(acks []jobstore.Ack) {
+	now := m.now()
+	for _, a := range acks {
+		if !a.Accepted {
+			m.Rejected.Inc()
+			continue
+		}
+		outcome := outcomeLabel(a.Status)
+		m.Settled.WithLabelValues(a.Topic, outcome).Inc()
+		if !a.StartedAt.IsZero() {
+			m.RunDuration.WithLabelValues(a.Topic, outcome).Observe(now.Sub(a.StartedAt).Seconds())
+		}
+	}
+}
+
+func outcomeLabel(s jobstore.Status) string {
+	switch s {
+	case jobstore.StatusCompleted:
+		return "completed"
+	case jobstore.StatusRetrying:
+		return "retried"
+	case jobstore.StatusDeadLettered:
+		return "dead_lettered"
+	}
+	return "other"
+}
