@@ -83,7 +83,6 @@ func Require(ctx context.Context, q interface {
 	return nil
 }
 
-
 type gooseLogger struct{ l *slog.Logger }
 
 func (g gooseLogger) Printf(format string, v ...any) {

@@ -52,13 +52,13 @@ type Config struct {
 // DispatchService implements pulsev1.DispatchServiceServer.
 type DispatchService struct {
 	pulsev1.UnimplementedDispatchServiceServer
-	cfg        Config
-	store      Store
-	registry   *dispatch.Registry
-	observer   Observer
-	logger     *slog.Logger
-	draining   chan struct{}
-	drainOnce  sync.Once
+	cfg       Config
+	store     Store
+	registry  *dispatch.Registry
+	observer  Observer
+	logger    *slog.Logger
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // NewDispatchService builds the service on registry (the dispatcher's).

@@ -120,4 +120,3 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	logger.Info("stopped")
 	return runErr
 }
-
