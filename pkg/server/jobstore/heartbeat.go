@@ -37,12 +37,12 @@ WITH beats AS (
       AND j.attempts = beats.attempt
       AND j.status = 'RUNNING'
       AND j.locked_by = $1
-    RETURNING j.id, j.lease_until
+    RETURNING j.id, j.attempts, j.lease_until
 )
 SELECT beats.id, beats.attempt, extended.lease_until,
        COALESCE(cur.status = 'CANCELED' AND cur.attempts = beats.attempt, false)
 FROM beats
-LEFT JOIN extended ON extended.id = beats.id
+LEFT JOIN extended ON extended.id = beats.id AND extended.attempts = beats.attempt
 LEFT JOIN jobs AS cur ON cur.id = beats.id
 ORDER BY beats.ord`
 

@@ -86,13 +86,13 @@ WITH r AS (
       AND j.attempts = r.attempt
       AND j.status = 'RUNNING'
       AND j.locked_by = $1
-    RETURNING j.id, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at
+    RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at
 )
 SELECT r.id, r.attempt, settled.status, COALESCE(settled.topic, cur.topic, ''),
        settled.submitted_at, settled.started_at, settled.next_run_at,
        cur.status, cur.attempts, COALESCE(cur.locked_by, '')
 FROM r
-LEFT JOIN settled ON settled.id = r.id
+LEFT JOIN settled ON settled.id = r.id AND settled.attempts = r.attempt
 LEFT JOIN jobs AS cur ON cur.id = r.id
 ORDER BY r.ord`
 
