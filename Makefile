@@ -1,0 +1,41 @@
+# pulse — make help lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+MODULES = $(shell go list -m -f '{{.Dir}}/...')
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: dev
+dev: ## run the whole fleet locally without Docker (throwaway Postgres, 2 gateways, demo producer + worker)
+	@scripts/ensure-postgres.sh
+	go run ./deploy/localfleet/cmd/pulse-dev
+
+.PHONY: test
+test: ## run every test against real Postgres (installs the server binaries if missing)
+	scripts/test.sh
+
+.PHONY: build
+build: ## build every service binary into bin/
+	@mkdir -p bin
+	@for s in control-api dispatch-gateway reaper scheduler; do go build -o bin/$$s ./services/$$s || exit 1; done
+
+.PHONY: bench
+bench: ## run the end-to-end load test against a throwaway local fleet (see docs/benchmarks.md)
+	@scripts/ensure-postgres.sh
+	go run ./loadtest/cmd/pulse-load
+
+.PHONY: generate
+generate: ## regenerate protobuf Go code with buf (offline, local plugins)
+	cd proto/tools && GOWORK=off go tool buf lint .. && GOWORK=off go tool buf generate .. --template ../buf.gen.yaml
+
+.PHONY: lint
+lint: ## go vet + gofmt check + buf lint
+	go vet $(MODULES)
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd proto/tools && GOWORK=off go tool buf lint ..
+
+.PHONY: tidy
+tidy: ## go mod tidy every module
+	@for d in $$(go list -m -f '{{.Dir}}'); do (cd $$d && GOWORK=off GOFLAGS=-mod=mod go mod tidy) || exit 1; done
