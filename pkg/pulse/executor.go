@@ -74,8 +74,10 @@ func (e *executor) start(a *pulsev1.Assignment) {
 		err := e.execute(ctx, job)
 		cancel(nil)
 		e.running.remove(k)
-		e.reporter.submit(e.result(job, err))
-		e.ledger.finished()
+		// The slot goes back to the gateway once the result is settled, not
+		// when the handler returns: until then the row is still RUNNING and
+		// leased to this worker.
+		e.reporter.submit(e.result(job, err), e.ledger.finished)
 	}()
 }
 

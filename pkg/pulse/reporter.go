@@ -24,10 +24,14 @@ const (
 	rpcTimeout = 10 * time.Second
 )
 
-// pendingResult is a finished attempt waiting to be reported.
+// pendingResult is a finished attempt waiting to be reported. settled is
+// called exactly once when the result is acknowledged or given up on: only
+// then does the worker hand the slot back, so it never holds more leased
+// (RUNNING) jobs than its concurrency.
 type pendingResult struct {
 	result     *pulsev1.JobResult
 	producedAt time.Time
+	settled    func()
 }
 
 // reporter sends handler results to the gateway in batches. It batches
@@ -64,15 +68,16 @@ func newReporter(pool *gatewayPool, terms *leaseTerms, workerID string, maxBatch
 
 // submit queues a result; it never blocks, so a slow gateway does not hold
 // up handlers.
-func (r *reporter) submit(res *pulsev1.JobResult) {
+func (r *reporter) submit(res *pulsev1.JobResult, settled func()) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		settled()
 		r.log.Error("result produced after shutdown, dropped; the job will be retried after its lease expires",
 			logKeyJobID, res.GetJobId(), logKeyAttempt, res.GetAttempt())
 		return
 	}
-	r.queue = append(r.queue, pendingResult{result: res, producedAt: time.Now()})
+	r.queue = append(r.queue, pendingResult{result: res, producedAt: time.Now(), settled: settled})
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -160,6 +165,7 @@ func (r *reporter) send(ctx context.Context, batch []pendingResult) {
 		cancel()
 		if err == nil {
 			r.logRejected(resp.GetAcks())
+			settleAll(batch)
 			return
 		}
 		if ctx.Err() != nil {
@@ -205,7 +211,18 @@ func (r *reporter) dropQueued(reason string) {
 	r.logDropped(batch, reason, nil)
 }
 
+// settleAll releases the slots of results that are done with.
+func settleAll(batch []pendingResult) {
+	for _, p := range batch {
+		if p.settled != nil {
+			p.settled()
+		}
+	}
+}
+
+// logDropped logs results given up on and releases their slots.
 func (r *reporter) logDropped(batch []pendingResult, reason string, err error) {
+	defer settleAll(batch)
 	for _, p := range batch {
 		attrs := []any{logKeyJobID, p.result.GetJobId(), logKeyAttempt, p.result.GetAttempt()}
 		if err != nil {
