@@ -1,0 +1,241 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Paging bounds for ListJobs.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 500
+)
+
+// Store is the part of jobstore.Store the service uses.
+type Store interface {
+	Insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error)
+	Get(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
+	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
+	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
+	Retry(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
+}
+
+// Submitter inserts one job, coalescing it with concurrent ones
+// (submit.Coalescer).
+type Submitter interface {
+	Submit(ctx context.Context, job jobstore.NewJob) (jobstore.Inserted, error)
+}
+
+// Options configure a ControlService.
+type Options struct {
+	Limits       jobspec.Limits
+	MaxBatchJobs int
+	Metrics      *Metrics // nil: none
+}
+
+// ControlService implements pulsev1.ControlServiceServer. Its errors are
+// apierr errors; the gRPC interceptor and the HTTP transport each map them.
+type ControlService struct {
+	pulsev1.UnimplementedControlServiceServer
+
+	store     Store
+	submitter Submitter
+	opts      Options
+}
+
+// NewControlService returns the service on store, with single submits going
+// through submitter.
+func NewControlService(store Store, submitter Submitter, opts Options) *ControlService {
+	return &ControlService{store: store, submitter: submitter, opts: opts}
+}
+
+// SubmitJob validates one spec and enqueues it through the coalescer.
+// Errors name fields as the request spells them ("job.topic").
+func (s *ControlService) SubmitJob(ctx context.Context, req *pulsev1.SubmitJobRequest) (*pulsev1.SubmitJobResponse, error) {
+	res, err := s.Submit(ctx, "job", req.GetJob())
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.SubmitJobResponse{Result: res}, nil
+}
+
+// Submit is SubmitJob for a transport that spells the spec's place in its
+// request differently: prefix "" names fields bare ("topic"), as the HTTP
+// body, which is the spec itself, does.
+func (s *ControlService) Submit(ctx context.Context, prefix string, spec *pulsev1.JobSpec) (*pulsev1.SubmitResult, error) {
+	job, err := jobspec.Validate(prefix, spec, s.opts.Limits)
+	if err != nil {
+		return nil, err
+	}
+	withTraceContext(ctx, &job)
+	ins, err := s.submitter.Submit(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	s.opts.Metrics.submitted(job.Topic, ins.Duplicate)
+	return resultToWire(ins), nil
+}
+
+// SubmitJobs validates every spec, then inserts them all in one statement:
+// one bad spec rejects the whole batch and nothing is written.
+func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobsRequest) (*pulsev1.SubmitJobsResponse, error) {
+	specs := req.GetJobs()
+	switch {
+	case len(specs) == 0:
+		return nil, apierr.Invalid("jobs", "is empty; submit at least one job")
+	case s.opts.MaxBatchJobs > 0 && len(specs) > s.opts.MaxBatchJobs:
+		return nil, apierr.Invalid("jobs", "has %d jobs; the limit is %d per call", len(specs), s.opts.MaxBatchJobs)
+	}
+	jobs := make([]jobstore.NewJob, len(specs))
+	for i, spec := range specs {
+		job, err := jobspec.Validate(fmt.Sprintf("jobs[%d]", i), spec, s.opts.Limits)
+		if err != nil {
+			return nil, err
+		}
+		withTraceContext(ctx, &job)
+		jobs[i] = job
+	}
+	ins, err := s.store.Insert(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.SubmitJobsResponse{Results: make([]*pulsev1.SubmitResult, len(ins))}
+	for i, r := range ins {
+		out.Results[i] = resultToWire(r)
+		s.opts.Metrics.submitted(jobs[i].Topic, r.Duplicate)
+	}
+	return out, nil
+}
+
+// GetJob reads one job.
+func (s *ControlService) GetJob(ctx context.Context, req *pulsev1.GetJobRequest) (*pulsev1.GetJobResponse, error) {
+	id, err := ParseJobID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	job, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.GetJobResponse{Job: JobToWire(job)}, nil
+}
+
+// ListJobs pages jobs newest first. It reads one job more than the page
+// holds, so the last page has no next token instead of an empty page after.
+func (s *ControlService) ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error) {
+	limit := int(req.GetLimit())
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 1 || limit > ListLimitMax:
+		return nil, apierr.Invalid("limit", "is %d; it must be between 1 and %d", limit, ListLimitMax)
+	}
+	f := jobstore.ListFilter{Limit: limit + 1}
+	if t := req.GetTopic(); t != "" {
+		if err := jobspec.ValidateTopic("topic", t); err != nil {
+			return nil, err
+		}
+		f.Topic = t
+	}
+	st, err := StatusFromWire("status", req.GetStatus())
+	if err != nil {
+		return nil, err
+	}
+	f.Status = st
+	if tok := req.GetPageToken(); tok != "" {
+		before, err := decodePageToken(tok)
+		if err != nil {
+			return nil, err
+		}
+		f.Before = &before
+	}
+	jobs, err := s.store.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.ListJobsResponse{}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		out.NextPageToken = encodePageToken(jobs[limit-1].ID)
+	}
+	out.Jobs = make([]*pulsev1.Job, len(jobs))
+	for i, j := range jobs {
+		out.Jobs[i] = JobToWire(j)
+	}
+	return out, nil
+}
+
+// CancelJob moves a live job to CANCELED.
+func (s *ControlService) CancelJob(ctx context.Context, req *pulsev1.CancelJobRequest) (*pulsev1.CancelJobResponse, error) {
+	id, err := ParseJobID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	job, err := s.store.Cancel(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.CancelJobResponse{Job: JobToWire(job)}, nil
+}
+
+// RetryJob moves a DEAD_LETTERED or CANCELED job back to PENDING.
+func (s *ControlService) RetryJob(ctx context.Context, req *pulsev1.RetryJobRequest) (*pulsev1.RetryJobResponse, error) {
+	id, err := ParseJobID("id", req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	job, err := s.store.Retry(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.RetryJobResponse{Job: JobToWire(job)}, nil
+}
+
+// ParseJobID parses a job id, naming field when it is not a UUID.
+func ParseJobID(field, s string) (uuid.UUID, error) {
+	if s == "" {
+		return uuid.Nil, apierr.Invalid(field, "is required")
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, apierr.Invalid(field, "%q is not a UUID", s)
+	}
+	return id, nil
+}
+
+// A page token is the unpadded base64url of the last listed job's 16-byte
+// id; the next page starts below it.
+func encodePageToken(id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString(id[:])
+}
+
+func decodePageToken(tok string) (uuid.UUID, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) != len(uuid.UUID{}) {
+		return uuid.Nil, apierr.Invalid("page_token", "%q is not a page token from an earlier ListJobs answer", tok)
+	}
+	return uuid.UUID(b), nil
+}
+
+// withTraceContext stores the caller's W3C trace context on the job, so the
+// span that dispatches it, possibly hours later, can join the same trace.
+func withTraceContext(ctx context.Context, job *jobstore.NewJob) {
+	carrier := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+	job.TraceParent = carrier.Get("traceparent")
+	job.TraceState = carrier.Get("tracestate")
+}
+
+func resultToWire(r jobstore.Inserted) *pulsev1.SubmitResult {
+	return &pulsev1.SubmitResult{Id: r.ID.String(), Duplicate: r.Duplicate}
+}

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+var statusToWire = map[jobstore.Status]pulsev1.JobStatus{
+	jobstore.StatusPending:      pulsev1.JobStatus_JOB_STATUS_PENDING,
+	jobstore.StatusRunning:      pulsev1.JobStatus_JOB_STATUS_RUNNING,
+	jobstore.StatusRetrying:     pulsev1.JobStatus_JOB_STATUS_RETRYING,
+	jobstore.StatusCompleted:    pulsev1.JobStatus_JOB_STATUS_COMPLETED,
+	jobstore.StatusDeadLettered: pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED,
+	jobstore.StatusCanceled:     pulsev1.JobStatus_JOB_STATUS_CANCELED,
+}
+
+// StatusFromWire maps a wire status filter to the stored name; UNSPECIFIED
+// means no filter ("").
+func StatusFromWire(field string, s pulsev1.JobStatus) (jobstore.Status, error) {
+	if s == pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED {
+		return "", nil
+	}
+	for stored, wire := range statusToWire {
+		if wire == s {
+			return stored, nil
+		}
+	}
+	return "", apierr.Invalid(field, "%d is not a known job status", int32(s))
+}
+
+// JobToWire converts a stored job to its wire form.
+func JobToWire(j *jobstore.Job) *pulsev1.Job {
+	out := &pulsev1.Job{
+		Id:             j.ID.String(),
+		Topic:          j.Topic,
+		Args:           j.Args,
+		Priority:       int32(j.Priority),
+		Status:         statusToWire[j.Status],
+		Attempts:       j.Attempts,
+		MaxAttempts:    j.MaxAttempts,
+		LockedBy:       j.LockedBy,
+		LeaseUntil:     timestampOrNil(j.LeaseUntil),
+		NextRunAt:      timestamppb.New(j.NextRunAt),
+		SubmittedAt:    timestamppb.New(j.SubmittedAt),
+		StartedAt:      timestampOrNil(j.StartedAt),
+		FinishedAt:     timestampOrNil(j.FinishedAt),
+		IdempotencyKey: j.IdempotencyKey,
+		Traceparent:    j.TraceParent,
+		Tracestate:     j.TraceState,
+	}
+	if j.ScheduleID != nil {
+		out.ScheduleId = j.ScheduleID.String()
+	}
+	for _, e := range j.Errors {
+		out.Errors = append(out.Errors, &pulsev1.AttemptError{
+			Attempt: int32(e.Attempt),
+			Error:   e.Error,
+			Worker:  e.Worker,
+			At:      timestamppb.New(e.At),
+		})
+	}
+	return out
+}
+
+func timestampOrNil(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}

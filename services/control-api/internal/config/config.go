@@ -1,0 +1,144 @@
+// Package config is control-api's one typed configuration, read from PULSE_*
+// environment variables once in main.
+package config
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+// Defaults, named so code, docs and --help agree on one value.
+const (
+	HTTPAddrDefault          = ":8080"
+	GRPCAddrDefault          = ":50051"
+	LogLevelDefault          = "info"
+	DBMaxConnsDefault        = 20
+	MaxArgsBytesDefault      = jobspec.DefaultMaxArgsBytes
+	MaxBatchJobsDefault      = 1000
+	SubmitCoalesceMaxDefault = 1000
+	SubmitFlushersDefault    = 4
+	ShutdownTimeoutDefault   = 20 * time.Second
+)
+
+// Config is everything control-api reads from its environment.
+type Config struct {
+	DatabaseURL       string        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres connection URL (required)"`
+	HTTPAddr          string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
+	GRPCAddr          string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
+	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
+	MaxArgsBytes      int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
+	MaxBatchJobs      int           `envconfig:"MAX_BATCH_JOBS" desc:"most jobs one SubmitJobs call or POST /v1/jobs:batch may carry"`
+	SubmitCoalesceMax int           `envconfig:"SUBMIT_COALESCE_MAX" desc:"most single submits coalesced into one INSERT"`
+	SubmitFlushers    int           `envconfig:"SUBMIT_FLUSHERS" desc:"most coalesced INSERTs running at once"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"how long a graceful shutdown may take before connections are cut"`
+}
+
+// Default returns a Config holding every default, the starting point Load
+// overwrites with whatever the environment sets.
+func Default() Config {
+	return Config{
+		HTTPAddr:          HTTPAddrDefault,
+		GRPCAddr:          GRPCAddrDefault,
+		LogLevel:          LogLevelDefault,
+		DBMaxConns:        DBMaxConnsDefault,
+		MaxArgsBytes:      MaxArgsBytesDefault,
+		MaxBatchJobs:      MaxBatchJobsDefault,
+		SubmitCoalesceMax: SubmitCoalesceMaxDefault,
+		SubmitFlushers:    SubmitFlushersDefault,
+		ShutdownTimeout:   ShutdownTimeoutDefault,
+	}
+}
+
+// Load reads the environment over the defaults and validates the result.
+func Load() (Config, error) {
+	cfg := Default()
+	if err := serverconfig.Load(&cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate names the variable holding the first bad value.
+func (c *Config) Validate() error {
+	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+		// pgx's message may quote the URL; keep the password out of logs.
+		return serverconfig.Invalid("PULSE_DATABASE_URL", "is not a valid Postgres connection string")
+	}
+	if err := validateAddr(c.HTTPAddr); err != nil {
+		return serverconfig.Invalid("PULSE_HTTP_ADDR", "%v", err)
+	}
+	if err := validateAddr(c.GRPCAddr); err != nil {
+		return serverconfig.Invalid("PULSE_GRPC_ADDR", "%v", err)
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return serverconfig.Invalid("PULSE_LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.DBMaxConns < 1 {
+		return serverconfig.Invalid("PULSE_DB_MAX_CONNS", "must be at least 1, got %d", c.DBMaxConns)
+	}
+	if c.MaxArgsBytes < 2 {
+		return serverconfig.Invalid("PULSE_MAX_ARGS_BYTES", "must be at least 2 (the size of {}), got %d", c.MaxArgsBytes)
+	}
+	if c.MaxBatchJobs < 1 {
+		return serverconfig.Invalid("PULSE_MAX_BATCH_JOBS", "must be at least 1, got %d", c.MaxBatchJobs)
+	}
+	if c.SubmitCoalesceMax < 1 {
+		return serverconfig.Invalid("PULSE_SUBMIT_COALESCE_MAX", "must be at least 1, got %d", c.SubmitCoalesceMax)
+	}
+	if c.SubmitFlushers < 1 {
+		return serverconfig.Invalid("PULSE_SUBMIT_FLUSHERS", "must be at least 1, got %d", c.SubmitFlushers)
+	}
+	if int32(c.SubmitFlushers) > c.DBMaxConns {
+		return serverconfig.Invalid("PULSE_SUBMIT_FLUSHERS", "is %d, more than PULSE_DB_MAX_CONNS (%d): reads would starve", c.SubmitFlushers, c.DBMaxConns)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return serverconfig.Invalid("PULSE_SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// validateAddr accepts host:port with a numeric port (0 picks a free one).
+func validateAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q has port %q; want a number from 0 to 65535", addr, port)
+	}
+	return nil
+}
+
+// WriteUsage lists every variable with its default and meaning, in the
+// order Config declares them.
+func WriteUsage(w io.Writer) error {
+	vars, err := serverconfig.Vars(Config{})
+	if err != nil {
+		return err
+	}
+	def := reflect.ValueOf(Default())
+	t := def.Type()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, name := range vars {
+		f := t.Field(i)
+		d := fmt.Sprint(def.Field(i).Interface())
+		if d == "" {
+			d = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, d, f.Tag.Get("desc"))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,295 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+)
+
+// BodySlack is what a single-job body may carry beyond its args limit: the
+// other fields and the JSON around them.
+const BodySlack = 64 << 10
+
+// BatchBodyMinLimit is the smallest limit on a batch body: generous, since
+// a batch carries up to PULSE_MAX_BATCH_JOBS specs, yet bounded, since the
+// body is held in memory. It grows to one single-job body when args may be
+// larger.
+const BatchBodyMinLimit = 64 << 20
+
+// Service is what the transport calls: api.ControlService.
+type Service interface {
+	Submit(ctx context.Context, prefix string, spec *pulsev1.JobSpec) (*pulsev1.SubmitResult, error)
+	SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobsRequest) (*pulsev1.SubmitJobsResponse, error)
+	GetJob(ctx context.Context, req *pulsev1.GetJobRequest) (*pulsev1.GetJobResponse, error)
+	ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error)
+	CancelJob(ctx context.Context, req *pulsev1.CancelJobRequest) (*pulsev1.CancelJobResponse, error)
+	RetryJob(ctx context.Context, req *pulsev1.RetryJobRequest) (*pulsev1.RetryJobResponse, error)
+}
+
+// Options configure a Handler.
+type Options struct {
+	// MaxArgsBytes is the args limit the service enforces; the body limits
+	// derive from it.
+	MaxArgsBytes int
+	Logger       *slog.Logger
+}
+
+// Handler serves the JSON API.
+type Handler struct {
+	svc         Service
+	logger      *slog.Logger
+	singleLimit int64
+	batchLimit  int64
+}
+
+// New returns a Handler calling svc.
+func New(svc Service, opts Options) *Handler {
+	if opts.MaxArgsBytes <= 0 {
+		opts.MaxArgsBytes = jobspec.DefaultMaxArgsBytes
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	single := int64(opts.MaxArgsBytes) + BodySlack
+	batch := max(single, BatchBodyMinLimit)
+	return &Handler{svc: svc, logger: logger, singleLimit: single, batchLimit: batch}
+}
+
+// BatchBodyLimit is the largest batch body accepted, in bytes; gRPC's
+// message size limit should match it.
+func (h *Handler) BatchBodyLimit() int64 { return h.batchLimit }
+
+// Mux is where routes are mounted: an *http.ServeMux or adminhttp.Server.
+type Mux interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// Register mounts every route on mux.
+func (h *Handler) Register(mux Mux) {
+	mux.Handle("POST /v1/jobs", h.route(h.submit))
+	mux.Handle("POST /v1/jobs:batch", h.route(h.submitBatch))
+	mux.Handle("GET /v1/jobs", h.route(h.list))
+	mux.Handle("GET /v1/jobs/{id}", h.route(h.get))
+	mux.Handle("POST /v1/jobs/{id}/cancel", h.route(h.cancel))
+	mux.Handle("POST /v1/jobs/{id}/retry", h.route(h.retry))
+}
+
+// route adapts a handler that returns its error, and puts the caller's W3C
+// trace context (traceparent/tracestate headers) into the request context
+// so a submitted job records the trace it belongs to, as over gRPC.
+func (h *Handler) route(fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		if err := fn(w, r.WithContext(ctx)); err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, h.singleLimit, "args",
+		fmt.Sprintf("; args may be at most %d bytes", h.singleLimit-BodySlack))
+	if err != nil {
+		return err
+	}
+	var in jobSpecJSON
+	if err := decodeObject(body, "", &in); err != nil {
+		return err
+	}
+	spec, err := in.toWire("")
+	if err != nil {
+		return err
+	}
+	res, err := h.svc.Submit(r.Context(), "", spec)
+	if err != nil {
+		return err
+	}
+	code := http.StatusCreated
+	if res.GetDuplicate() {
+		code = http.StatusOK
+	}
+	return writeJSON(w, code, submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate()})
+}
+
+func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, h.batchLimit, "body", "; split the batch")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := decodeObject(body, "", &in); err != nil {
+		return err
+	}
+	req := &pulsev1.SubmitJobsRequest{Jobs: make([]*pulsev1.JobSpec, len(in.Jobs))}
+	for i, raw := range in.Jobs {
+		prefix := "jobs[" + strconv.Itoa(i) + "]"
+		var js jobSpecJSON
+		if err := decodeObject(raw, prefix, &js); err != nil {
+			return err
+		}
+		spec, err := js.toWire(prefix)
+		if err != nil {
+			return err
+		}
+		req.Jobs[i] = spec
+	}
+	resp, err := h.svc.SubmitJobs(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	out := batchResultJSON{Results: make([]submitResultJSON, len(resp.GetResults()))}
+	for i, res := range resp.GetResults() {
+		out.Results[i] = submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate()}
+	}
+	return writeJSON(w, http.StatusCreated, out)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
+	resp, err := h.svc.GetJob(r.Context(), &pulsev1.GetJobRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, jobToJSON(resp.GetJob()))
+}
+
+// listParams are the query parameters GET /v1/jobs understands.
+var listParams = []string{"topic", "status", "limit", "page_token"}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, listParams); err != nil {
+		return err
+	}
+	req := &pulsev1.ListJobsRequest{Topic: q.Get("topic"), PageToken: q.Get("page_token")}
+	if s := q.Get("status"); s != "" {
+		st, err := parseStatus(s)
+		if err != nil {
+			return err
+		}
+		req.Status = st
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return apierr.Invalid("limit", "%q is not a whole number", s)
+		}
+		if n == 0 {
+			// 0 means "default" on the wire; said out loud it is a mistake.
+			return apierr.Invalid("limit", "is 0; it must be between 1 and %d", api.ListLimitMax)
+		}
+		req.Limit = int32(n)
+	}
+	resp, err := h.svc.ListJobs(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	out := listJSON{Jobs: make([]jobJSON, len(resp.GetJobs())), NextPageToken: resp.GetNextPageToken()}
+	for i, j := range resp.GetJobs() {
+		out.Jobs[i] = jobToJSON(j)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) error {
+	resp, err := h.svc.CancelJob(r.Context(), &pulsev1.CancelJobRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, jobToJSON(resp.GetJob()))
+}
+
+func (h *Handler) retry(w http.ResponseWriter, r *http.Request) error {
+	resp, err := h.svc.RetryJob(r.Context(), &pulsev1.RetryJobRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, jobToJSON(resp.GetJob()))
+}
+
+// readBody reads the whole body up to limit bytes. A larger body is refused
+// with 413, naming tooBigField: "args" for a single job, whose args are
+// what grows, "body" for a batch.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBigField, hint string) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, &statusError{
+			status: http.StatusRequestEntityTooLarge,
+			err:    apierr.Invalid(tooBigField, "request body exceeds %d bytes%s", tooBig.Limit, hint),
+		}
+	}
+	if err != nil {
+		return nil, apierr.Invalid("body", "could not be read: %v", err)
+	}
+	return body, nil
+}
+
+func onlyParams(q url.Values, allowed []string) error {
+	for name := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || name == a
+		}
+		if !ok {
+			return apierr.Invalid(name, "is not a query parameter here; use %s", strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+func parseStatus(s string) (pulsev1.JobStatus, error) {
+	name := strings.TrimPrefix(strings.ToUpper(s), "JOB_STATUS_")
+	if v, ok := pulsev1.JobStatus_value["JOB_STATUS_"+name]; ok && v != 0 {
+		return pulsev1.JobStatus(v), nil
+	}
+	return 0, apierr.Invalid("status", "%q is not one of PENDING, RUNNING, RETRYING, COMPLETED, DEAD_LETTERED, CANCELED", s)
+}
+
+// statusError overrides the status apierr.HTTPStatus would pick, for the
+// one case HTTP has and gRPC does not: 413.
+type statusError struct {
+	status int
+	err    error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := apierr.HTTPStatus(err)
+	var se *statusError
+	if errors.As(err, &se) {
+		code = se.status
+	}
+	body := errorJSON{Code: apierr.HTTPCode(err), Message: err.Error(), Field: apierr.FieldOf(err)}
+	if code >= 500 {
+		level := slog.LevelWarn
+		if code == http.StatusInternalServerError {
+			level = slog.LevelError
+			body.Message = "internal error" // details stay in the log
+		}
+		h.logger.Log(r.Context(), level, "http request failed",
+			"method", r.Method, "path", r.URL.Path, "status", code, logging.Error, err)
+	}
+	_ = writeJSON(w, code, errorEnvelope{Error: body})
+}

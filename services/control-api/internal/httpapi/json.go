@@ -1,0 +1,237 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// jobSpecJSON is the body of POST /v1/jobs and each entry of a batch.
+// args stays raw so its bytes (big integers, key order) reach the service
+// unchanged; priority is a pointer so an explicit 0 differs from "unset".
+type jobSpecJSON struct {
+	Topic          string          `json:"topic"`
+	Args           json.RawMessage `json:"args"`
+	Priority       *int32          `json:"priority"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	RunAt          *string         `json:"run_at"`
+	IdempotencyKey string          `json:"idempotency_key"`
+}
+
+func (j *jobSpecJSON) toWire(prefix string) (*pulsev1.JobSpec, error) {
+	spec := &pulsev1.JobSpec{
+		Topic:          j.Topic,
+		MaxAttempts:    j.MaxAttempts,
+		IdempotencyKey: j.IdempotencyKey,
+	}
+	if !bytes.Equal(bytes.TrimSpace(j.Args), []byte("null")) {
+		spec.Args = j.Args
+	}
+	if j.Priority != nil {
+		spec.Priority, spec.HasPriority = *j.Priority, true
+	}
+	if j.RunAt != nil && *j.RunAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, *j.RunAt)
+		if err != nil {
+			return nil, apierr.Invalid(join(prefix, "run_at"), "%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", *j.RunAt)
+		}
+		spec.RunAt = timestamppb.New(t)
+	}
+	return spec, nil
+}
+
+type submitResultJSON struct {
+	ID        string `json:"id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+type batchResultJSON struct {
+	Results []submitResultJSON `json:"results"`
+}
+
+type listJSON struct {
+	Jobs          []jobJSON `json:"jobs"`
+	NextPageToken string    `json:"next_page_token"`
+}
+
+// jobJSON is a job as the HTTP API shows it. Unset times are null.
+type jobJSON struct {
+	ID             string             `json:"id"`
+	Topic          string             `json:"topic"`
+	Args           json.RawMessage    `json:"args"`
+	Priority       int32              `json:"priority"`
+	Status         string             `json:"status"`
+	Attempts       int32              `json:"attempts"`
+	MaxAttempts    int32              `json:"max_attempts"`
+	Errors         []attemptErrorJSON `json:"errors"`
+	LockedBy       string             `json:"locked_by"`
+	LeaseUntil     *time.Time         `json:"lease_until"`
+	NextRunAt      *time.Time         `json:"next_run_at"`
+	SubmittedAt    *time.Time         `json:"submitted_at"`
+	StartedAt      *time.Time         `json:"started_at"`
+	FinishedAt     *time.Time         `json:"finished_at"`
+	ScheduleID     string             `json:"schedule_id"`
+	IdempotencyKey string             `json:"idempotency_key"`
+	Traceparent    string             `json:"traceparent"`
+	Tracestate     string             `json:"tracestate"`
+}
+
+type attemptErrorJSON struct {
+	Attempt int32      `json:"attempt"`
+	Error   string     `json:"error"`
+	Worker  string     `json:"worker"`
+	At      *time.Time `json:"at"`
+}
+
+func jobToJSON(j *pulsev1.Job) jobJSON {
+	out := jobJSON{
+		ID:             j.GetId(),
+		Topic:          j.GetTopic(),
+		Args:           j.GetArgs(),
+		Priority:       j.GetPriority(),
+		Status:         strings.TrimPrefix(j.GetStatus().String(), "JOB_STATUS_"),
+		Attempts:       j.GetAttempts(),
+		MaxAttempts:    j.GetMaxAttempts(),
+		Errors:         make([]attemptErrorJSON, len(j.GetErrors())),
+		LockedBy:       j.GetLockedBy(),
+		LeaseUntil:     timeOrNil(j.GetLeaseUntil()),
+		NextRunAt:      timeOrNil(j.GetNextRunAt()),
+		SubmittedAt:    timeOrNil(j.GetSubmittedAt()),
+		StartedAt:      timeOrNil(j.GetStartedAt()),
+		FinishedAt:     timeOrNil(j.GetFinishedAt()),
+		ScheduleID:     j.GetScheduleId(),
+		IdempotencyKey: j.GetIdempotencyKey(),
+		Traceparent:    j.GetTraceparent(),
+		Tracestate:     j.GetTracestate(),
+	}
+	if len(out.Args) == 0 {
+		out.Args = json.RawMessage(`{}`)
+	}
+	for i, e := range j.GetErrors() {
+		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: timeOrNil(e.GetAt())}
+	}
+	return out
+}
+
+func timeOrNil(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
+type errorEnvelope struct {
+	Error errorJSON `json:"error"`
+}
+
+type errorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// decodeObject decodes one JSON object strictly into v: unknown fields,
+// wrong types and trailing data are errors naming the offending field, as
+// the request spells it under prefix ("" for the body itself).
+func decodeObject(data []byte, prefix string, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	whole := prefix
+	if whole == "" {
+		whole = "body"
+	}
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, prefix, whole)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return apierr.Invalid(whole, "has data after the JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error, prefix, whole string) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return apierr.Invalid(whole, "is empty; expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apierr.Invalid(whole, "is not valid JSON: unexpected end of input")
+	case errors.As(err, &syntax):
+		return apierr.Invalid(whole, "is not valid JSON: %s (at byte %d)", syntax.Error(), syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return apierr.Invalid(whole, "must be a JSON object, not %s", article(typ.Value))
+		}
+		return apierr.Invalid(join(prefix, typ.Field), "must be %s, not %s", describe(typ.Type), article(typ.Value))
+	}
+	const unknown = "json: unknown field "
+	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
+		name := strings.Trim(strings.TrimPrefix(msg, unknown), `"`)
+		return apierr.Invalid(join(prefix, name), "is not a known field")
+	}
+	return apierr.Invalid(whole, "%v", err)
+}
+
+func join(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+// describe names the JSON a Go type accepts.
+func describe(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a whole number that fits %s", t.Kind())
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "a JSON " + t.Kind().String()
+}
+
+// article turns the decoder's value description ("string", "number 1.5")
+// into a phrase.
+func article(v string) string {
+	switch {
+	case strings.HasPrefix(v, "number"):
+		return "a " + v
+	case v == "array", v == "object":
+		return "an " + v
+	}
+	return "a " + v
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // args come back as they were sent
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes()) // a client that left is not our error
+	return nil
+}

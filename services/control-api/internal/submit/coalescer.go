@@ -1,0 +1,267 @@
+package submit
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+// Inserter writes validated jobs in one statement; *jobstore.Store is the
+// real one.
+type Inserter interface {
+	Insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error)
+}
+
+// Options tune a Coalescer.
+type Options struct {
+	// MaxBatch is the most jobs one INSERT carries.
+	MaxBatch int
+	// Flushers is the most INSERTs in flight at once.
+	Flushers int
+	// OnFlush, when set, is told the size of every INSERT (for metrics).
+	OnFlush func(rows int)
+	Logger  *slog.Logger
+}
+
+// Stats counts what a Coalescer has done, for metrics and for tests that
+// prove coalescing happens.
+type Stats struct {
+	Submits    int64 // jobs accepted by Submit
+	Statements int64 // INSERT statements issued
+	Queued     int   // jobs waiting for a flusher right now
+}
+
+// Coalescer batches concurrent single submits with natural batching: a
+// submit joins a queue, and up to Options.Flushers flusher goroutines each
+// take everything queued (up to MaxBatch) and insert it in one statement.
+// There is no timer and no linger: when nothing else is in flight a submit
+// is inserted at once, and under load a batch grows by itself while the
+// previous INSERTs run.
+//
+// Failure semantics. Jobs are validated before they are queued, so a batch
+// INSERT rarely fails for one row's sake. When it fails with an error that
+// can be specific to a row (a constraint), the batch is retried row by row
+// so each waiter gets its own answer; any other failure (database
+// unreachable, shutdown) is returned to every waiter of that batch.
+//
+// Cancellation. Submit returns when its caller's ctx ends, but a job
+// already taken by a flusher is still inserted: a caller that gave up may
+// have enqueued its job. Producers that retry after a timeout should set an
+// idempotency key, which makes the retry return the job already enqueued.
+type Coalescer struct {
+	store  Inserter
+	opts   Options
+	logger *slog.Logger
+
+	// ctx bounds every INSERT; Close cancels it when its own deadline
+	// passes, so a hung database cannot hold shutdown (or the pool) open.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []*request
+	active  int  // flusher goroutines running
+	closed  bool // Close was called: no new submits
+	drained chan struct{}
+
+	submits    atomic.Int64
+	statements atomic.Int64
+}
+
+type request struct {
+	ctx  context.Context
+	job  jobstore.NewJob
+	done chan result // buffered: a flusher never blocks on a caller that left
+}
+
+type result struct {
+	ins jobstore.Inserted
+	err error
+}
+
+// NewCoalescer returns a Coalescer inserting through store.
+func NewCoalescer(store Inserter, opts Options) *Coalescer {
+	if opts.MaxBatch < 1 {
+		opts.MaxBatch = 1
+	}
+	if opts.Flushers < 1 {
+		opts.Flushers = 1
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Coalescer{
+		store: store, opts: opts, logger: logger.With(logging.Loop, "submit_coalescer"),
+		ctx: ctx, cancel: cancel,
+	}
+}
+
+// ErrClosed answers submits that arrive after Close.
+var ErrClosed = apierr.Unavailable("control-api is shutting down", nil)
+
+// Submit queues job for the next coalesced INSERT and waits for its own
+// outcome, or for ctx to end (see the type's comment on cancellation).
+func (c *Coalescer) Submit(ctx context.Context, job jobstore.NewJob) (jobstore.Inserted, error) {
+	req := &request{ctx: ctx, job: job, done: make(chan result, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return jobstore.Inserted{}, ErrClosed
+	}
+	c.queue = append(c.queue, req)
+	c.submits.Add(1)
+	if c.active < c.opts.Flushers {
+		c.active++
+		go c.flusher()
+	}
+	c.mu.Unlock()
+
+	select {
+	case r := <-req.done:
+		return r.ins, r.err
+	case <-ctx.Done():
+		return jobstore.Inserted{}, ctx.Err()
+	}
+}
+
+// flusher inserts whatever is queued until the queue is empty, then exits;
+// Submit starts a new one when fewer than Flushers are running.
+func (c *Coalescer) flusher() {
+	for {
+		c.mu.Lock()
+		batch := c.take()
+		if batch == nil {
+			c.active--
+			if c.active == 0 && c.closed && c.drained != nil {
+				close(c.drained)
+				c.drained = nil
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.flush(batch)
+	}
+}
+
+// take removes up to MaxBatch live requests from the queue; a request whose
+// caller already left is answered without being inserted. Call with mu held.
+func (c *Coalescer) take() []*request {
+	var batch []*request
+	for len(c.queue) > 0 && len(batch) < c.opts.MaxBatch {
+		req := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		if err := req.ctx.Err(); err != nil {
+			req.done <- result{err: err}
+			continue
+		}
+		batch = append(batch, req)
+	}
+	if len(c.queue) == 0 {
+		c.queue = nil // let the backing array go
+	}
+	return batch
+}
+
+func (c *Coalescer) flush(batch []*request) {
+	// The INSERT outlives any one caller: a canceled caller must not abort
+	// the statement its neighbours are waiting on.
+	ctx := c.ctx
+	jobs := make([]jobstore.NewJob, len(batch))
+	for i, r := range batch {
+		jobs[i] = r.job
+	}
+	res, err := c.insert(ctx, jobs)
+	if err == nil {
+		for i, r := range batch {
+			r.done <- result{ins: res[i]}
+		}
+		return
+	}
+	if len(batch) > 1 && rowSpecific(err) {
+		c.logger.Warn("coalesced insert refused; retrying its rows one by one", "rows", len(batch), logging.Error, err)
+		for _, r := range batch {
+			one, err := c.insert(ctx, []jobstore.NewJob{r.job})
+			if err != nil {
+				r.done <- result{err: err}
+				continue
+			}
+			r.done <- result{ins: one[0]}
+		}
+		return
+	}
+	c.logger.Error("coalesced insert failed", "rows", len(batch), logging.Error, err)
+	for _, r := range batch {
+		r.done <- result{err: err}
+	}
+}
+
+func (c *Coalescer) insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, apierr.Unavailable("control-api is shutting down", err)
+	}
+	c.statements.Add(1)
+	if c.opts.OnFlush != nil {
+		c.opts.OnFlush(len(jobs))
+	}
+	res, err := c.store.Insert(ctx, jobs)
+	if err != nil && ctx.Err() != nil {
+		return nil, apierr.Unavailable("control-api is shutting down", err)
+	}
+	return res, err
+}
+
+// rowSpecific reports whether err may be caused by one row of a batch
+// rather than by the database as a whole.
+func rowSpecific(err error) bool {
+	switch apierr.KindOf(err) {
+	case apierr.KindInvalidArgument, apierr.KindInvalidTransition:
+		return true
+	}
+	return false
+}
+
+// Close stops taking submits and waits until every submit already accepted
+// has been inserted. If ctx ends first, the INSERTs still running are
+// canceled and every remaining waiter is answered Unavailable; Close then
+// returns ctx's error once the flushers have exited. Either way no accepted
+// submit is left without an answer.
+func (c *Coalescer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	if c.active == 0 {
+		c.mu.Unlock()
+		c.cancel()
+		return nil
+	}
+	if c.drained == nil {
+		c.drained = make(chan struct{})
+	}
+	drained := c.drained
+	c.mu.Unlock()
+	select {
+	case <-drained:
+		c.cancel()
+		return nil
+	case <-ctx.Done():
+		c.cancel()
+		<-drained
+		return ctx.Err()
+	}
+}
+
+// Stats reports counts so far.
+func (c *Coalescer) Stats() Stats {
+	c.mu.Lock()
+	queued := len(c.queue)
+	c.mu.Unlock()
+	return Stats{Submits: c.submits.Load(), Statements: c.statements.Load(), Queued: queued}
+}

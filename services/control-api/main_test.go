@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/pulsequeue/pulse/migrations"
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/migrate"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/config"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// binary builds the real control-api once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "control-api-e2e-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "control-api")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// environ is the test's environment without any PULSE_* or OTEL_*
+// setting of its own, plus env.
+func environ(env ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PULSE_") && !strings.HasPrefix(kv, "OTEL_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
+}
+
+type result struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// runToEnd runs the binary to completion.
+func runToEnd(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd.Env = environ(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// freeAddr returns a loopback address nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+func TestBinary(t *testing.T) {
+	t.Parallel()
+
+	t.Run("MigrateThenServeThenStopCleanlyOnSIGTERM", func(t *testing.T) {
+		t.Parallel()
+		dbURL := pgtest.EmptyURL(t)
+		res := runToEnd(t, []string{"PULSE_DATABASE_URL=" + dbURL}, "migrate")
+		require.Equal(t, 0, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+		conn, err := pgx.Connect(context.Background(), dbURL)
+		require.NoError(t, err)
+		v, err := migrate.Version(context.Background(), conn)
+		require.NoError(t, err)
+		var jobsTable *string
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT to_regclass('jobs')::text`).Scan(&jobsTable))
+		require.NoError(t, conn.Close(context.Background()))
+		require.Equal(t, migrations.Latest, v)
+		require.NotNil(t, jobsTable, "migrate created the jobs table")
+
+		httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+		cmd := exec.Command(binary(t))
+		cmd.Env = environ("PULSE_DATABASE_URL="+dbURL, "PULSE_HTTP_ADDR="+httpAddr,
+			"PULSE_GRPC_ADDR="+grpcAddr, "PULSE_SHUTDOWN_TIMEOUT=10s")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+
+		base := "http://" + httpAddr
+		waitHealthy(t, base+"/healthz", exited, &stderr)
+		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+			resp, err := http.Get(base + path)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		}
+
+		resp, err := http.Post(base+"/v1/jobs", "application/json", strings.NewReader(`{"topic":"e2e.http","args":{"n":1}}`))
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		var sub struct{ ID string }
+		require.NoError(t, json.Unmarshal(body, &sub))
+
+		conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn2.Close()
+		hc, err := healthpb.NewHealthClient(conn2).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		require.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.GetStatus())
+		got, err := pulsev1.NewControlServiceClient(conn2).GetJob(context.Background(), &pulsev1.GetJobRequest{Id: sub.ID})
+		require.NoError(t, err)
+		require.Equal(t, "e2e.http", got.GetJob().GetTopic())
+		require.NoError(t, conn2.Close())
+
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, <-exited, "exit 0 on SIGTERM\nstderr: %s", stderr.String())
+		require.Contains(t, stdout.String(), "stopped cleanly")
+	})
+
+	t.Run("ServeRefusesAnUnmigratedDatabaseNamingTheVersion", func(t *testing.T) {
+		t.Parallel()
+		res := runToEnd(t, []string{
+			"PULSE_DATABASE_URL=" + pgtest.EmptyURL(t),
+			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
+		})
+		require.NotEqual(t, 0, res.code)
+		require.Contains(t, res.stderr, "needs version 1")
+	})
+
+	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {
+		t.Parallel()
+		const db = "PULSE_DATABASE_URL=postgres://localhost:1/none"
+		cases := []struct {
+			name string
+			env  []string
+			want string
+		}{
+			{"GRPCAddrNotHostPort", []string{db, "PULSE_GRPC_ADDR=nonsense"}, "PULSE_GRPC_ADDR"},
+			{"GRPCAddrPortOutOfRange", []string{db, "PULSE_GRPC_ADDR=:70000"}, "PULSE_GRPC_ADDR"},
+			{"ShutdownTimeoutNotADuration", []string{db, "PULSE_SHUTDOWN_TIMEOUT=soon"}, "PULSE_SHUTDOWN_TIMEOUT"},
+			{"ShutdownTimeoutNegative", []string{db, "PULSE_SHUTDOWN_TIMEOUT=-1s"}, "PULSE_SHUTDOWN_TIMEOUT"},
+			{"DatabaseURLMissing", nil, "PULSE_DATABASE_URL"},
+			{"FlushersZero", []string{db, "PULSE_SUBMIT_FLUSHERS=0"}, "PULSE_SUBMIT_FLUSHERS"},
+			{"LogLevelUnknown", []string{db, "PULSE_LOG_LEVEL=loud"}, "PULSE_LOG_LEVEL"},
+		}
+		for _, tc := range cases {
+			res := runToEnd(t, tc.env)
+			require.NotEqual(t, 0, res.code, tc.name)
+			require.Contains(t, res.stderr, tc.want, tc.name)
+			require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "%s: one line: %q", tc.name, res.stderr)
+		}
+	})
+
+	t.Run("HelpListsSubcommandsAndEveryVariable", func(t *testing.T) {
+		t.Parallel()
+		res := runToEnd(t, nil, "--help")
+		require.Equal(t, 0, res.code)
+		require.Contains(t, res.stdout, "migrate")
+		vars, err := serverconfig.Vars(config.Config{})
+		require.NoError(t, err)
+		require.Len(t, vars, 10)
+		for _, v := range vars {
+			require.Contains(t, res.stdout, v)
+		}
+
+		res = runToEnd(t, nil, "frobnicate")
+		require.NotEqual(t, 0, res.code)
+		require.Contains(t, res.stderr, `unknown subcommand "frobnicate"`)
+	})
+}
+
+// waitHealthy polls url until it answers 200, failing if the process
+// exits first. It waits for start-up; it asserts nothing about speed.
+func waitHealthy(t *testing.T, url string, exited <-chan error, stderr *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			t.Fatalf("control-api exited during start-up: %v\nstderr: %s", err, stderr.String())
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("control-api never became healthy at %s\nstderr: %s", url, stderr.String())
+}
