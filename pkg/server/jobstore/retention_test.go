@@ -1,0 +1,125 @@
+package jobstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// insertFinished writes a terminal row that finished ago before now. It
+// inserts directly because a COMPLETED row is final: not even its
+// finished_at may be backdated by UPDATE.
+func insertFinished(t *testing.T, pool *pgxpool.Pool, status jobstore.Status, ago time.Duration) uuid.UUID {
+	t.Helper()
+	require.True(t, status.Terminal())
+	id := uuid.Must(uuid.NewV7())
+	_, err := pool.Exec(ctx, `
+		INSERT INTO jobs (id, topic, status, attempts, max_attempts, submitted_at, next_run_at, finished_at)
+		VALUES ($1, 'test.topic', $2, 1, 3, now() - make_interval(secs => $3) - interval '1 minute',
+		        now() - make_interval(secs => $3) - interval '1 minute', now() - make_interval(secs => $3))`,
+		id, string(status), ago.Seconds())
+	require.NoError(t, err)
+	return id
+}
+
+func remaining(t *testing.T, pool *pgxpool.Pool) map[uuid.UUID]bool {
+	t.Helper()
+	rows, err := pool.Query(ctx, `SELECT id FROM jobs`)
+	require.NoError(t, err)
+	defer rows.Close()
+	ids := map[uuid.UUID]bool{}
+	for rows.Next() {
+		var id uuid.UUID
+		require.NoError(t, rows.Scan(&id))
+		ids[id] = true
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
+func TestDeleteFinished(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeletesOnlyOldEnoughRowsOfTheGivenStatus", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		oldCompleted := insertFinished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+		freshCompleted := insertFinished(t, b.pool, jobstore.StatusCompleted, time.Minute)
+		oldCanceled := insertFinished(t, b.pool, jobstore.StatusCanceled, 2*time.Hour)
+		oldDead := insertFinished(t, b.pool, jobstore.StatusDeadLettered, 2*time.Hour)
+
+		n, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, time.Hour, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		left := remaining(t, b.pool)
+		require.False(t, left[oldCompleted])
+		require.True(t, left[freshCompleted])
+		require.True(t, left[oldCanceled])
+		require.True(t, left[oldDead])
+
+		n, err = b.store.DeleteFinished(ctx, jobstore.StatusDeadLettered, time.Hour, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		left = remaining(t, b.pool)
+		require.False(t, left[oldDead])
+		require.True(t, left[oldCanceled])
+	})
+
+	t.Run("NeverDeletesALiveJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		long := time.Now().Add(-30 * 24 * time.Hour)
+		live := []uuid.UUID{
+			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusPending, SubmittedAt: long}),
+			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRunning, SubmittedAt: long}),
+			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRetrying, SubmittedAt: long}),
+		}
+		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+			_, err := b.store.DeleteFinished(ctx, s, 0, 1000)
+			require.NoError(t, err)
+		}
+		for _, s := range []jobstore.Status{jobstore.StatusPending, jobstore.StatusRunning, jobstore.StatusRetrying, "BOGUS"} {
+			_, err := b.store.DeleteFinished(ctx, s, 0, 1000)
+			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "status %s", s)
+			require.Equal(t, "status", apierr.FieldOf(err))
+		}
+		left := remaining(t, b.pool)
+		require.Len(t, left, len(live))
+		for _, id := range live {
+			require.True(t, left[id])
+		}
+	})
+
+	t.Run("DeletesAtMostLimitRowsPerCall", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for range 25 {
+			insertFinished(t, b.pool, jobstore.StatusCompleted, 48*time.Hour)
+		}
+		var got []int64
+		for range 4 {
+			n, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, 24*time.Hour, 10)
+			require.NoError(t, err)
+			got = append(got, n)
+		}
+		require.Equal(t, []int64{10, 10, 5, 0}, got)
+		require.Empty(t, remaining(t, b.pool))
+	})
+
+	t.Run("RefusesABadLimitOrAge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, time.Hour, 0)
+		require.ErrorIs(t, err, apierr.ErrInvalidArgument)
+		require.Equal(t, "limit", apierr.FieldOf(err))
+		_, err = b.store.DeleteFinished(ctx, jobstore.StatusCompleted, -time.Hour, 10)
+		require.ErrorIs(t, err, apierr.ErrInvalidArgument)
+		require.Equal(t, "older_than", apierr.FieldOf(err))
+	})
+}

@@ -1,0 +1,94 @@
+// Package config is the reaper's configuration: one struct read from
+// PULSE_* environment variables once, in main.
+package config
+
+import (
+	"time"
+
+	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+// Defaults, named so the operations guide and the code say the same thing.
+const (
+	AdminAddrDefault = ":9102"
+	// SweepIntervalDefault is the seed watchdog's tick (ADR-0007): worst-case
+	// recovery latency is the lease TTL plus one tick.
+	SweepIntervalDefault = 10 * time.Second
+	// SweepBatchDefault bounds one reap statement, so a huge backlog of
+	// expired leases is settled in many short transactions, not one long one.
+	SweepBatchDefault = 1000
+	// RetryBackoffUnitDefault and RetryBackoffMaxDefault match the
+	// dispatch-gateway's, so a lapsed lease and a failure report back off
+	// alike (attempts² × unit, capped).
+	RetryBackoffUnitDefault = time.Second
+	RetryBackoffMaxDefault  = time.Hour
+	// RetentionIntervalDefault is how often finished jobs are pruned.
+	RetentionIntervalDefault = time.Minute
+	// RetentionCompletedDefault, RetentionCanceledDefault and
+	// RetentionDeadLetteredDefault are how long finished jobs are kept.
+	// Dead-lettered jobs are kept longest: someone has to look at them.
+	RetentionCompletedDefault    = 24 * time.Hour
+	RetentionCanceledDefault     = 7 * 24 * time.Hour
+	RetentionDeadLetteredDefault = 30 * 24 * time.Hour
+	// RetentionBatchDefault bounds one retention DELETE.
+	RetentionBatchDefault  = 1000
+	DBMaxConnsDefault      = 4
+	ShutdownTimeoutDefault = 20 * time.Second
+
+	// MinInterval keeps a loop from spinning on the database.
+	MinInterval = 10 * time.Millisecond
+	// MaxBatch keeps one statement's transaction short.
+	MaxBatch = 10000
+)
+
+// Config is every setting the reaper reads. A retention age of zero turns
+// off deletion of that status: those jobs are kept forever.
+type Config struct {
+	DatabaseURL           string        `envconfig:"DATABASE_URL" required:"true"`
+	AdminAddr             string        `envconfig:"ADMIN_ADDR" default:":9102"`
+	LogLevel              string        `envconfig:"LOG_LEVEL" default:"info"`
+	SweepInterval         time.Duration `envconfig:"SWEEP_INTERVAL" default:"10s"`
+	SweepBatch            int           `envconfig:"SWEEP_BATCH" default:"1000"`
+	RetryBackoffUnit      time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
+	RetryBackoffMax       time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
+	RetentionInterval     time.Duration `envconfig:"RETENTION_INTERVAL" default:"1m"`
+	RetentionCompleted    time.Duration `envconfig:"RETENTION_COMPLETED" default:"24h"`
+	RetentionCanceled     time.Duration `envconfig:"RETENTION_CANCELED" default:"168h"`
+	RetentionDeadLettered time.Duration `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
+	RetentionBatch        int           `envconfig:"RETENTION_BATCH" default:"1000"`
+	DBMaxConns            int32         `envconfig:"DB_MAX_CONNS" default:"4"`
+	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+}
+
+// Validate checks ranges and relations, naming the variable at fault.
+func (c *Config) Validate() error {
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return config.Invalid("PULSE_LOG_LEVEL", "%v", err)
+	}
+	switch {
+	case c.SweepInterval < MinInterval:
+		return config.Invalid("PULSE_SWEEP_INTERVAL", "is %s; it must be at least %s", c.SweepInterval, MinInterval)
+	case c.SweepBatch < 1 || c.SweepBatch > MaxBatch:
+		return config.Invalid("PULSE_SWEEP_BATCH", "is %d; it must be between 1 and %d", c.SweepBatch, MaxBatch)
+	case c.RetryBackoffUnit < 0:
+		return config.Invalid("PULSE_RETRY_BACKOFF_UNIT", "is %s; it must not be negative", c.RetryBackoffUnit)
+	case c.RetryBackoffMax < c.RetryBackoffUnit:
+		return config.Invalid("PULSE_RETRY_BACKOFF_MAX", "is %s; it must be at least PULSE_RETRY_BACKOFF_UNIT (%s)", c.RetryBackoffMax, c.RetryBackoffUnit)
+	case c.RetentionInterval < MinInterval:
+		return config.Invalid("PULSE_RETENTION_INTERVAL", "is %s; it must be at least %s", c.RetentionInterval, MinInterval)
+	case c.RetentionCompleted < 0:
+		return config.Invalid("PULSE_RETENTION_COMPLETED", "is %s; it must not be negative (0 keeps COMPLETED jobs forever)", c.RetentionCompleted)
+	case c.RetentionCanceled < 0:
+		return config.Invalid("PULSE_RETENTION_CANCELED", "is %s; it must not be negative (0 keeps CANCELED jobs forever)", c.RetentionCanceled)
+	case c.RetentionDeadLettered < 0:
+		return config.Invalid("PULSE_RETENTION_DEAD_LETTERED", "is %s; it must not be negative (0 keeps DEAD_LETTERED jobs forever)", c.RetentionDeadLettered)
+	case c.RetentionBatch < 1 || c.RetentionBatch > MaxBatch:
+		return config.Invalid("PULSE_RETENTION_BATCH", "is %d; it must be between 1 and %d", c.RetentionBatch, MaxBatch)
+	case c.DBMaxConns < 2:
+		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the reaper needs at least 2 (the sweep and retention run side by side)", c.DBMaxConns)
+	case c.ShutdownTimeout <= 0:
+		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+// Package reapmetrics declares every metric the reaper exports, in one
+// place (documented in docs/operations.md).
+package reapmetrics
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Buckets from a millisecond to a minute: a sweep is a few bounded
+// statements, and one that takes seconds is worth seeing.
+var sweepBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// The label values, so dashboards and code agree.
+const (
+	OutcomeRetried      = "retried"
+	OutcomeDeadLettered = "dead_lettered"
+	ResultOK            = "ok"
+	ResultError         = "error"
+)
+
+// Metrics is the reaper's instrument set; it implements the lease
+// sweeper's and the job cleaner's observer interfaces.
+type Metrics struct {
+	JobsReaped    *prometheus.CounterVec
+	SweepDuration prometheus.Histogram
+	Sweeps        *prometheus.CounterVec
+	JobsDeleted   *prometheus.CounterVec
+	RetentionRuns *prometheus.CounterVec
+}
+
+// New registers the reaper metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		JobsReaped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_jobs_reaped_total", Help: "Jobs whose worker lease lapsed and the reaper settled, by topic and outcome (retried, dead_lettered).",
+		}, []string{"topic", "outcome"}),
+		SweepDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pulse_reaper_sweep_duration_seconds", Help: "Duration of one lease sweep: every reap batch of one tick.", Buckets: sweepBuckets,
+		}),
+		Sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_reaper_sweeps_total", Help: "Lease sweeps run, by result (ok, error).",
+		}, []string{"result"}),
+		JobsDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_jobs_deleted_total", Help: "Finished jobs deleted by retention, by status (completed, canceled, dead_lettered).",
+		}, []string{"status"}),
+		RetentionRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_reaper_retention_runs_total", Help: "Retention passes run, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns)
+	// Series that exist from the first scrape, so rate() and alerts see 0.
+	for _, r := range []string{ResultOK, ResultError} {
+		m.Sweeps.WithLabelValues(r)
+		m.RetentionRuns.WithLabelValues(r)
+	}
+	for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+		m.JobsDeleted.WithLabelValues(StatusLabel(s))
+	}
+	return m
+}
+
+// Reaped counts the jobs one reap statement settled.
+func (m *Metrics) Reaped(jobs []jobstore.Reaped) {
+	for _, j := range jobs {
+		m.JobsReaped.WithLabelValues(j.Topic, Outcome(j.Status)).Inc()
+	}
+}
+
+// Swept records one whole sweep.
+func (m *Metrics) Swept(took time.Duration, err error) {
+	m.SweepDuration.Observe(took.Seconds())
+	m.Sweeps.WithLabelValues(result(err)).Inc()
+}
+
+// Deleted counts jobs one retention statement removed.
+func (m *Metrics) Deleted(status jobstore.Status, n int64) {
+	m.JobsDeleted.WithLabelValues(StatusLabel(status)).Add(float64(n))
+}
+
+// Cleaned records one whole retention pass.
+func (m *Metrics) Cleaned(err error) { m.RetentionRuns.WithLabelValues(result(err)).Inc() }
+
+// Outcome is the outcome label (and log value) of a reaped job.
+func Outcome(s jobstore.Status) string {
+	if s == jobstore.StatusDeadLettered {
+		return OutcomeDeadLettered
+	}
+	return OutcomeRetried
+}
+
+// StatusLabel is a status as a lower-case label value.
+func StatusLabel(s jobstore.Status) string { return strings.ToLower(string(s)) }
+
+func result(err error) string {
+	if err != nil {
+		return ResultError
+	}
+	return ResultOK
+}

@@ -1,0 +1,206 @@
+package retention_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
+	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
+	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
+	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
+)
+
+const interval = time.Minute
+
+// countingDeleter counts retention statements against the real store.
+type countingDeleter struct {
+	store *jobstore.Store
+	calls atomic.Int64
+}
+
+func (d *countingDeleter) DeleteFinished(ctx context.Context, s jobstore.Status, age time.Duration, limit int) (int64, error) {
+	d.calls.Add(1)
+	return d.store.DeleteFinished(ctx, s, age, limit)
+}
+
+// cleanSignal forwards every finished pass to the test, wrapping the real
+// metrics so they are exercised too.
+type cleanSignal struct {
+	*reapmetrics.Metrics
+	done chan error
+}
+
+func (s *cleanSignal) Cleaned(err error) {
+	s.Metrics.Cleaned(err)
+	s.done <- err
+}
+
+type testBundle struct {
+	pool    *pgxpool.Pool
+	deleter *countingDeleter
+	metrics *reapmetrics.Metrics
+	signal  *cleanSignal
+	clock   *clock.Manual
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	m := reapmetrics.New(prometheus.NewRegistry())
+	return &testBundle{
+		pool:    pool,
+		deleter: &countingDeleter{store: jobstore.New(pool)},
+		metrics: m,
+		signal:  &cleanSignal{Metrics: m, done: make(chan error, 100)},
+		clock:   clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+	}
+}
+
+func (b *testBundle) cleaner(cfg retention.Config) *retention.JobCleaner {
+	if cfg.Interval == 0 {
+		cfg.Interval = interval
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 1000
+	}
+	cfg.Clock = b.clock
+	return retention.NewJobCleaner(cfg, b.deleter, b.signal, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func (b *testBundle) exists(t *testing.T, id uuid.UUID) bool {
+	t.Helper()
+	return fixture.Job(t, b.pool, id) != nil
+}
+
+func TestJobCleaner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("DeletesOnlyOldEnoughFinishedJobsPerStatus", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.cleaner(retention.Config{CompletedAge: time.Hour, CanceledAge: 2 * time.Hour, DeadLetteredAge: 3 * time.Hour})
+
+		doomed := []uuid.UUID{
+			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 90*time.Minute),
+			fixture.Finished(t, b.pool, jobstore.StatusCanceled, 150*time.Minute),
+			fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 200*time.Minute),
+		}
+		kept := []uuid.UUID{
+			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 30*time.Minute),
+			fixture.Finished(t, b.pool, jobstore.StatusCanceled, 90*time.Minute),
+			fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 150*time.Minute),
+		}
+
+		deleted, err := c.Clean(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[jobstore.Status]int64{
+			jobstore.StatusCompleted: 1, jobstore.StatusCanceled: 1, jobstore.StatusDeadLettered: 1,
+		}, deleted)
+		for _, id := range doomed {
+			require.False(t, b.exists(t, id))
+		}
+		for _, id := range kept {
+			require.True(t, b.exists(t, id))
+		}
+		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+			require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues(reapmetrics.StatusLabel(s))), "status %s", s)
+		}
+	})
+
+	t.Run("NeverDeletesALiveJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// The smallest ages there are: anything finished goes.
+		c := b.cleaner(retention.Config{CompletedAge: time.Nanosecond, CanceledAge: time.Nanosecond, DeadLetteredAge: time.Nanosecond})
+		live := []uuid.UUID{
+			fixture.Live(t, b.pool, jobstore.StatusPending),
+			fixture.Live(t, b.pool, jobstore.StatusRetrying),
+			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: time.Minute}),
+			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Hour}),
+		}
+		finished := fixture.Finished(t, b.pool, jobstore.StatusCompleted, time.Hour)
+
+		_, err := c.Clean(ctx)
+		require.NoError(t, err)
+		require.False(t, b.exists(t, finished))
+		for _, id := range live {
+			require.True(t, b.exists(t, id))
+		}
+	})
+
+	t.Run("AZeroAgeKeepsThatStatusForever", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.cleaner(retention.Config{CompletedAge: 0, CanceledAge: time.Hour, DeadLetteredAge: 0})
+		oldCompleted := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 365*24*time.Hour)
+		oldDead := fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 365*24*time.Hour)
+		oldCanceled := fixture.Finished(t, b.pool, jobstore.StatusCanceled, 365*24*time.Hour)
+
+		deleted, err := c.Clean(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[jobstore.Status]int64{jobstore.StatusCanceled: 1}, deleted)
+		require.True(t, b.exists(t, oldCompleted))
+		require.True(t, b.exists(t, oldDead))
+		require.False(t, b.exists(t, oldCanceled))
+		require.EqualValues(t, 1, b.deleter.calls.Load(), "a disabled status costs no statement")
+	})
+
+	t.Run("DeletesInBoundedBatchesUntilOneComesBackShort", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.cleaner(retention.Config{CompletedAge: time.Hour, Batch: 10})
+		for range 25 {
+			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+		}
+		deleted, err := c.Clean(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 25, deleted[jobstore.StatusCompleted])
+		require.EqualValues(t, 3, b.deleter.calls.Load(), "10 + 10 + 5")
+		require.EqualValues(t, 25, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues("completed")))
+	})
+
+	t.Run("CleansAtStartAndOnEveryTick", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.cleaner(retention.Config{CompletedAge: time.Hour})
+		first := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+
+		runCtx, cancel := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() { c.Run(runCtx); close(stopped) }()
+		t.Cleanup(func() { cancel(); <-stopped })
+
+		require.NoError(t, nextPass(t, b))
+		require.False(t, b.exists(t, first))
+
+		second := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+		b.clock.Advance(interval)
+		require.NoError(t, nextPass(t, b))
+		require.False(t, b.exists(t, second))
+		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.RetentionRuns.WithLabelValues(reapmetrics.ResultOK)))
+	})
+}
+
+func nextPass(t *testing.T, b *testBundle) error {
+	t.Helper()
+	select {
+	case err := <-b.signal.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("no retention pass finished")
+		return nil
+	}
+}

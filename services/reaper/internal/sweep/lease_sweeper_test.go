@@ -1,0 +1,254 @@
+package sweep_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
+	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
+	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
+	"github.com/pulsequeue/pulse/services/reaper/internal/sweep"
+)
+
+const interval = 10 * time.Second
+
+// countingReaper counts reap statements against the real store and can
+// pretend the database is down.
+type countingReaper struct {
+	store *jobstore.Store
+	calls atomic.Int64
+	down  atomic.Bool
+}
+
+func (r *countingReaper) Reap(ctx context.Context, limit int, b jobstore.Backoff) ([]jobstore.Reaped, error) {
+	r.calls.Add(1)
+	if r.down.Load() {
+		return nil, apierr.Unavailable("reap: database unreachable", errors.New("connection refused"))
+	}
+	return r.store.Reap(ctx, limit, b)
+}
+
+// sweepSignal forwards every finished sweep to the test, wrapping the real
+// metrics so they are exercised too.
+type sweepSignal struct {
+	*reapmetrics.Metrics
+	done chan error
+}
+
+func (s *sweepSignal) Swept(took time.Duration, err error) {
+	s.Metrics.Swept(took, err)
+	s.done <- err
+}
+
+type testBundle struct {
+	pool    *pgxpool.Pool
+	reaper  *countingReaper
+	metrics *reapmetrics.Metrics
+	signal  *sweepSignal
+	clock   *clock.Manual
+	sweeper *sweep.LeaseSweeper
+}
+
+func setup(t *testing.T, batch int) *testBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	m := reapmetrics.New(prometheus.NewRegistry())
+	b := &testBundle{
+		pool:    pool,
+		reaper:  &countingReaper{store: jobstore.New(pool)},
+		metrics: m,
+		signal:  &sweepSignal{Metrics: m, done: make(chan error, 100)},
+		clock:   clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+	}
+	b.sweeper = sweep.NewLeaseSweeper(sweep.Config{
+		Interval: interval, Batch: batch, Backoff: jobstore.DefaultBackoff, Clock: b.clock,
+	}, b.reaper, b.signal, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return b
+}
+
+// run starts the loop and stops it when the test ends.
+func (b *testBundle) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { b.sweeper.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+}
+
+// nextSweep waits for the loop to finish a sweep and returns its error.
+func (b *testBundle) nextSweep(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-b.signal.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sweep finished")
+		return nil
+	}
+}
+
+func TestLeaseSweeper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ReapsOnlyExpiredLeases", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 100)
+		retried := fixture.Running(t, b.pool, fixture.RunningOpts{Topic: "email.send", Worker: "worker-1", LeaseIn: -time.Second})
+		lastAttempt := fixture.Running(t, b.pool, fixture.RunningOpts{Topic: "email.send", Worker: "worker-2", Attempts: 3, MaxAttempts: 3, LeaseIn: -time.Minute})
+		alive := fixture.Running(t, b.pool, fixture.RunningOpts{Worker: "worker-3", LeaseIn: time.Minute})
+		aliveBefore := fixture.Job(t, b.pool, alive)
+
+		n, err := b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+
+		j := fixture.Job(t, b.pool, retried)
+		require.Equal(t, jobstore.StatusRetrying, j.Status)
+		require.EqualValues(t, 1, j.Attempts)
+		require.Nil(t, j.LeaseUntil)
+		require.Nil(t, j.FinishedAt)
+		require.Len(t, j.Errors, 1)
+		require.Equal(t, jobstore.LeaseExpiredError, j.Errors[0].Error)
+		require.Equal(t, "worker-1", j.Errors[0].Worker)
+		require.Equal(t, 1, j.Errors[0].Attempt)
+
+		j = fixture.Job(t, b.pool, lastAttempt)
+		require.Equal(t, jobstore.StatusDeadLettered, j.Status)
+		require.EqualValues(t, 3, j.Attempts)
+		require.NotNil(t, j.FinishedAt)
+		require.Len(t, j.Errors, 1)
+		require.Equal(t, jobstore.LeaseExpiredError, j.Errors[0].Error)
+		require.Equal(t, "worker-2", j.Errors[0].Worker)
+		require.Equal(t, 3, j.Errors[0].Attempt)
+
+		require.Equal(t, aliveBefore, fixture.Job(t, b.pool, alive))
+
+		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsReaped.WithLabelValues("email.send", reapmetrics.OutcomeRetried)))
+		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsReaped.WithLabelValues("email.send", reapmetrics.OutcomeDeadLettered)))
+		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultOK)))
+	})
+
+	t.Run("DrainsMoreThanOneBatchInOneTick", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 10)
+		for range 35 {
+			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
+		}
+		b.run(t)
+		require.NoError(t, b.nextSweep(t)) // the sweep at start
+		require.EqualValues(t, 35, countStatus(t, b.pool, jobstore.StatusRetrying))
+		require.GreaterOrEqual(t, b.reaper.calls.Load(), int64(4), "each statement settles at most one batch")
+
+		// The next backlog waits for the next tick, then drains the same way.
+		for range 12 {
+			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
+		}
+		b.clock.Advance(interval)
+		require.NoError(t, b.nextSweep(t))
+		require.EqualValues(t, 47, countStatus(t, b.pool, jobstore.StatusRetrying))
+		require.EqualValues(t, 0, countStatus(t, b.pool, jobstore.StatusRunning))
+	})
+
+	t.Run("ConcurrentSweepersReapEachJobExactlyOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 7)
+		ids := make([]uuid.UUID, 200)
+		for i := range ids {
+			ids[i] = fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
+		}
+		sweepers := make([]*sweep.LeaseSweeper, 3)
+		for i := range sweepers {
+			sweepers[i] = sweep.NewLeaseSweeper(sweep.Config{Interval: interval, Batch: 7, Backoff: jobstore.DefaultBackoff},
+				b.reaper, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		}
+		var total atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, s := range sweepers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				// Keep sweeping until nothing is left, as replicas on
+				// their own tickers would.
+				for {
+					n, err := s.Sweep(ctx)
+					if !assertNoError(t, err) || n == 0 {
+						return
+					}
+					total.Add(int64(n))
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.EqualValues(t, 200, total.Load())
+		for _, id := range ids {
+			j := fixture.Job(t, b.pool, id)
+			require.Equal(t, jobstore.StatusRetrying, j.Status)
+			require.EqualValues(t, 1, j.Attempts, "a reap never changes the attempt count")
+			require.Len(t, j.Errors, 1, "job %s reaped more than once", id)
+		}
+	})
+
+	t.Run("KeepsSweepingThroughADatabaseOutage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 100)
+		expired := fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
+		b.reaper.down.Store(true)
+		b.run(t)
+		require.ErrorIs(t, b.nextSweep(t), apierr.ErrUnavailable)
+		b.clock.Advance(interval)
+		require.ErrorIs(t, b.nextSweep(t), apierr.ErrUnavailable)
+		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultError)))
+
+		b.reaper.down.Store(false)
+		b.clock.Advance(interval)
+		require.NoError(t, b.nextSweep(t))
+		require.Equal(t, jobstore.StatusRetrying, fixture.Job(t, b.pool, expired).Status)
+	})
+
+	t.Run("StopsWhenItsContextEnds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() { b.sweeper.Run(ctx); close(stopped) }()
+		require.NoError(t, b.nextSweep(t))
+		cancel()
+		<-stopped
+	})
+}
+
+func countStatus(t *testing.T, pool *pgxpool.Pool, s jobstore.Status) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = $1`, string(s)).Scan(&n))
+	return n
+}
+
+// assertNoError reports err from a goroutine, where require may not stop
+// the test.
+func assertNoError(t *testing.T, err error) bool {
+	if err != nil {
+		t.Errorf("sweep: %v", err)
+		return false
+	}
+	return true
+}

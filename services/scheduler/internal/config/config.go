@@ -1,0 +1,40 @@
+// Package config is the scheduler's configuration: one struct read from
+// PULSE_* environment variables once, in main.
+package config
+
+import (
+	"time"
+
+	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+// Defaults, named so the operations guide and the code say the same thing.
+const (
+	AdminAddrDefault       = ":9103"
+	DBMaxConnsDefault      = 4
+	ShutdownTimeoutDefault = 20 * time.Second
+)
+
+// Config is every setting the scheduler reads.
+type Config struct {
+	DatabaseURL     string        `envconfig:"DATABASE_URL" required:"true"`
+	AdminAddr       string        `envconfig:"ADMIN_ADDR" default:":9103"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
+	DBMaxConns      int32         `envconfig:"DB_MAX_CONNS" default:"4"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+}
+
+// Validate checks ranges, naming the variable at fault.
+func (c *Config) Validate() error {
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return config.Invalid("PULSE_LOG_LEVEL", "%v", err)
+	}
+	switch {
+	case c.DBMaxConns < 1:
+		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; it must be at least 1", c.DBMaxConns)
+	case c.ShutdownTimeout <= 0:
+		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package config_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	pulseconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/services/scheduler/internal/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// These tests set environment variables, so they cannot run in parallel.
+
+func clearEnv(t *testing.T) {
+	vars, err := pulseconfig.Vars(config.Config{})
+	require.NoError(t, err)
+	for _, v := range vars {
+		t.Setenv(v, "")
+		require.NoError(t, os.Unsetenv(v))
+	}
+}
+
+func TestDefaultsAreTheNamedConstants(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	var c config.Config
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Equal(t, config.Config{
+		DatabaseURL:     "postgres://localhost/pulse",
+		AdminAddr:       config.AdminAddrDefault,
+		LogLevel:        "info",
+		DBMaxConns:      config.DBMaxConnsDefault,
+		ShutdownTimeout: config.ShutdownTimeoutDefault,
+	}, c)
+}
+
+func TestBadValuesNameTheirVariable(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{"PULSE_DB_MAX_CONNS", "0"},
+		{"PULSE_SHUTDOWN_TIMEOUT", "-1s"},
+		{"PULSE_LOG_LEVEL", "loud"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+			t.Setenv(tc.name, tc.value)
+			var c config.Config
+			require.ErrorContains(t, pulseconfig.Load(&c), tc.name)
+		})
+	}
+}
