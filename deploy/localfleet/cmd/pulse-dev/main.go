@@ -1,0 +1,143 @@
+// Command pulse-dev runs the whole pulse system on this machine without
+// Docker: a throwaway Postgres, control-api, dispatch-gateways, the reaper and
+// scheduler (once they exist) and, by default, a demo producer and worker.
+// Run it from anywhere inside the repository:
+//
+//	go run ./deploy/localfleet/cmd/pulse-dev [-gateways 2] [-demo=true] [-keep-data=false]
+//
+// Ctrl-C (or SIGTERM) stops every process, stops Postgres and removes every
+// file it created unless -keep-data is set.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "pulse-dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	gateways := flag.Int("gateways", localfleet.GatewaysDefault, "number of dispatch-gateway replicas")
+	demo := flag.Bool("demo", true, "also run demo-producer and demo-worker so the dashboards move")
+	keepData := flag.Bool("keep-data", false, "leave logs, binaries and the Postgres data directory on disk after exit")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	root, err := localfleet.FindRepoRoot(wd)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fleet, err := localfleet.Up(ctx, localfleet.Options{
+		RepoRoot:  root,
+		Gateways:  *gateways,
+		Demo:      *demo,
+		Reaper:    true,
+		Scheduler: true,
+		KeepData:  *keepData,
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+	pids, paths := fleet.PIDs(), fleet.Paths()
+	printSummary(os.Stdout, fleet, pids, paths)
+
+	<-ctx.Done()
+	stop() // a second Ctrl-C now kills pulse-dev the default way
+	fmt.Println("pulse-dev: stopping the fleet ...")
+	downErr := fleet.Down()
+	if left := leftovers(pids, paths, *keepData); len(left) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(left, ", "))
+	}
+	if downErr != nil {
+		return downErr
+	}
+	if *keepData {
+		fmt.Printf("pulse-dev: stopped; %d processes exited; kept %s\n", len(pids), strings.Join(paths, " "))
+	} else {
+		fmt.Printf("pulse-dev: stopped; %d processes exited and %d directories removed; nothing left behind\n", len(pids), len(paths))
+	}
+	return nil
+}
+
+// printSummary tells a developer where to look. The "pids:" and "data:"
+// lines are also read by the end-to-end test.
+func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths []string) {
+	fmt.Fprintln(w, "pulse-dev: the fleet is up")
+	fmt.Fprintf(w, "  control-api http:  %s\n", f.ControlHTTP)
+	fmt.Fprintf(w, "  control-api grpc:  %s\n", f.ControlGRPC)
+	fmt.Fprintf(w, "  gateways grpc:     %s\n", strings.Join(f.GatewayAddrs, ","))
+	fmt.Fprintf(w, "  database:          %s\n", f.DatabaseURL)
+	fmt.Fprintln(w, "  metrics:")
+	for _, name := range sortedKeys(f.AdminURLs) {
+		fmt.Fprintf(w, "    %-20s %s/metrics\n", name, f.AdminURLs[name])
+	}
+	fmt.Fprintf(w, "  logs:              %s\n", f.LogDir)
+	fmt.Fprintf(w, "  data: %s\n", strings.Join(paths, " "))
+	var pidList []string
+	for _, name := range sortedKeys(pids) {
+		pidList = append(pidList, fmt.Sprintf("%s=%d", name, pids[name]))
+	}
+	fmt.Fprintf(w, "  pids: %s\n", strings.Join(pidList, " "))
+	fmt.Fprintln(w, "  try:")
+	fmt.Fprintf(w, "    curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"topic\":\"email.send\",\"args\":{\"to\":\"a@example.com\"}}'\n", f.ControlHTTP)
+	fmt.Fprintf(w, "    curl -s '%s/v1/jobs?limit=10'\n", f.ControlHTTP)
+	fmt.Fprintln(w, "  Ctrl-C stops everything.")
+}
+
+// leftovers names any process still alive or directory still present, with
+// a short grace for processes the kernel has not finished tearing down.
+func leftovers(pids map[string]int, paths []string, keepData bool) []string {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var left []string
+		for _, name := range sortedKeys(pids) {
+			if localfleet.ProcessAlive(pids[name]) {
+				left = append(left, fmt.Sprintf("%s (pid %d)", name, pids[name]))
+			}
+		}
+		if !keepData {
+			for _, p := range paths {
+				if _, err := os.Stat(p); err == nil {
+					left = append(left, p)
+				}
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

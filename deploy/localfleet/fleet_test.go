@@ -1,0 +1,77 @@
+package localfleet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestUp(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StartsServicesAndDownLeavesNothingBehind", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		root, err := FindRepoRoot(".")
+		require.NoError(t, err)
+		if _, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway); err != nil {
+			t.Skipf("services do not build yet: %v", err)
+		}
+
+		f, err := Up(ctx, Options{
+			Gateways:  1,
+			Reaper:    true, // skipped with a log line while services/reaper has no main.go
+			Scheduler: true,
+			Env:       map[string]string{"PULSE_LOG_LEVEL": "debug"},
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = f.Down() })
+
+		require.Len(t, f.GatewayAddrs, 1)
+		require.NotNil(t, f.Cluster)
+		require.Contains(t, f.AdminURLs, ControlAPI)
+		require.Contains(t, f.AdminURLs, "dispatch-gateway-1")
+		for name, base := range f.AdminURLs {
+			resp, err := http.Get(base + "/metrics")
+			require.NoError(t, err, name)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, name)
+		}
+		pids, paths := f.PIDs(), f.Paths()
+		require.Contains(t, pids, "postgres")
+
+		require.NoError(t, f.Down(), "every service should exit 0 on SIGTERM")
+		for name, pid := range pids {
+			require.Eventually(t, func() bool { return !ProcessAlive(pid) }, 5*time.Second, 50*time.Millisecond, "%s still running", name)
+		}
+		for _, p := range paths {
+			require.NoDirExists(t, p)
+		}
+	})
+
+	t.Run("FailsCleanlyWhenADatabaseIsUnreachable", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		port, err := FreePort()
+		require.NoError(t, err)
+		workDir := t.TempDir()
+
+		_, err = Up(ctx, Options{
+			WorkDir:     workDir,
+			DatabaseURL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=1", port),
+			Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		require.ErrorContains(t, err, "control-api migrate")
+		require.NoDirExists(t, workDir+"/bin")
+		require.NoDirExists(t, workDir+"/logs")
+	})
+}

@@ -1,0 +1,37 @@
+package e2e_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+)
+
+// upFleet starts a fresh fleet for one test and stops it when the test ends,
+// printing every process's log tail if the test failed.
+func upFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f, err := localfleet.Up(ctx, opts)
+	if err != nil {
+		t.Fatalf("fleet up: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range f.Processes {
+				t.Logf("--- %s log tail ---\n%s", p.Name, p.Logs())
+			}
+		}
+		if err := f.Down(); err != nil {
+			t.Errorf("fleet down: %v", err)
+		}
+	})
+	return f
+}

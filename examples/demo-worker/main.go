@@ -1,0 +1,119 @@
+// Command demo-worker runs the demo topics with handlers that take a little
+// time and sometimes fail, so retries and dead letters show on dashboards.
+//
+// Environment:
+//
+//	PULSE_GATEWAY_ADDRS     comma-separated dispatch-gateway addresses (default localhost:50052)
+//	PULSE_DEMO_CONCURRENCY  handlers run at once (default 8)
+//	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pulsequeue/pulse/pkg/pulse"
+)
+
+const (
+	addrsDefault       = "localhost:50052"
+	concurrencyDefault = 8
+	topicsDefault      = "email.send,report.render,image.resize"
+
+	reportEvery   = 5 * time.Second
+	transientRate = 0.10
+	permanentRate = 0.01
+)
+
+// counts are read by the progress logger while handlers update them.
+type counts struct{ done, failed, permanent atomic.Int64 }
+
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", "demo-worker")
+	if err := run(logger); err != nil {
+		logger.Error("demo-worker failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(logger *slog.Logger) error {
+	addrs := strings.Split(envOr("PULSE_GATEWAY_ADDRS", addrsDefault), ",")
+	topics := strings.Split(envOr("PULSE_DEMO_TOPICS", topicsDefault), ",")
+	concurrency, err := strconv.Atoi(envOr("PULSE_DEMO_CONCURRENCY", strconv.Itoa(concurrencyDefault)))
+	if err != nil || concurrency < 1 {
+		return fmt.Errorf("PULSE_DEMO_CONCURRENCY: want a positive integer, got %q", os.Getenv("PULSE_DEMO_CONCURRENCY"))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	w, err := pulse.NewWorker(addrs, pulse.WithConcurrency(concurrency), pulse.WithLogger(logger))
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	var c counts
+	for _, topic := range topics {
+		w.Register(strings.TrimSpace(topic), handler(&c))
+	}
+	go progress(ctx, logger, &c)
+	logger.Info("working", "gateways", addrs, "concurrency", concurrency, "topics", topics)
+	if err := w.Run(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	logger.Info("stopped", "done", c.done.Load(), "failed", c.failed.Load(), "permanent", c.permanent.Load())
+	return nil
+}
+
+// handler pretends to work for 5–200 ms, then fails about 10% of attempts
+// (retried) and 1% permanently (dead-lettered).
+func handler(c *counts) pulse.Handler {
+	return func(ctx context.Context, job *pulse.Job) error {
+		t := time.NewTimer(time.Duration(5+rand.IntN(196)) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		switch r := rand.Float64(); {
+		case r < permanentRate:
+			c.permanent.Add(1)
+			return pulse.Permanent(errors.New("demo: input rejected"))
+		case r < permanentRate+transientRate:
+			c.failed.Add(1)
+			return errors.New("demo: downstream timed out")
+		}
+		c.done.Add(1)
+		return nil
+	}
+}
+
+func progress(ctx context.Context, logger *slog.Logger, c *counts) {
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			logger.Info("progress", "done", c.done.Load(), "failed", c.failed.Load(), "permanent", c.permanent.Load())
+		}
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

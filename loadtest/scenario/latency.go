@@ -1,0 +1,77 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pulsequeue/pulse/pkg/pulse"
+)
+
+// LatencyParams shape the idle-latency run.
+type LatencyParams struct {
+	Samples int
+	Gap     time.Duration // pause between submits, so the system is idle
+	Workers int
+}
+
+// IdleLatency submits one job at a time into an idle fleet and measures,
+// on one monotonic clock, from the start of the Enqueue call to the start
+// of the handler.
+func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error) {
+	topic := fmt.Sprintf("load.latency.%d", time.Now().UnixNano())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	startedCh := make(chan time.Time, 1)
+	workCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	for i := range p.Workers {
+		w, err := pulse.NewWorker(rotate(t.GatewayAddrs, i), pulse.WithConcurrency(4), pulse.WithLogger(quiet))
+		if err != nil {
+			return Result{}, err
+		}
+		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
+			startedCh <- time.Now()
+			return nil
+		})
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(workCtx) }()
+	}
+	client, err := pulse.NewClient(t.ControlGRPC)
+	if err != nil {
+		return Result{}, err
+	}
+	defer client.Close()
+
+	// Warm up connections and the first claim.
+	time.Sleep(time.Second)
+	if _, err := client.Enqueue(ctx, topic, nil); err != nil {
+		return Result{}, err
+	}
+	<-startedCh
+
+	lat := make([]time.Duration, 0, p.Samples)
+	for range p.Samples {
+		time.Sleep(p.Gap)
+		t0 := time.Now()
+		if _, err := client.Enqueue(ctx, topic, nil); err != nil {
+			return Result{}, err
+		}
+		select {
+		case t1 := <-startedCh:
+			lat = append(lat, t1.Sub(t0))
+		case <-time.After(10 * time.Second):
+			return Result{}, fmt.Errorf("a job did not start within 10s")
+		}
+	}
+	p50, p95, p99, max := Percentiles(lat)
+	return Result{
+		Scenario: "idle-latency",
+		Params:   map[string]any{"samples": p.Samples, "gap": p.Gap.String(), "workers": p.Workers, "gateways": len(t.GatewayAddrs)},
+		Metrics:  map[string]float64{"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": max},
+	}, nil
+}
