@@ -70,6 +70,9 @@ type Options struct {
 	// commit on, as production would (benchmarks); the default trades
 	// durability for speed (tests, development).
 	DurablePostgres bool
+	// PostgresSettings are extra postgresql.conf lines for the throwaway
+	// cluster (for example shared_preload_libraries for a benchmark).
+	PostgresSettings map[string]string
 	// ReadyTimeout bounds the wait for each service's /readyz; 0 means
 	// ReadyTimeoutDefault.
 	ReadyTimeout time.Duration
@@ -186,7 +189,7 @@ func (f *Fleet) buildAndStartPostgres(ctx context.Context) (map[string]string, e
 		if f.DatabaseURL != "" {
 			return
 		}
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: !f.opts.DurablePostgres, MaxConnections: 300})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Fast: !f.opts.DurablePostgres, MaxConnections: 300, Settings: f.opts.PostgresSettings})
 		if err != nil {
 			pgErr = fmt.Errorf("fleet: postgres: %w", err)
 			return

@@ -43,6 +43,7 @@ func run() error {
 		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
+		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
 	)
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -54,6 +55,9 @@ func run() error {
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
 	opts.DurablePostgres = !*fast
+	if *statements {
+		opts.PostgresSettings = map[string]string{"shared_preload_libraries": "'pg_stat_statements'"}
+	}
 	fleet, err := localfleet.Up(ctx, opts)
 	if err != nil {
 		return err
@@ -104,6 +108,9 @@ func run() error {
 		if err := emit(r, err); err != nil {
 			return err
 		}
+	}
+	if *statements {
+		return scenario.PrintTopStatements(ctx, fleet.DatabaseURL, os.Stderr)
 	}
 	return nil
 }

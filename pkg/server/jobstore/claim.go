@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Claimed is a job the claim moved to RUNNING and leased to one worker. By
@@ -65,21 +66,17 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, topics, len(slots), slots, intervalOf(leaseTTL))
-	if err != nil {
-		return nil, interpretError("claim", err)
-	}
-	defer rows.Close()
 	out := make([]Claimed, 0, len(slots))
-	for rows.Next() {
+	err := s.queryQueueHead(ctx, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
 		if err := rows.Scan(&c.ID, &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState); err != nil {
-			return nil, interpretError("claim", err)
+			return err
 		}
 		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, interpretError("claim", err)
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Reaped is one job whose lapsed lease the sweep settled.
@@ -46,22 +47,18 @@ RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '')`
 
 // Reap settles up to limit expired leases in one statement.
 func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped, error) {
-	rows, err := s.pool.Query(ctx, reapSQL, limit, intervalOf(backoff.Unit), intervalOf(backoff.Max))
-	if err != nil {
-		return nil, interpretError("reap", err)
-	}
-	defer rows.Close()
 	var out []Reaped
-	for rows.Next() {
+	err := s.queryQueueHead(ctx, reapSQL, []any{limit, intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy); err != nil {
-			return nil, interpretError("reap", err)
+			return err
 		}
 		r.Status = Status(status)
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, interpretError("reap", err)
 	}
 	return out, nil

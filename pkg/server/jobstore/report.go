@@ -49,8 +49,8 @@ var DefaultBackoff = Backoff{Unit: time.Second, Max: time.Hour}
 
 // reportSQL settles a batch of attempts in one statement. Each result is
 // fenced by status RUNNING + locked_by + attempt, so a stale attempt (reaped
-// and re-claimed, canceled, or someone else's) changes nothing and comes
-// back with the row as it stood, for the rejection reason.
+// and re-claimed, canceled, or someone else's) changes nothing; Report then
+// reads the rows it did not settle, to say why.
 //
 //	complete                         → COMPLETED
 //	fail, attempts left              → RETRYING, next_run_at = now + attempts²·unit (≤ max)
@@ -59,45 +59,37 @@ var DefaultBackoff = Backoff{Unit: time.Second, Max: time.Hour}
 //
 // Failures append {attempt, error, worker, at} to the error history.
 const reportSQL = `
-WITH r AS (
-    SELECT * FROM unnest($2::uuid[], $3::int[], $4::smallint[], $5::text[])
-        WITH ORDINALITY AS r(id, attempt, outcome, error, ord)
-), settled AS (
-    UPDATE jobs AS j
-    SET status = CASE
-            WHEN r.outcome = 1 THEN 'COMPLETED'
-            WHEN r.outcome = 3 OR j.attempts >= j.max_attempts THEN 'DEAD_LETTERED'
-            ELSE 'RETRYING' END,
-        finished_at = CASE
-            WHEN r.outcome = 2 AND j.attempts < j.max_attempts THEN NULL
-            ELSE now() END,
-        next_run_at = CASE
-            WHEN r.outcome = 2 AND j.attempts < j.max_attempts
-            THEN now() + LEAST(power(j.attempts, 2) * $6::interval, $7::interval)
-            ELSE j.next_run_at END,
-        lease_until = NULL,
-        errors = CASE
-            WHEN r.outcome = 1 THEN j.errors
-            ELSE j.errors || jsonb_build_array(jsonb_build_object(
-                'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
-            END
-    FROM r
-    WHERE j.id = r.id
-      AND j.attempts = r.attempt
-      AND j.status = 'RUNNING'
-      AND j.locked_by = $1
-    RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at
-)
-SELECT r.id, r.attempt, settled.status, COALESCE(settled.topic, cur.topic, ''),
-       settled.submitted_at, settled.started_at, settled.next_run_at,
-       cur.status, cur.attempts, COALESCE(cur.locked_by, '')
-FROM r
-LEFT JOIN settled ON settled.id = r.id AND settled.attempts = r.attempt
-LEFT JOIN jobs AS cur ON cur.id = r.id
-ORDER BY r.ord`
+UPDATE jobs AS j
+SET status = CASE
+        WHEN r.outcome = 1 THEN 'COMPLETED'
+        WHEN r.outcome = 3 OR j.attempts >= j.max_attempts THEN 'DEAD_LETTERED'
+        ELSE 'RETRYING' END,
+    finished_at = CASE
+        WHEN r.outcome = 2 AND j.attempts < j.max_attempts THEN NULL
+        ELSE now() END,
+    next_run_at = CASE
+        WHEN r.outcome = 2 AND j.attempts < j.max_attempts
+        THEN now() + LEAST(power(j.attempts, 2) * $6::interval, $7::interval)
+        ELSE j.next_run_at END,
+    lease_until = NULL,
+    errors = CASE
+        WHEN r.outcome = 1 THEN j.errors
+        ELSE j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
+        END
+FROM unnest($2::uuid[], $3::int[], $4::smallint[], $5::text[]) AS r(id, attempt, outcome, error)
+WHERE j.id = r.id
+  AND j.attempts = r.attempt
+  AND j.status = 'RUNNING'
+  AND j.locked_by = $1
+RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at`
+
+// currentSQL reads the rows of rejected results, for the reason.
+const currentSQL = `
+SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1::uuid[])`
 
 // Report settles results reported by worker in one statement and answers
-// each individually.
+// each individually, in request order.
 func (s *Store) Report(ctx context.Context, worker string, results []Result, backoff Backoff) ([]Ack, error) {
 	if len(results) == 0 {
 		return nil, nil
@@ -115,28 +107,66 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 	if err != nil {
 		return nil, interpretError("report", err)
 	}
-	defer rows.Close()
-	acks := make([]Ack, 0, n)
+	settled := make(map[AttemptRef]Ack, n)
 	for rows.Next() {
 		var a Ack
-		var newStatus, curStatus *string
-		var submitted, started, nextRun *time.Time
-		var curAttempts *int32
-		var curWorker string
-		if err := rows.Scan(&a.Ref.ID, &a.Ref.Attempt, &newStatus, &a.Topic, &submitted, &started, &nextRun,
-			&curStatus, &curAttempts, &curWorker); err != nil {
+		var status string
+		if err := rows.Scan(&a.Ref.ID, &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {
+			rows.Close()
 			return nil, interpretError("report", err)
 		}
-		if newStatus != nil {
-			a.Accepted, a.Status = true, Status(*newStatus)
-			a.SubmittedAt, a.StartedAt, a.NextRunAt = deref(submitted), deref(started), deref(nextRun)
-		} else {
-			a.Reason = rejectionReason(a.Ref, worker, curStatus, curAttempts, curWorker)
-		}
-		acks = append(acks, a)
+		a.Accepted, a.Status = true, Status(status)
+		settled[a.Ref] = a
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpretError("report", err)
+	}
+
+	acks := make([]Ack, n)
+	var rejected []uuid.UUID
+	for i, r := range results {
+		if a, ok := settled[r.Ref]; ok {
+			acks[i] = a
+			delete(settled, r.Ref) // a duplicate entry in the batch is not settled twice
+			continue
+		}
+		acks[i] = Ack{Ref: r.Ref}
+		rejected = append(rejected, r.Ref.ID)
+	}
+	if len(rejected) == 0 {
+		return acks, nil
+	}
+	type current struct {
+		status   string
+		attempts int32
+		lockedBy string
+	}
+	cur := make(map[uuid.UUID]current, len(rejected))
+	crow, err := s.pool.Query(ctx, currentSQL, rejected)
+	if err != nil {
+		return nil, interpretError("report: read rejected", err)
+	}
+	for crow.Next() {
+		var id uuid.UUID
+		var c current
+		if err := crow.Scan(&id, &c.status, &c.attempts, &c.lockedBy); err != nil {
+			crow.Close()
+			return nil, interpretError("report: read rejected", err)
+		}
+		cur[id] = c
+	}
+	if err := crow.Err(); err != nil {
+		return nil, interpretError("report: read rejected", err)
+	}
+	for i := range acks {
+		if acks[i].Accepted {
+			continue
+		}
+		if c, ok := cur[acks[i].Ref.ID]; ok {
+			acks[i].Reason = rejectionReason(acks[i].Ref, worker, &c.status, &c.attempts, c.lockedBy)
+		} else {
+			acks[i].Reason = rejectionReason(acks[i].Ref, worker, nil, nil, "")
+		}
 	}
 	return acks, nil
 }
@@ -153,11 +183,4 @@ func rejectionReason(ref AttemptRef, worker string, status *string, attempts *in
 		return fmt.Sprintf("job %s attempt %d is leased to another worker", ref.ID, ref.Attempt)
 	}
 	return fmt.Sprintf("job %s attempt %d was settled concurrently", ref.ID, ref.Attempt)
-}
-
-func deref(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }
