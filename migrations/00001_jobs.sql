@@ -110,15 +110,27 @@ END
 $$;
 -- +goose StatementEnd
 
--- Heartbeats (same status, same attempts) skip the function entirely.
+-- The WHEN clause is the allowed-transition table itself, evaluated as a
+-- plain expression: legal updates (every claim, report and heartbeat) never
+-- enter PL/pgSQL, and the function runs only to reject, with a message that
+-- names the rule.
 CREATE TRIGGER jobs_guard_transition
     BEFORE UPDATE ON jobs
     FOR EACH ROW
-    WHEN (OLD.status IS DISTINCT FROM NEW.status
-          OR OLD.attempts IS DISTINCT FROM NEW.attempts
-          OR OLD.status = 'COMPLETED'
-          OR OLD.id IS DISTINCT FROM NEW.id
-          OR OLD.submitted_at IS DISTINCT FROM NEW.submitted_at)
+    WHEN (
+        OLD.status = 'COMPLETED'
+        OR OLD.id IS DISTINCT FROM NEW.id
+        OR OLD.submitted_at IS DISTINCT FROM NEW.submitted_at
+        OR (OLD.status IS DISTINCT FROM NEW.status AND NOT (
+               (OLD.status IN ('PENDING', 'RETRYING')            AND NEW.status = 'RUNNING')
+            OR (OLD.status = 'RUNNING'                           AND NEW.status IN ('COMPLETED', 'RETRYING', 'DEAD_LETTERED'))
+            OR (OLD.status IN ('PENDING', 'RETRYING', 'RUNNING') AND NEW.status = 'CANCELED')
+            OR (OLD.status IN ('DEAD_LETTERED', 'CANCELED')      AND NEW.status = 'PENDING')))
+        OR (OLD.attempts IS DISTINCT FROM NEW.attempts AND NOT (
+               (NEW.status = 'RUNNING' AND OLD.status <> 'RUNNING' AND NEW.attempts = OLD.attempts + 1)
+            OR (NEW.status = 'PENDING' AND OLD.status IN ('DEAD_LETTERED', 'CANCELED') AND NEW.attempts = 0)))
+        OR (NEW.status = 'RUNNING' AND OLD.status <> 'RUNNING' AND NEW.attempts IS DISTINCT FROM OLD.attempts + 1)
+    )
     EXECUTE FUNCTION jobs_guard_transition();
 
 -- +goose StatementBegin

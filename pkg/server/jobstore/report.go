@@ -18,11 +18,13 @@ const (
 	OutcomeFailPermanent Outcome = 3 // dead-letter now
 )
 
-// Result is one worker report.
+// Result is one worker report. Worker is the reporting worker's id, the
+// fence on locked_by; Report fills it in when empty.
 type Result struct {
 	Ref     AttemptRef
 	Outcome Outcome
 	Error   string
+	Worker  string
 }
 
 // Ack answers one Result. A rejected result (Accepted false) changed
@@ -77,11 +79,11 @@ SET status = CASE
         ELSE j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
         END
-FROM unnest($2::uuid[], $3::int[], $4::smallint[], $5::text[]) AS r(id, attempt, outcome, error)
+FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[]) AS r(worker, id, attempt, outcome, error)
 WHERE j.id = r.id
   AND j.attempts = r.attempt
   AND j.status = 'RUNNING'
-  AND j.locked_by = $1
+  AND j.locked_by = r.worker
 RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at`
 
 // currentSQL reads the rows of rejected results, for the reason.
@@ -89,20 +91,26 @@ const currentSQL = `
 SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1::uuid[])`
 
 // Report settles results reported by worker in one statement and answers
-// each individually, in request order.
+// each individually, in request order. Results may carry their own Worker
+// (a gateway folding several workers' reports into one statement); those
+// without one are worker's.
 func (s *Store) Report(ctx context.Context, worker string, results []Result, backoff Backoff) ([]Ack, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
 	n := len(results)
+	workers := make([]string, n)
 	ids := make([]uuid.UUID, n)
 	attempts := make([]int32, n)
 	outcomes := make([]int16, n)
 	errs := make([]string, n)
 	for i, r := range results {
-		ids[i], attempts[i], outcomes[i], errs[i] = r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
+		if r.Worker == "" {
+			results[i].Worker = worker
+		}
+		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
 	}
-	rows, err := s.pool.Query(ctx, reportSQL, worker, ids, attempts, outcomes, errs,
+	rows, err := s.pool.Query(ctx, reportSQL, workers, ids, attempts, outcomes, errs,
 		intervalOf(backoff.Unit), intervalOf(backoff.Max))
 	if err != nil {
 		return nil, interpretError("report", err)
@@ -163,7 +171,7 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 			continue
 		}
 		if c, ok := cur[acks[i].Ref.ID]; ok {
-			acks[i].Reason = rejectionReason(acks[i].Ref, worker, &c.status, &c.attempts, c.lockedBy)
+			acks[i].Reason = rejectionReason(acks[i].Ref, results[i].Worker, &c.status, &c.attempts, c.lockedBy)
 		} else {
 			acks[i].Reason = rejectionReason(acks[i].Ref, worker, nil, nil, "")
 		}

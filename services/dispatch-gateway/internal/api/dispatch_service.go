@@ -21,6 +21,13 @@ import (
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
+// Report folding: at most reportFlushers report statements in flight per
+// gateway, each settling up to about reportBatchMax results.
+const (
+	reportFlushers = 2
+	reportBatchMax = 2000
+)
+
 // Limits on what a worker may ask for.
 const (
 	MaxConcurrency   = 10000
@@ -59,11 +66,13 @@ type DispatchService struct {
 	logger    *slog.Logger
 	draining  chan struct{}
 	drainOnce sync.Once
+	reports   *ReportBatcher
 }
 
 // NewDispatchService builds the service on registry (the dispatcher's).
 func NewDispatchService(cfg Config, store Store, registry *dispatch.Registry, observer Observer, logger *slog.Logger) *DispatchService {
-	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger, draining: make(chan struct{})}
+	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger,
+		draining: make(chan struct{}), reports: NewReportBatcher(store, cfg.Backoff, reportFlushers, reportBatchMax)}
 }
 
 // Drain ends every open stream so its worker reconnects to another
@@ -279,9 +288,9 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		if outcome != jobstore.OutcomeComplete && msg == "" {
 			msg = "(no error message)"
 		}
-		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg}
+		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: req.GetWorkerId()}
 	}
-	acks, err := s.store.Report(ctx, req.GetWorkerId(), results, s.cfg.Backoff)
+	acks, err := s.reports.Report(ctx, results)
 	if err != nil {
 		return nil, err
 	}
