@@ -14,6 +14,7 @@ require (
 	github.com/pulsequeue/pulse/deploy/localfleet v0.0.0-00010101000000-000000000000
 	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -35,6 +36,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

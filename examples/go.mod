@@ -4,7 +4,10 @@ go 1.26.0
 
 replace github.com/pulsequeue/pulse/pkg => ../pkg
 
-require github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+require (
+	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.85.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -19,6 +22,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -17,7 +17,10 @@ const (
 	// VersionJobs creates jobs with its transition trigger, the claim and
 	// expired-lease indexes, and the insert NOTIFY.
 	VersionJobs int64 = 1
+	// VersionDispatchControl adds pause state (dispatch_control, one row per
+	// scope) and its audit log (control_events); the claim reads it.
+	VersionDispatchControl int64 = 2
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobs
+const Latest = VersionDispatchControl

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -78,6 +79,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives progress lines; nil means slog.Default().
 	Logger *slog.Logger
+	// Binaries are prebuilt commands by name, as Build returns them; Up
+	// builds only the commands it needs that are missing here, so the
+	// fleets of one test run can share a single build.
+	Binaries map[string]string
 }
 
 // Fleet is a running local pulse system. Stop it with Down.
@@ -196,12 +201,22 @@ func (f *Fleet) buildAndStartPostgres(ctx context.Context) (map[string]string, e
 		}
 		f.Cluster, f.DatabaseURL = c, c.URL("postgres")
 	}()
-	f.logger.Info("building", "commands", names)
-	bins, buildErr := Build(ctx, f.opts.RepoRoot, filepath.Join(f.WorkDir, "bin"), names...)
+	bins := make(map[string]string, len(names))
+	var missing []string
+	for _, name := range names {
+		if bin := f.opts.Binaries[name]; bin != "" {
+			bins[name] = bin
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	f.logger.Info("building", "commands", missing)
+	built, buildErr := Build(ctx, f.opts.RepoRoot, filepath.Join(f.WorkDir, "bin"), missing...)
 	<-pgDone
 	if err := errors.Join(buildErr, pgErr); err != nil {
 		return nil, err
 	}
+	maps.Copy(bins, built)
 	return bins, nil
 }
 

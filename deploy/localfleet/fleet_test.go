@@ -21,7 +21,8 @@ func TestUp(t *testing.T) {
 		defer cancel()
 		root, err := FindRepoRoot(".")
 		require.NoError(t, err)
-		if _, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway); err != nil {
+		prebuilt, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
+		if err != nil {
 			t.Skipf("services do not build yet: %v", err)
 		}
 
@@ -31,9 +32,16 @@ func TestUp(t *testing.T) {
 			Scheduler: true,
 			Env:       map[string]string{"PULSE_LOG_LEVEL": "debug"},
 			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Binaries:  prebuilt, // the other commands Up builds itself
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = f.Down() })
+		wantBin := map[string]string{ControlAPI: prebuilt[ControlAPI], "dispatch-gateway-1": prebuilt[DispatchGateway]}
+		for _, p := range f.Processes {
+			if want, ok := wantBin[p.Name]; ok {
+				require.Equal(t, want, p.Cmd.Path, "%s runs the prebuilt binary", p.Name)
+			}
+		}
 
 		require.Len(t, f.GatewayAddrs, 1)
 		require.NotNil(t, f.Cluster)

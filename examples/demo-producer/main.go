@@ -6,6 +6,8 @@
 //	PULSE_CONTROL_API_ADDR  control-api gRPC address (default localhost:50051)
 //	PULSE_DEMO_RATE         jobs per second (default 20)
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+//
+// -h prints this environment list.
 package main
 
 import (
@@ -33,9 +35,23 @@ const (
 	backoffMin  = 200 * time.Millisecond
 	backoffMax  = 5 * time.Second
 	callTimeout = 5 * time.Second
+
+	usage = `usage: demo-producer
+
+Enqueues a steady stream of demo jobs through control-api.
+
+Environment:
+  PULSE_CONTROL_API_ADDR  control-api gRPC address (default localhost:50051)
+  PULSE_DEMO_RATE         jobs per second (default 20)
+  PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+`
 )
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
+		fmt.Print(usage)
+		return
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", "demo-producer")
 	if err := run(logger); err != nil {
 		logger.Error("demo-producer failed", "error", err)

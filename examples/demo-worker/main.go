@@ -6,6 +6,12 @@
 //	PULSE_GATEWAY_ADDRS     comma-separated dispatch-gateway addresses (default localhost:50052)
 //	PULSE_DEMO_CONCURRENCY  handlers run at once (default 8)
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+//
+// An address may be a DNS name holding every gateway replica, as in
+// docker-compose.yml's dns:///dispatch-gateway:50052: the worker balances
+// its calls round-robin over the addresses the name resolves to.
+//
+// -h prints this environment list.
 package main
 
 import (
@@ -22,6 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
@@ -33,12 +41,30 @@ const (
 	reportEvery   = 5 * time.Second
 	transientRate = 0.10
 	permanentRate = 0.01
+
+	// roundRobin spreads a dns:/// target's calls over every address the
+	// name resolves to (gRPC's default is the first address only).
+	roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+	usage = `usage: demo-worker
+
+Runs the demo topics with the Go SDK; handlers take 5-200 ms and sometimes fail.
+
+Environment:
+  PULSE_GATEWAY_ADDRS     comma-separated dispatch-gateway addresses (default localhost:50052; dns:///name:port balances over every replica)
+  PULSE_DEMO_CONCURRENCY  handlers run at once (default 8)
+  PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+`
 )
 
 // counts are read by the progress logger while handlers update them.
 type counts struct{ done, failed, permanent atomic.Int64 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
+		fmt.Print(usage)
+		return
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", "demo-worker")
 	if err := run(logger); err != nil {
 		logger.Error("demo-worker failed", "error", err)
@@ -57,7 +83,8 @@ func run(logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	w, err := pulse.NewWorker(addrs, pulse.WithConcurrency(concurrency), pulse.WithLogger(logger))
+	w, err := pulse.NewWorker(addrs, pulse.WithConcurrency(concurrency), pulse.WithLogger(logger),
+		pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin)))
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -66,7 +66,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			logKeyJobID, k.id, logKeyCount, held)
 	}
 	job := jobFromAssignment(a)
-	ctx = withJob(ctx, job)
+	ctx = withCheckpoint(withJob(ctx, job), e.running, k)
 
 	e.wg.Add(1)
 	go func() {

@@ -16,15 +16,17 @@ type heartbeater struct {
 	pool     *gatewayPool
 	terms    *leaseTerms
 	running  *runningJobs
+	dispatch *dispatchWatch
 	workerID string
 	log      *slog.Logger
 }
 
-func newHeartbeater(pool *gatewayPool, terms *leaseTerms, running *runningJobs, workerID string, log *slog.Logger) *heartbeater {
+func newHeartbeater(pool *gatewayPool, terms *leaseTerms, running *runningJobs, dispatch *dispatchWatch, workerID string, log *slog.Logger) *heartbeater {
 	return &heartbeater{
 		pool:     pool,
 		terms:    terms,
 		running:  running,
+		dispatch: dispatch,
 		workerID: workerID,
 		log:      log.With(logKeyComponent, "heartbeater"),
 	}
@@ -42,6 +44,7 @@ func (h *heartbeater) run(ctx context.Context) {
 		case <-h.terms.changed:
 			timer.Reset(h.terms.heartbeatInterval())
 			continue
+		case <-h.dispatch.beatNow: // a pause or resume: refresh quiesce flags now
 		case <-timer.C:
 		}
 		h.beat(ctx)
@@ -75,6 +78,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 // apply acts on the gateway's answer for each attempt; a nil response (the
 // RPC failed) renews nothing.
 func (h *heartbeater) apply(resp *pulsev1.HeartbeatResponse, sentAt time.Time) {
+	h.dispatch.observe(resp.GetDispatchState(), false)
 	for _, r := range resp.GetResults() {
 		k := jobKey{id: r.GetJobId(), attempt: r.GetAttempt()}
 		switch {
@@ -88,6 +92,7 @@ func (h *heartbeater) apply(resp *pulsev1.HeartbeatResponse, sentAt time.Time) {
 			}
 		default:
 			h.running.renewed(k, timeOf(r.GetLeaseUntil()), sentAt)
+			h.running.setQuiesced(k, r.GetQuiesced())
 		}
 	}
 }

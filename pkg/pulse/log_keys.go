@@ -16,4 +16,6 @@ const (
 	logKeyCode      = "code"
 	logKeyStack     = "stack"
 	logKeyDelay     = "delay"
+	logKeyVersion   = "version"
+	logKeyPaused    = "paused"
 )

@@ -20,6 +20,7 @@ type runningJob struct {
 	leaseUntil time.Time // as last reported by a gateway
 	renewedAt  time.Time // local time of the last confirmed lease
 	given      bool      // lease given up: canceled, no longer heartbeated
+	quiesced   bool      // its scope is quiesced: Checkpoint holds
 }
 
 // runningJobs is the set of attempts the worker holds, from assignment until
@@ -28,10 +29,13 @@ type runningJob struct {
 type runningJobs struct {
 	mu   sync.Mutex
 	jobs map[jobKey]*runningJob
+	// quiesceChanged is closed and replaced whenever a quiesced flag
+	// changes (checkpoint.go).
+	quiesceChanged chan struct{}
 }
 
 func newRunningJobs() *runningJobs {
-	return &runningJobs{jobs: make(map[jobKey]*runningJob)}
+	return &runningJobs{jobs: make(map[jobKey]*runningJob), quiesceChanged: make(chan struct{})}
 }
 
 // add records a new attempt; it returns false if the attempt is already

@@ -27,13 +27,14 @@ type streamLoop struct {
 	terms       *leaseTerms
 	ledger      *slotLedger
 	exec        *executor
+	dispatch    *dispatchWatch
 	workerID    string
 	topics      []string
 	concurrency int
 	log         *slog.Logger
 }
 
-func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exec *executor,
+func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exec *executor, dispatch *dispatchWatch,
 	workerID string, topics []string, concurrency int, log *slog.Logger,
 ) *streamLoop {
 	return &streamLoop{
@@ -41,6 +42,7 @@ func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exe
 		terms:       terms,
 		ledger:      ledger,
 		exec:        exec,
+		dispatch:    dispatch,
 		workerID:    workerID,
 		topics:      topics,
 		concurrency: concurrency,
@@ -117,6 +119,7 @@ func (s *streamLoop) session(ctx context.Context, client pulsev1.DispatchService
 		if w := msg.GetWelcome(); w != nil {
 			s.terms.update(w) // a gateway may revise its terms mid-stream
 		}
+		s.dispatch.observe(msg.GetDispatchState(), true)
 		for _, a := range msg.GetAssignments().GetJobs() {
 			s.exec.start(a)
 		}

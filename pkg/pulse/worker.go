@@ -126,8 +126,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	ledger := newSlotLedger()
 	rep := newReporter(pool, terms, w.cfg.workerID, w.cfg.maxReportBatch, log)
 	exec := newExecutor(context.WithoutCancel(ctx), handlers, w.cfg.concurrency, running, ledger, rep, log)
-	hb := newHeartbeater(pool, terms, running, w.cfg.workerID, log)
-	stream := newStreamLoop(pool, terms, ledger, exec, w.cfg.workerID, topics, w.cfg.concurrency, log)
+	dispatch := newDispatchWatch(log)
+	hb := newHeartbeater(pool, terms, running, dispatch, w.cfg.workerID, log)
+	stream := newStreamLoop(pool, terms, ledger, exec, dispatch, w.cfg.workerID, topics, w.cfg.concurrency, log)
 
 	// The reporter and heartbeater outlive ctx: handlers keep running, and
 	// need their leases and results, while the worker drains.

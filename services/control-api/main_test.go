@@ -193,7 +193,7 @@ func TestBinary(t *testing.T) {
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
 		})
 		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, "needs version 1")
+		require.Contains(t, res.stderr, "needs version 2")
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {
@@ -211,12 +211,17 @@ func TestBinary(t *testing.T) {
 			{"DatabaseURLMissing", nil, "PULSE_DATABASE_URL"},
 			{"FlushersZero", []string{db, "PULSE_SUBMIT_FLUSHERS=0"}, "PULSE_SUBMIT_FLUSHERS"},
 			{"LogLevelUnknown", []string{db, "PULSE_LOG_LEVEL=loud"}, "PULSE_LOG_LEVEL"},
+			{"AuthUsersUnknownRole", []string{db, "PULSE_AUTH_USERS=ann:admin:hunter2"}, "PULSE_AUTH_USERS: entry 1 (ann): role \"admin\""},
+			{"AuthUsersNotTriples", []string{db, "PULSE_AUTH_USERS=ann:producer:pw,hunter2"}, "PULSE_AUTH_USERS: entry 2"},
+			{"AuthTokensDuplicate", []string{db, "PULSE_AUTH_TOKENS=a:worker:hunter2,b:worker:hunter2"}, "PULSE_AUTH_TOKENS"},
+			{"TLSHalfAKeypair", []string{db, "PULSE_TLS_CERT=/nonexistent/cert.pem"}, "PULSE_TLS_KEY"},
 		}
 		for _, tc := range cases {
 			res := runToEnd(t, tc.env)
 			require.NotEqual(t, 0, res.code, tc.name)
 			require.Contains(t, res.stderr, tc.want, tc.name)
 			require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "%s: one line: %q", tc.name, res.stderr)
+			require.NotContains(t, res.stderr, "hunter2", "%s: secrets stay out of errors", tc.name)
 		}
 	})
 
@@ -227,7 +232,7 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, res.stdout, "migrate")
 		vars, err := serverconfig.Vars(config.Config{})
 		require.NoError(t, err)
-		require.Len(t, vars, 10)
+		require.Len(t, vars, 14)
 		for _, v := range vars {
 			require.Contains(t, res.stdout, v)
 		}

@@ -9,6 +9,7 @@ package pulsev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,6 +21,65 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type JobWaitReason int32
+
+const (
+	JobWaitReason_JOB_WAIT_REASON_UNSPECIFIED JobWaitReason = 0
+	// Its scope (all dispatch, or its topic) is paused.
+	JobWaitReason_JOB_WAIT_REASON_PAUSED JobWaitReason = 1
+	// PENDING with a run_at still ahead.
+	JobWaitReason_JOB_WAIT_REASON_SCHEDULED JobWaitReason = 2
+	// RETRYING, waiting out its backoff.
+	JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF JobWaitReason = 3
+	// Due, behind `ahead` jobs of its topic.
+	JobWaitReason_JOB_WAIT_REASON_QUEUED JobWaitReason = 4
+)
+
+// Enum value maps for JobWaitReason.
+var (
+	JobWaitReason_name = map[int32]string{
+		0: "JOB_WAIT_REASON_UNSPECIFIED",
+		1: "JOB_WAIT_REASON_PAUSED",
+		2: "JOB_WAIT_REASON_SCHEDULED",
+		3: "JOB_WAIT_REASON_RETRY_BACKOFF",
+		4: "JOB_WAIT_REASON_QUEUED",
+	}
+	JobWaitReason_value = map[string]int32{
+		"JOB_WAIT_REASON_UNSPECIFIED":   0,
+		"JOB_WAIT_REASON_PAUSED":        1,
+		"JOB_WAIT_REASON_SCHEDULED":     2,
+		"JOB_WAIT_REASON_RETRY_BACKOFF": 3,
+		"JOB_WAIT_REASON_QUEUED":        4,
+	}
+)
+
+func (x JobWaitReason) Enum() *JobWaitReason {
+	p := new(JobWaitReason)
+	*p = x
+	return p
+}
+
+func (x JobWaitReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobWaitReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulse_v1_control_proto_enumTypes[0].Descriptor()
+}
+
+func (JobWaitReason) Type() protoreflect.EnumType {
+	return &file_pulse_v1_control_proto_enumTypes[0]
+}
+
+func (x JobWaitReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobWaitReason.Descriptor instead.
+func (JobWaitReason) EnumDescriptor() ([]byte, []int) {
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{0}
+}
 
 type SubmitJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -297,8 +357,10 @@ func (x *GetJobRequest) GetId() string {
 }
 
 type GetJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Why a PENDING or RETRYING job is not running; unset otherwise.
+	Wait          *JobWait `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +402,97 @@ func (x *GetJobResponse) GetJob() *Job {
 	return nil
 }
 
+func (x *GetJobResponse) GetWait() *JobWait {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// JobWait explains why a job is not running (docs/pause.md).
+type JobWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most decisive reason.
+	Reason JobWaitReason `protobuf:"varint,1,opt,name=reason,proto3,enum=pulse.v1.JobWaitReason" json:"reason,omitempty"`
+	// The paused scope holding the job, for JOB_WAIT_REASON_PAUSED.
+	PausedBy *ScopeState `protobuf:"bytes,2,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	// When the job becomes due (its run_at or the end of its retry backoff),
+	// when that is still ahead.
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// Due jobs of the same topic the claim takes first: higher priority, or
+	// equal priority and submitted earlier.
+	Ahead int64 `protobuf:"varint,4,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	// The count stopped at its bound: at least `ahead` jobs are ahead.
+	AheadAtLeast  bool `protobuf:"varint,5,opt,name=ahead_at_least,json=aheadAtLeast,proto3" json:"ahead_at_least,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobWait) Reset() {
+	*x = JobWait{}
+	mi := &file_pulse_v1_control_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobWait) ProtoMessage() {}
+
+func (x *JobWait) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_control_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobWait.ProtoReflect.Descriptor instead.
+func (*JobWait) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *JobWait) GetReason() JobWaitReason {
+	if x != nil {
+		return x.Reason
+	}
+	return JobWaitReason_JOB_WAIT_REASON_UNSPECIFIED
+}
+
+func (x *JobWait) GetPausedBy() *ScopeState {
+	if x != nil {
+		return x.PausedBy
+	}
+	return nil
+}
+
+func (x *JobWait) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *JobWait) GetAhead() int64 {
+	if x != nil {
+		return x.Ahead
+	}
+	return 0
+}
+
+func (x *JobWait) GetAheadAtLeast() bool {
+	if x != nil {
+		return x.AheadAtLeast
+	}
+	return false
+}
+
 type ListJobsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Topic  string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -353,7 +506,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_pulse_v1_control_proto_msgTypes[7]
+	mi := &file_pulse_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +518,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[7]
+	mi := &file_pulse_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +531,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListJobsRequest) GetTopic() string {
@@ -420,7 +573,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_pulse_v1_control_proto_msgTypes[8]
+	mi := &file_pulse_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +585,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[8]
+	mi := &file_pulse_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +598,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -471,7 +624,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_pulse_v1_control_proto_msgTypes[9]
+	mi := &file_pulse_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +636,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[9]
+	mi := &file_pulse_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +649,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -515,7 +668,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_pulse_v1_control_proto_msgTypes[10]
+	mi := &file_pulse_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +680,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[10]
+	mi := &file_pulse_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +693,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -559,7 +712,7 @@ type RetryJobRequest struct {
 
 func (x *RetryJobRequest) Reset() {
 	*x = RetryJobRequest{}
-	mi := &file_pulse_v1_control_proto_msgTypes[11]
+	mi := &file_pulse_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +724,7 @@ func (x *RetryJobRequest) String() string {
 func (*RetryJobRequest) ProtoMessage() {}
 
 func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[11]
+	mi := &file_pulse_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +737,7 @@ func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
 func (*RetryJobRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RetryJobRequest) GetId() string {
@@ -603,7 +756,7 @@ type RetryJobResponse struct {
 
 func (x *RetryJobResponse) Reset() {
 	*x = RetryJobResponse{}
-	mi := &file_pulse_v1_control_proto_msgTypes[12]
+	mi := &file_pulse_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +768,7 @@ func (x *RetryJobResponse) String() string {
 func (*RetryJobResponse) ProtoMessage() {}
 
 func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_control_proto_msgTypes[12]
+	mi := &file_pulse_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +781,7 @@ func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
 func (*RetryJobResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryJobResponse) GetJob() *Job {
@@ -642,7 +795,7 @@ var File_pulse_v1_control_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x12pulse/v1/job.proto\"7\n" +
+	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"7\n" +
 	"\x10SubmitJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.pulse.v1.JobSpecR\x03job\"<\n" +
 	"\fSubmitResult\x12\x0e\n" +
@@ -655,9 +808,17 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x12SubmitJobsResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.pulse.v1.SubmitResultR\aresults\"\x1f\n" +
 	"\rGetJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"1\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"X\n" +
 	"\x0eGetJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\"\x89\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12%\n" +
+	"\x04wait\x18\x02 \x01(\v2\x11.pulse.v1.JobWaitR\x04wait\"\xe4\x01\n" +
+	"\aJobWait\x12/\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x17.pulse.v1.JobWaitReasonR\x06reason\x121\n" +
+	"\tpaused_by\x18\x02 \x01(\v2\x14.pulse.v1.ScopeStateR\bpausedBy\x129\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x14\n" +
+	"\x05ahead\x18\x04 \x01(\x03R\x05ahead\x12$\n" +
+	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\"\x89\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x14\n" +
@@ -674,7 +835,13 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x0fRetryJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x10RetryJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job2\xa8\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job*\xaa\x01\n" +
+	"\rJobWaitReason\x12\x1f\n" +
+	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
+	"\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n" +
+	"\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n" +
+	"\x16JOB_WAIT_REASON_QUEUED\x10\x042\xa8\x03\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +
@@ -696,52 +863,61 @@ func file_pulse_v1_control_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_control_proto_rawDescData
 }
 
-var file_pulse_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_pulse_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pulse_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_pulse_v1_control_proto_goTypes = []any{
-	(*SubmitJobRequest)(nil),   // 0: pulse.v1.SubmitJobRequest
-	(*SubmitResult)(nil),       // 1: pulse.v1.SubmitResult
-	(*SubmitJobResponse)(nil),  // 2: pulse.v1.SubmitJobResponse
-	(*SubmitJobsRequest)(nil),  // 3: pulse.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil), // 4: pulse.v1.SubmitJobsResponse
-	(*GetJobRequest)(nil),      // 5: pulse.v1.GetJobRequest
-	(*GetJobResponse)(nil),     // 6: pulse.v1.GetJobResponse
-	(*ListJobsRequest)(nil),    // 7: pulse.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),   // 8: pulse.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),   // 9: pulse.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),  // 10: pulse.v1.CancelJobResponse
-	(*RetryJobRequest)(nil),    // 11: pulse.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),   // 12: pulse.v1.RetryJobResponse
-	(*JobSpec)(nil),            // 13: pulse.v1.JobSpec
-	(*Job)(nil),                // 14: pulse.v1.Job
-	(JobStatus)(0),             // 15: pulse.v1.JobStatus
+	(JobWaitReason)(0),            // 0: pulse.v1.JobWaitReason
+	(*SubmitJobRequest)(nil),      // 1: pulse.v1.SubmitJobRequest
+	(*SubmitResult)(nil),          // 2: pulse.v1.SubmitResult
+	(*SubmitJobResponse)(nil),     // 3: pulse.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),     // 4: pulse.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),    // 5: pulse.v1.SubmitJobsResponse
+	(*GetJobRequest)(nil),         // 6: pulse.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 7: pulse.v1.GetJobResponse
+	(*JobWait)(nil),               // 8: pulse.v1.JobWait
+	(*ListJobsRequest)(nil),       // 9: pulse.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 10: pulse.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 11: pulse.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 12: pulse.v1.CancelJobResponse
+	(*RetryJobRequest)(nil),       // 13: pulse.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),      // 14: pulse.v1.RetryJobResponse
+	(*JobSpec)(nil),               // 15: pulse.v1.JobSpec
+	(*Job)(nil),                   // 16: pulse.v1.Job
+	(*ScopeState)(nil),            // 17: pulse.v1.ScopeState
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(JobStatus)(0),                // 19: pulse.v1.JobStatus
 }
 var file_pulse_v1_control_proto_depIdxs = []int32{
-	13, // 0: pulse.v1.SubmitJobRequest.job:type_name -> pulse.v1.JobSpec
-	1,  // 1: pulse.v1.SubmitJobResponse.result:type_name -> pulse.v1.SubmitResult
-	13, // 2: pulse.v1.SubmitJobsRequest.jobs:type_name -> pulse.v1.JobSpec
-	1,  // 3: pulse.v1.SubmitJobsResponse.results:type_name -> pulse.v1.SubmitResult
-	14, // 4: pulse.v1.GetJobResponse.job:type_name -> pulse.v1.Job
-	15, // 5: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
-	14, // 6: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
-	14, // 7: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
-	14, // 8: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
-	0,  // 9: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
-	3,  // 10: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
-	5,  // 11: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
-	7,  // 12: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
-	9,  // 13: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
-	11, // 14: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
-	2,  // 15: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
-	4,  // 16: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
-	6,  // 17: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
-	8,  // 18: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
-	10, // 19: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
-	12, // 20: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 0: pulse.v1.SubmitJobRequest.job:type_name -> pulse.v1.JobSpec
+	2,  // 1: pulse.v1.SubmitJobResponse.result:type_name -> pulse.v1.SubmitResult
+	15, // 2: pulse.v1.SubmitJobsRequest.jobs:type_name -> pulse.v1.JobSpec
+	2,  // 3: pulse.v1.SubmitJobsResponse.results:type_name -> pulse.v1.SubmitResult
+	16, // 4: pulse.v1.GetJobResponse.job:type_name -> pulse.v1.Job
+	8,  // 5: pulse.v1.GetJobResponse.wait:type_name -> pulse.v1.JobWait
+	0,  // 6: pulse.v1.JobWait.reason:type_name -> pulse.v1.JobWaitReason
+	17, // 7: pulse.v1.JobWait.paused_by:type_name -> pulse.v1.ScopeState
+	18, // 8: pulse.v1.JobWait.not_before:type_name -> google.protobuf.Timestamp
+	19, // 9: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
+	16, // 10: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
+	16, // 11: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
+	16, // 12: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
+	1,  // 13: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
+	4,  // 14: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
+	6,  // 15: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
+	9,  // 16: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
+	11, // 17: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
+	13, // 18: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
+	3,  // 19: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
+	5,  // 20: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
+	7,  // 21: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
+	10, // 22: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
+	12, // 23: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
+	14, // 24: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_control_proto_init() }
@@ -749,19 +925,21 @@ func file_pulse_v1_control_proto_init() {
 	if File_pulse_v1_control_proto != nil {
 		return
 	}
+	file_pulse_v1_dispatch_control_proto_init()
 	file_pulse_v1_job_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_control_proto_rawDesc), len(file_pulse_v1_control_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      1,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_pulse_v1_control_proto_goTypes,
 		DependencyIndexes: file_pulse_v1_control_proto_depIdxs,
+		EnumInfos:         file_pulse_v1_control_proto_enumTypes,
 		MessageInfos:      file_pulse_v1_control_proto_msgTypes,
 	}.Build()
 	File_pulse_v1_control_proto = out.File

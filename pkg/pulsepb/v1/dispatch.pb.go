@@ -284,6 +284,7 @@ type StreamJobsResponse struct {
 	//
 	//	*StreamJobsResponse_Welcome
 	//	*StreamJobsResponse_Assignments
+	//	*StreamJobsResponse_DispatchState
 	Msg           isStreamJobsResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -344,6 +345,15 @@ func (x *StreamJobsResponse) GetAssignments() *Assignments {
 	return nil
 }
 
+func (x *StreamJobsResponse) GetDispatchState() *DispatchState {
+	if x != nil {
+		if x, ok := x.Msg.(*StreamJobsResponse_DispatchState); ok {
+			return x.DispatchState
+		}
+	}
+	return nil
+}
+
 type isStreamJobsResponse_Msg interface {
 	isStreamJobsResponse_Msg()
 }
@@ -357,9 +367,87 @@ type StreamJobsResponse_Assignments struct {
 	Assignments *Assignments `protobuf:"bytes,2,opt,name=assignments,proto3,oneof"`
 }
 
+type StreamJobsResponse_DispatchState struct {
+	// Sent when the pause state that matters to this worker changes (and
+	// on open when something is paused): an idle paused worker learns why
+	// it gets no work, once per change; it is not an error.
+	DispatchState *DispatchState `protobuf:"bytes,3,opt,name=dispatch_state,json=dispatchState,proto3,oneof"`
+}
+
 func (*StreamJobsResponse_Welcome) isStreamJobsResponse_Msg() {}
 
 func (*StreamJobsResponse_Assignments) isStreamJobsResponse_Msg() {}
+
+func (*StreamJobsResponse_DispatchState) isStreamJobsResponse_Msg() {}
+
+// DispatchState is the pause state that matters to one worker: the global
+// scope and the worker's topics (or, in a heartbeat answer, the topics of
+// the jobs beaten).
+type DispatchState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dispatch_control version this state was read at; it grows with
+	// every pause or resume anywhere.
+	Version int64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// True when none of the worker's topics can be dispatched: the global
+	// scope is paused, or every one of its topics is.
+	Paused bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The paused scopes among the global scope and the worker's topics;
+	// empty when nothing that matters to the worker is paused.
+	PausedScopes  []*ScopeState `protobuf:"bytes,3,rep,name=paused_scopes,json=pausedScopes,proto3" json:"paused_scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DispatchState) Reset() {
+	*x = DispatchState{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DispatchState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DispatchState) ProtoMessage() {}
+
+func (x *DispatchState) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DispatchState.ProtoReflect.Descriptor instead.
+func (*DispatchState) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DispatchState) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DispatchState) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *DispatchState) GetPausedScopes() []*ScopeState {
+	if x != nil {
+		return x.PausedScopes
+	}
+	return nil
+}
 
 type Welcome struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -372,7 +460,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[4]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +472,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[4]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +485,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{4}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Welcome) GetGatewayId() string {
@@ -430,7 +518,7 @@ type Assignments struct {
 
 func (x *Assignments) Reset() {
 	*x = Assignments{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[5]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +530,7 @@ func (x *Assignments) String() string {
 func (*Assignments) ProtoMessage() {}
 
 func (x *Assignments) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[5]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +543,7 @@ func (x *Assignments) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignments.ProtoReflect.Descriptor instead.
 func (*Assignments) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{5}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Assignments) GetJobs() []*Assignment {
@@ -485,7 +573,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[6]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +585,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[6]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +598,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{6}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Assignment) GetJobId() string {
@@ -594,7 +682,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[7]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +694,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[7]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +707,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{7}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JobRef) GetJobId() string {
@@ -646,7 +734,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[8]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +746,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[8]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +759,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{8}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -691,14 +779,16 @@ func (x *HeartbeatRequest) GetJobs() []*JobRef {
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per requested job, in request order.
-	Results       []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The pause state of the beaten jobs' scopes.
+	DispatchState *DispatchState `protobuf:"bytes,2,opt,name=dispatch_state,json=dispatchState,proto3" json:"dispatch_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[9]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +800,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[9]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,12 +813,19 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{9}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatResponse) GetResults() []*HeartbeatResult {
 	if x != nil {
 		return x.Results
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetDispatchState() *DispatchState {
+	if x != nil {
+		return x.DispatchState
 	}
 	return nil
 }
@@ -742,14 +839,18 @@ type HeartbeatResult struct {
 	LeaseHeld  bool                   `protobuf:"varint,3,opt,name=lease_held,json=leaseHeld,proto3" json:"lease_held,omitempty"`
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	// True when the job was canceled; the SDK cancels the handler's context.
-	Canceled      bool `protobuf:"varint,5,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	Canceled bool `protobuf:"varint,5,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// True while the job's scope (global or its topic) is paused in quiesce
+	// mode: the SDK's pulse.Checkpoint blocks until it is false again. The
+	// lease is still renewed.
+	Quiesced      bool `protobuf:"varint,6,opt,name=quiesced,proto3" json:"quiesced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[10]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +862,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[10]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +875,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{10}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatResult) GetJobId() string {
@@ -812,6 +913,13 @@ func (x *HeartbeatResult) GetCanceled() bool {
 	return false
 }
 
+func (x *HeartbeatResult) GetQuiesced() bool {
+	if x != nil {
+		return x.Quiesced
+	}
+	return false
+}
+
 type JobResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -824,7 +932,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[11]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +944,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[11]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +957,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{11}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobResult) GetJobId() string {
@@ -890,7 +998,7 @@ type ReportResultRequest struct {
 
 func (x *ReportResultRequest) Reset() {
 	*x = ReportResultRequest{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[12]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1010,7 @@ func (x *ReportResultRequest) String() string {
 func (*ReportResultRequest) ProtoMessage() {}
 
 func (x *ReportResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[12]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1023,7 @@ func (x *ReportResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResultRequest.ProtoReflect.Descriptor instead.
 func (*ReportResultRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{12}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportResultRequest) GetWorkerId() string {
@@ -942,7 +1050,7 @@ type ReportResultResponse struct {
 
 func (x *ReportResultResponse) Reset() {
 	*x = ReportResultResponse{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[13]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1062,7 @@ func (x *ReportResultResponse) String() string {
 func (*ReportResultResponse) ProtoMessage() {}
 
 func (x *ReportResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[13]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1075,7 @@ func (x *ReportResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResultResponse.ProtoReflect.Descriptor instead.
 func (*ReportResultResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{13}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportResultResponse) GetAcks() []*ResultAck {
@@ -993,7 +1101,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[14]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1113,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_dispatch_proto_msgTypes[14]
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1126,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{14}
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResultAck) GetJobId() string {
@@ -1060,7 +1168,7 @@ var File_pulse_v1_dispatch_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\n" +
-	"\x17pulse/v1/dispatch.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12pulse/v1/job.proto\"r\n" +
+	"\x17pulse/v1/dispatch.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"r\n" +
 	"\x11StreamJobsRequest\x12*\n" +
 	"\x04open\x18\x01 \x01(\v2\x14.pulse.v1.OpenStreamH\x00R\x04open\x12*\n" +
 	"\x06credit\x18\x02 \x01(\v2\x10.pulse.v1.CreditH\x00R\x06creditB\x05\n" +
@@ -1072,11 +1180,16 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\vconcurrency\x18\x03 \x01(\x05R\vconcurrency\x12\x1b\n" +
 	"\tin_flight\x18\x04 \x01(\x05R\binFlight\"\x1e\n" +
 	"\x06Credit\x12\x14\n" +
-	"\x05slots\x18\x01 \x01(\x05R\x05slots\"\x85\x01\n" +
+	"\x05slots\x18\x01 \x01(\x05R\x05slots\"\xc7\x01\n" +
 	"\x12StreamJobsResponse\x12-\n" +
 	"\awelcome\x18\x01 \x01(\v2\x11.pulse.v1.WelcomeH\x00R\awelcome\x129\n" +
-	"\vassignments\x18\x02 \x01(\v2\x15.pulse.v1.AssignmentsH\x00R\vassignmentsB\x05\n" +
-	"\x03msg\"\xaa\x01\n" +
+	"\vassignments\x18\x02 \x01(\v2\x15.pulse.v1.AssignmentsH\x00R\vassignments\x12@\n" +
+	"\x0edispatch_state\x18\x03 \x01(\v2\x17.pulse.v1.DispatchStateH\x00R\rdispatchStateB\x05\n" +
+	"\x03msg\"|\n" +
+	"\rDispatchState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x129\n" +
+	"\rpaused_scopes\x18\x03 \x03(\v2\x14.pulse.v1.ScopeStateR\fpausedScopes\"\xaa\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"gateway_id\x18\x01 \x01(\tR\tgatewayId\x126\n" +
@@ -1105,9 +1218,10 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"U\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12$\n" +
-	"\x04jobs\x18\x02 \x03(\v2\x10.pulse.v1.JobRefR\x04jobs\"H\n" +
+	"\x04jobs\x18\x02 \x03(\v2\x10.pulse.v1.JobRefR\x04jobs\"\x88\x01\n" +
 	"\x11HeartbeatResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.pulse.v1.HeartbeatResultR\aresults\"\xba\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.pulse.v1.HeartbeatResultR\aresults\x12>\n" +
+	"\x0edispatch_state\x18\x02 \x01(\v2\x17.pulse.v1.DispatchStateR\rdispatchState\"\xd6\x01\n" +
 	"\x0fHeartbeatResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
@@ -1115,7 +1229,8 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"lease_held\x18\x03 \x01(\bR\tleaseHeld\x12;\n" +
 	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12\x1a\n" +
-	"\bcanceled\x18\x05 \x01(\bR\bcanceled\"\x7f\n" +
+	"\bcanceled\x18\x05 \x01(\bR\bcanceled\x12\x1a\n" +
+	"\bquiesced\x18\x06 \x01(\bR\bquiesced\"\x7f\n" +
 	"\tJobResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12+\n" +
@@ -1156,56 +1271,61 @@ func file_pulse_v1_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_pulse_v1_dispatch_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: pulse.v1.Outcome
 	(*StreamJobsRequest)(nil),     // 1: pulse.v1.StreamJobsRequest
 	(*OpenStream)(nil),            // 2: pulse.v1.OpenStream
 	(*Credit)(nil),                // 3: pulse.v1.Credit
 	(*StreamJobsResponse)(nil),    // 4: pulse.v1.StreamJobsResponse
-	(*Welcome)(nil),               // 5: pulse.v1.Welcome
-	(*Assignments)(nil),           // 6: pulse.v1.Assignments
-	(*Assignment)(nil),            // 7: pulse.v1.Assignment
-	(*JobRef)(nil),                // 8: pulse.v1.JobRef
-	(*HeartbeatRequest)(nil),      // 9: pulse.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 10: pulse.v1.HeartbeatResponse
-	(*HeartbeatResult)(nil),       // 11: pulse.v1.HeartbeatResult
-	(*JobResult)(nil),             // 12: pulse.v1.JobResult
-	(*ReportResultRequest)(nil),   // 13: pulse.v1.ReportResultRequest
-	(*ReportResultResponse)(nil),  // 14: pulse.v1.ReportResultResponse
-	(*ResultAck)(nil),             // 15: pulse.v1.ResultAck
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(JobStatus)(0),                // 18: pulse.v1.JobStatus
+	(*DispatchState)(nil),         // 5: pulse.v1.DispatchState
+	(*Welcome)(nil),               // 6: pulse.v1.Welcome
+	(*Assignments)(nil),           // 7: pulse.v1.Assignments
+	(*Assignment)(nil),            // 8: pulse.v1.Assignment
+	(*JobRef)(nil),                // 9: pulse.v1.JobRef
+	(*HeartbeatRequest)(nil),      // 10: pulse.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 11: pulse.v1.HeartbeatResponse
+	(*HeartbeatResult)(nil),       // 12: pulse.v1.HeartbeatResult
+	(*JobResult)(nil),             // 13: pulse.v1.JobResult
+	(*ReportResultRequest)(nil),   // 14: pulse.v1.ReportResultRequest
+	(*ReportResultResponse)(nil),  // 15: pulse.v1.ReportResultResponse
+	(*ResultAck)(nil),             // 16: pulse.v1.ResultAck
+	(*ScopeState)(nil),            // 17: pulse.v1.ScopeState
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(JobStatus)(0),                // 20: pulse.v1.JobStatus
 }
 var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	2,  // 0: pulse.v1.StreamJobsRequest.open:type_name -> pulse.v1.OpenStream
 	3,  // 1: pulse.v1.StreamJobsRequest.credit:type_name -> pulse.v1.Credit
-	5,  // 2: pulse.v1.StreamJobsResponse.welcome:type_name -> pulse.v1.Welcome
-	6,  // 3: pulse.v1.StreamJobsResponse.assignments:type_name -> pulse.v1.Assignments
-	16, // 4: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
-	16, // 5: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	7,  // 6: pulse.v1.Assignments.jobs:type_name -> pulse.v1.Assignment
-	17, // 7: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
-	17, // 8: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
-	8,  // 9: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
-	11, // 10: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
-	17, // 11: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
-	0,  // 12: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
-	12, // 13: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
-	15, // 14: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
-	18, // 15: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
-	1,  // 16: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
-	9,  // 17: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
-	13, // 18: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
-	4,  // 19: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
-	10, // 20: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
-	14, // 21: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 2: pulse.v1.StreamJobsResponse.welcome:type_name -> pulse.v1.Welcome
+	7,  // 3: pulse.v1.StreamJobsResponse.assignments:type_name -> pulse.v1.Assignments
+	5,  // 4: pulse.v1.StreamJobsResponse.dispatch_state:type_name -> pulse.v1.DispatchState
+	17, // 5: pulse.v1.DispatchState.paused_scopes:type_name -> pulse.v1.ScopeState
+	18, // 6: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
+	18, // 7: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	8,  // 8: pulse.v1.Assignments.jobs:type_name -> pulse.v1.Assignment
+	19, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
+	19, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
+	9,  // 11: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
+	12, // 12: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
+	5,  // 13: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
+	19, // 14: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
+	0,  // 15: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
+	13, // 16: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
+	16, // 17: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
+	20, // 18: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
+	1,  // 19: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
+	10, // 20: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
+	14, // 21: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
+	4,  // 22: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
+	11, // 23: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
+	15, // 24: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_dispatch_proto_init() }
@@ -1213,6 +1333,7 @@ func file_pulse_v1_dispatch_proto_init() {
 	if File_pulse_v1_dispatch_proto != nil {
 		return
 	}
+	file_pulse_v1_dispatch_control_proto_init()
 	file_pulse_v1_job_proto_init()
 	file_pulse_v1_dispatch_proto_msgTypes[0].OneofWrappers = []any{
 		(*StreamJobsRequest_Open)(nil),
@@ -1221,6 +1342,7 @@ func file_pulse_v1_dispatch_proto_init() {
 	file_pulse_v1_dispatch_proto_msgTypes[3].OneofWrappers = []any{
 		(*StreamJobsResponse_Welcome)(nil),
 		(*StreamJobsResponse_Assignments)(nil),
+		(*StreamJobsResponse_DispatchState)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1228,7 +1350,7 @@ func file_pulse_v1_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_dispatch_proto_rawDesc), len(file_pulse_v1_dispatch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

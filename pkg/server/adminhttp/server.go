@@ -2,6 +2,7 @@ package adminhttp
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,8 @@ type Server struct {
 	notServing atomic.Bool
 	lastReady  atomic.Bool
 
+	tls *tls.Config
+
 	lis  net.Listener
 	done chan struct{}
 }
@@ -82,6 +85,19 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, h)
 }
 
+// Use wraps every route, the probes and /metrics included, in mw; call it
+// before Start. Authentication goes here, so a route mounted later is
+// covered too; the middleware decides which routes stay open.
+func (s *Server) Use(mw func(http.Handler) http.Handler) {
+	s.srv.Handler = mw(s.srv.Handler)
+}
+
+// SetTLS makes Start serve HTTPS (HTTP/2 included) with cfg; nil, the
+// default, is plaintext. Call it before Start. Probes must then use HTTPS.
+func (s *Server) SetTLS(cfg *tls.Config) {
+	s.tls = cfg
+}
+
 // AddReadinessCheck makes /readyz depend on check; a check added again under
 // the same name replaces the earlier one.
 func (s *Server) AddReadinessCheck(name string, check func(ctx context.Context) error) {
@@ -111,13 +127,19 @@ func (s *Server) Start() error {
 	}
 	s.lis = lis
 	s.done = make(chan struct{})
+	serve := s.srv.Serve
+	if s.tls != nil {
+		s.srv.TLSConfig = s.tls
+		// The certificate comes from TLSConfig, not from files.
+		serve = func(lis net.Listener) error { return s.srv.ServeTLS(lis, "", "") }
+	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("admin http server stopped", logging.Error, err)
 		}
 	}()
-	s.logger.Info("admin http listening", "addr", lis.Addr().String())
+	s.logger.Info("admin http listening", "addr", lis.Addr().String(), "tls", s.tls != nil)
 	return nil
 }
 

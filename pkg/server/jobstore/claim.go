@@ -35,12 +35,23 @@ type Claimed struct {
 // The claim is the lease grant: status, attempts+1 (the fencing token),
 // locked_by and lease_until change in one UPDATE, so a RUNNING row without
 // a lease cannot exist.
+//
+// The claim is also where pause is enforced (ADR-0007): it takes no job
+// while the global scope or the job's topic is paused in dispatch_control,
+// so once a Pause commits no claim on any gateway can start a job. Both
+// reads are uncorrelated subqueries that Postgres runs once per statement
+// (InitPlans) through dispatch_control_paused_idx: a global pause is a
+// one-time filter that skips the jobs index entirely, and a paused topic is
+// one more cheap filter on the rows the ordered walk of jobs_claim_idx
+// visits.
 const claimSQL = `
 WITH picked AS (
     SELECT id FROM jobs
     WHERE status IN ('PENDING', 'RETRYING')
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
     ORDER BY priority DESC, submitted_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED

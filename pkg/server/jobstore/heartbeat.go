@@ -20,12 +20,19 @@ type Beat struct {
 	LeaseHeld  bool
 	LeaseUntil time.Time // zero unless LeaseHeld
 	Canceled   bool      // the job was canceled while this attempt ran
+	// Topic is the job's topic ("" when the job no longer exists).
+	Topic string
+	// Quiesced says the job's scope (global or its topic) is paused in
+	// quiesce mode: the worker's checkpoints should hold.
+	Quiesced bool
 }
 
 // heartbeatSQL extends the leases a worker still holds. The fence is
 // locked_by AND attempts: after a reap and re-claim (even by the same
 // worker) the stale attempt's beat matches nothing, so a zombie can never
 // push a job out of its new owner's hands. A miss is reported, not raised.
+// Each answer also says whether the job's scope is quiesced, read from
+// dispatch_control in the same statement.
 const heartbeatSQL = `
 WITH beats AS (
     SELECT * FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS b(id, attempt, ord)
@@ -40,7 +47,11 @@ WITH beats AS (
     RETURNING j.id, j.attempts, j.lease_until
 )
 SELECT beats.id, beats.attempt, extended.lease_until,
-       COALESCE(cur.status = 'CANCELED' AND cur.attempts = beats.attempt, false)
+       COALESCE(cur.status = 'CANCELED' AND cur.attempts = beats.attempt, false),
+       COALESCE(cur.topic, ''),
+       EXISTS (SELECT 1 FROM dispatch_control dc
+               WHERE dc.paused AND dc.mode = 'quiesce'
+                 AND (dc.scope = '` + GlobalScope + `' OR dc.scope = cur.topic))
 FROM beats
 LEFT JOIN extended ON extended.id = beats.id AND extended.attempts = beats.attempt
 LEFT JOIN jobs AS cur ON cur.id = beats.id
@@ -66,7 +77,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef,
 	for rows.Next() {
 		var b Beat
 		var until *time.Time
-		if err := rows.Scan(&b.Ref.ID, &b.Ref.Attempt, &until, &b.Canceled); err != nil {
+		if err := rows.Scan(&b.Ref.ID, &b.Ref.Attempt, &until, &b.Canceled, &b.Topic, &b.Quiesced); err != nil {
 			return nil, interpretError("heartbeat", err)
 		}
 		if until != nil {

@@ -85,6 +85,12 @@ func constraintField(name string) string {
 		return "max_attempts"
 	case "jobs_idempotency_key_length":
 		return "idempotency_key"
+	case "dispatch_control_scope_format":
+		return "topic"
+	case "dispatch_control_mode_known", "control_events_mode_known":
+		return "mode"
+	case "dispatch_control_reason_length", "dispatch_control_paused_explained":
+		return "reason"
 	}
 	return name
 }

@@ -28,6 +28,7 @@ type Store interface {
 	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
 	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	Retry(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
+	ExplainWait(ctx context.Context, job *jobstore.Job) (*jobstore.JobWait, error)
 }
 
 // Submitter inserts one job, coalescing it with concurrent ones
@@ -127,7 +128,11 @@ func (s *ControlService) GetJob(ctx context.Context, req *pulsev1.GetJobRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &pulsev1.GetJobResponse{Job: JobToWire(job)}, nil
+	wait, err := s.store.ExplainWait(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.GetJobResponse{Job: JobToWire(job), Wait: WaitToWire(wait)}, nil
 }
 
 // ListJobs pages jobs newest first. It reads one job more than the page

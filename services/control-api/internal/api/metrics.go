@@ -1,6 +1,10 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
 
 // Metrics are control-api's own pulse_* metrics, every name declared here.
 type Metrics struct {
@@ -12,6 +16,11 @@ type Metrics struct {
 	// InsertRows observes the rows of every INSERT the submit coalescer
 	// issues; a mean above 1 is coalescing at work.
 	InsertRows prometheus.Histogram
+	// DispatchPaused is 1 while a scope ("*" or a topic) is paused.
+	DispatchPaused *prometheus.GaugeVec
+	// DispatchActions counts effective pauses and resumes, by action
+	// (pause, resume, auto_resume); idempotent repeats are not counted.
+	DispatchActions *prometheus.CounterVec
 }
 
 // NewMetrics registers control-api's metrics on reg.
@@ -30,9 +39,47 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Rows per coalesced submit INSERT statement.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
 		}),
+		DispatchPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_dispatch_paused",
+			Help: "1 while the scope (\"*\" = global, else a topic) is paused, as control-api last read it.",
+		}, []string{"scope"}),
+		DispatchActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_dispatch_actions_total",
+			Help: "Pauses and resumes that changed state, by action (pause, resume, auto_resume).",
+		}, []string{"action"}),
 	}
-	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows)
+	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions)
 	return m
+}
+
+func (m *Metrics) dispatchAction(action string) {
+	if m != nil {
+		m.DispatchActions.WithLabelValues(action).Inc()
+	}
+}
+
+func (m *Metrics) dispatchPaused(scope string, paused bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	m.DispatchPaused.WithLabelValues(scope).Set(v)
+}
+
+// DispatchAutoResumed records the expiry sweeper's automatic resume.
+func (m *Metrics) DispatchAutoResumed(scope string) {
+	m.dispatchAction("auto_resume")
+	m.dispatchPaused(scope, false)
+}
+
+// DispatchState sets the paused gauge of every scope in st.
+func (m *Metrics) DispatchState(st jobstore.DispatchState) {
+	for _, s := range st.Scopes {
+		m.dispatchPaused(s.Scope, s.Paused)
+	}
 }
 
 func (m *Metrics) submitted(topic string, duplicate bool) {

@@ -14,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -25,6 +26,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
+	"github.com/pulsequeue/pulse/services/control-api/internal/pauseexpiry"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 )
 
@@ -36,7 +38,7 @@ const Service = "control-api"
 var Version = "dev"
 
 // MinSchemaVersion is the oldest schema control-api runs on.
-const MinSchemaVersion = migrations.VersionJobs
+const MinSchemaVersion = migrations.VersionDispatchControl
 
 // Run serves control-api until ctx is done, then shuts down gracefully
 // within cfg.ShutdownTimeout.
@@ -87,6 +89,7 @@ type App struct {
 
 	pool      *pgxpool.Pool
 	coalescer *submit.Coalescer
+	expiry    *pauseexpiry.Sweeper
 	grpc      *grpcserver.Server
 	admin     *adminhttp.Server
 
@@ -98,6 +101,13 @@ type App struct {
 // New connects to the database (waiting for it, refusing an old schema)
 // and builds every part.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, error) {
+	authn, tlsCfg, err := cfg.Security()
+	if err != nil {
+		return nil, err
+	}
+	if authn == nil {
+		auth.LogOpenMode(logger)
+	}
 	pool, err := pgconn.Open(ctx, pgconn.Options{
 		URL:              cfg.DatabaseURL,
 		Service:          Service,
@@ -129,20 +139,28 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		Logger:       logger,
 	})
 	admin := adminhttp.New(cfg.HTTPAddr, reg, logger)
+	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(httpapi.AccessPolicy())))
+	admin.SetTLS(tlsCfg)
 	jsonAPI.Register(admin)
+	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
+	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 
 	grpcSrv := grpcserver.New(grpcserver.Options{
 		Logger:  logger,
 		Metrics: metrics.GRPCServerMetrics(reg),
 		// A batch may be as large over gRPC as over HTTP.
-		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))},
+		ServerOptions: append([]grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))}, auth.GRPCServerOptions(tlsCfg)...),
+		ExtraUnary:    []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(authn, api.AccessPolicy())},
+		ExtraStream:   []grpc.StreamServerInterceptor{auth.StreamInterceptor(authn, api.AccessPolicy())},
 	})
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
+	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)
 
 	return &App{
 		cfg: cfg, logger: logger,
 		pool: pool, coalescer: coalescer, grpc: grpcSrv, admin: admin,
+		expiry:   pauseexpiry.New(store, m, pauseexpiry.IntervalDefault, logger),
 		serveErr: make(chan error, 1),
 	}, nil
 }
@@ -159,6 +177,7 @@ func (a *App) Start() error {
 		return err
 	}
 	a.grpcLis = lis
+	a.expiry.Start()
 	a.served.Go(func() {
 		if err := a.grpc.Serve(lis); err != nil {
 			a.serveErr <- err
@@ -184,6 +203,7 @@ func (a *App) GRPCAddr() string {
 // that ends first cuts the transports' remaining requests short.
 func (a *App) Stop(ctx context.Context) error {
 	a.admin.SetNotServing()
+	a.expiry.Stop()
 
 	var grpcErr, httpErr error
 	var wg sync.WaitGroup

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
@@ -43,6 +45,10 @@ type Config struct {
 	SubmitCoalesceMax int           `envconfig:"SUBMIT_COALESCE_MAX" desc:"most single submits coalesced into one INSERT"`
 	SubmitFlushers    int           `envconfig:"SUBMIT_FLUSHERS" desc:"most coalesced INSERTs running at once"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"how long a graceful shutdown may take before connections are cut"`
+	AuthUsers         string        `envconfig:"AUTH_USERS" desc:"Basic users, name:role:password-or-bcrypt-hash,...; with PULSE_AUTH_TOKENS also unset, auth is off (local development only)"`
+	AuthTokens        string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,...; roles are producer, worker, operator"`
+	TLSCert           string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
+	TLSKey            string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
 }
 
 // Default returns a Config holding every default, the starting point Load
@@ -106,7 +112,25 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return serverconfig.Invalid("PULSE_SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
 	}
+	if _, _, err := c.Security(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// Security parses the credentials and loads the TLS keypair. A nil
+// Authenticator is open mode and a nil tls.Config is plaintext. Errors name
+// the variable.
+func (c *Config) Security() (*auth.Authenticator, *tls.Config, error) {
+	authn, err := auth.New(c.AuthUsers, c.AuthTokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsCfg, err := auth.ServerTLS(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return authn, tlsCfg, nil
 }
 
 // validateAddr accepts host:port with a numeric port (0 picks a free one).

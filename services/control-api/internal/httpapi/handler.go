@@ -169,7 +169,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, jobToJSON(resp.GetJob()))
+	return writeJSON(w, http.StatusOK, jobWithWaitJSON{jobJSON: jobToJSON(resp.GetJob()), Waiting: waitToJSON(resp.GetWait())})
 }
 
 // listParams are the query parameters GET /v1/jobs understands.

@@ -54,6 +54,17 @@ type Config struct {
 	LeaseTTL          time.Duration
 	HeartbeatInterval time.Duration
 	Backoff           jobstore.Backoff
+	// Pause is the gate whose state streams and heartbeat answers carry;
+	// nil sends none.
+	Pause PauseState
+}
+
+// PauseState is the pause gate as the API reads it (pause.Gate).
+type PauseState interface {
+	// State is the last pause state read; nil before the gate is primed.
+	State() *jobstore.DispatchState
+	// Changed is closed at the next change.
+	Changed() <-chan struct{}
 }
 
 // DispatchService implements pulsev1.DispatchServiceServer.
@@ -110,6 +121,23 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 		}
 	}()
 
+	// An idle paused worker is told why it gets no work, and told again
+	// only when what matters to it changes.
+	var lastState string
+	var pauseChanged <-chan struct{}
+	sendState := func() error {
+		pauseChanged = s.pauseChanged() // before the read: no change slips between
+		view, key, ok := s.dispatchState(w.Topics)
+		if !ok || key == lastState {
+			return nil
+		}
+		lastState = key
+		return stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_DispatchState{DispatchState: view}})
+	}
+	if err := sendState(); err != nil {
+		return err
+	}
+
 	ctx := stream.Context()
 	recvErr := make(chan error, 1)
 	go func() {
@@ -133,6 +161,10 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-pauseChanged:
+			if err := sendState(); err != nil {
+				return err
+			}
 		case <-s.draining:
 			return apierr.Unavailable("gateway shutting down; reconnect to another replica", nil)
 		case err := <-recvErr:
@@ -244,12 +276,20 @@ func (s *DispatchService) Heartbeat(ctx context.Context, req *pulsev1.HeartbeatR
 		return nil, err
 	}
 	resp := &pulsev1.HeartbeatResponse{Results: make([]*pulsev1.HeartbeatResult, len(beats))}
+	topics := make([]string, 0, len(beats))
 	for i, b := range beats {
-		r := &pulsev1.HeartbeatResult{JobId: b.Ref.ID.String(), Attempt: b.Ref.Attempt, LeaseHeld: b.LeaseHeld, Canceled: b.Canceled}
+		r := &pulsev1.HeartbeatResult{JobId: b.Ref.ID.String(), Attempt: b.Ref.Attempt, LeaseHeld: b.LeaseHeld, Canceled: b.Canceled,
+			Quiesced: b.Quiesced}
+		if b.Topic != "" {
+			topics = append(topics, b.Topic)
+		}
 		if b.LeaseHeld {
 			r.LeaseUntil = timestamppb.New(b.LeaseUntil)
 		}
 		resp.Results[i] = r
+	}
+	if view, _, ok := s.dispatchState(topics); ok {
+		resp.DispatchState = view
 	}
 	return resp, nil
 }

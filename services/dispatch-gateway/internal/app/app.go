@@ -11,10 +11,12 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
@@ -24,18 +26,26 @@ import (
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/config"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/gwmetrics"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/pause"
 )
 
 // Service is the name in logs, traces and application_name.
 const Service = "dispatch-gateway"
 
 // MinSchemaVersion is the oldest schema this build can run against.
-const MinSchemaVersion = migrations.VersionJobs
+const MinSchemaVersion = migrations.VersionDispatchControl
 
 // Run serves until ctx is done, then shuts down in order: stop taking
 // streams and end the open ones (workers reconnect elsewhere), stop
 // claiming, let in-flight reports finish, close the pool.
 func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	authn, tlsCfg, err := cfg.Security()
+	if err != nil {
+		return err
+	}
+	if authn == nil {
+		auth.LogOpenMode(logger)
+	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, Service, "dev")
 	if err != nil {
 		return fmt.Errorf("tracing: %w", err)
@@ -59,6 +69,19 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	m := gwmetrics.New(reg, dispatcher.Registry().Stats)
 	dispatcher.SetObserver(m)
 
+	// Pause: the gate the dispatcher and the streams read, kept current by
+	// NOTIFY and polling (docs/pause.md).
+	gate := pause.NewGate()
+	dispatcher.SetGate(gate)
+	refresher := pause.NewRefresher(gate, store, pause.RefresherConfig{
+		Interval: cfg.PauseRefreshInterval,
+		Listen: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		},
+		OnChange: dispatcher.JobsReady,
+		Observer: m,
+	}, logger)
+
 	listener := dispatch.NewListener(func(ctx context.Context) (*pgx.Conn, error) {
 		return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	}, dispatcher.JobsReady, logger)
@@ -68,15 +91,30 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		LeaseTTL:          cfg.LeaseTTL,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Backoff:           jobstore.Backoff{Unit: cfg.RetryBackoffUnit, Max: cfg.RetryBackoffMax},
+		Pause:             gate,
 	}, store, dispatcher.Registry(), m, logger)
 
-	grpcSrv := grpcserver.New(grpcserver.Options{Logger: logger, Metrics: metrics.GRPCServerMetrics(reg)})
+	grpcSrv := grpcserver.New(grpcserver.Options{
+		Logger: logger, Metrics: metrics.GRPCServerMetrics(reg),
+		ExtraUnary:    []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(authn, api.AccessPolicy())},
+		ExtraStream:   []grpc.StreamServerInterceptor{auth.StreamInterceptor(authn, api.AccessPolicy())},
+		ServerOptions: auth.GRPCServerOptions(tlsCfg),
+	})
 	pulsev1.RegisterDispatchServiceServer(grpcSrv.GRPC(), svc)
 
 	admin := adminhttp.New(cfg.AdminAddr, reg, logger)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
+	admin.AddReadinessCheck("dispatch_gate", gate.ReadinessCheck)
 	if err := admin.Start(); err != nil {
 		return fmt.Errorf("admin http on %s (PULSE_ADMIN_ADDR): %w", cfg.AdminAddr, err)
+	}
+	// Boot is fail-safe: no gRPC until the pause state is known.
+	primeCtx, cancelPrime := context.WithTimeout(ctx, pause.PrimeTimeoutDefault)
+	err = refresher.Prime(primeCtx)
+	cancelPrime()
+	if err != nil {
+		_ = admin.Shutdown(context.Background())
+		return fmt.Errorf("refusing to serve: %w", err)
 	}
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -85,9 +123,10 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 
 	loopCtx, stopLoops := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
 	go func() { defer loops.Done(); dispatcher.Run(loopCtx) }()
 	go func() { defer loops.Done(); listener.Run(loopCtx) }()
+	go func() { defer loops.Done(); refresher.Run(loopCtx) }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- grpcSrv.Serve(lis) }()

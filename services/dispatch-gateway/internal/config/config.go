@@ -3,10 +3,12 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 )
 
@@ -34,11 +36,20 @@ type Config struct {
 	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"30s"`
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"10s"`
 	PollInterval      time.Duration `envconfig:"POLL_INTERVAL" default:"500ms"`
-	ClaimBatch        int           `envconfig:"CLAIM_BATCH" default:"500"`
-	RetryBackoffUnit  time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
-	RetryBackoffMax   time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
-	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" default:"10"`
-	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// PauseRefreshInterval is the pause gate's reconciling poll behind the
+	// pulse_dispatch_control NOTIFY (docs/pause.md).
+	PauseRefreshInterval time.Duration `envconfig:"PAUSE_REFRESH_INTERVAL" default:"1s"`
+	ClaimBatch           int           `envconfig:"CLAIM_BATCH" default:"500"`
+	RetryBackoffUnit     time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
+	RetryBackoffMax      time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
+	DBMaxConns           int32         `envconfig:"DB_MAX_CONNS" default:"10"`
+	ShutdownTimeout      time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// Credentials (name:role:secret,...) and the TLS keypair; all unset
+	// is open, plaintext local development.
+	AuthUsers  string `envconfig:"AUTH_USERS"`
+	AuthTokens string `envconfig:"AUTH_TOKENS"`
+	TLSCert    string `envconfig:"TLS_CERT"`
+	TLSKey     string `envconfig:"TLS_KEY"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
@@ -50,6 +61,8 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_HEARTBEAT_INTERVAL", "is %s; it must be positive and at most half of PULSE_LEASE_TTL (%s) so one lost beat never loses a lease", c.HeartbeatInterval, c.LeaseTTL)
 	case c.PollInterval < 10*time.Millisecond || c.PollInterval > time.Minute:
 		return config.Invalid("PULSE_POLL_INTERVAL", "is %s; it must be between 10ms and 1m", c.PollInterval)
+	case c.PauseRefreshInterval < 10*time.Millisecond || c.PauseRefreshInterval > time.Minute:
+		return config.Invalid("PULSE_PAUSE_REFRESH_INTERVAL", "is %s; it must be between 10ms and 1m", c.PauseRefreshInterval)
 	case c.ClaimBatch < 1 || c.ClaimBatch > 10000:
 		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
 	case c.RetryBackoffUnit < 0:
@@ -61,9 +74,27 @@ func (c *Config) Validate() error {
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
 	}
+	if _, _, err := c.Security(); err != nil {
+		return err
+	}
 	if c.GatewayID == "" {
 		host, _ := os.Hostname()
 		c.GatewayID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	return nil
+}
+
+// Security parses the credentials and loads the TLS keypair. A nil
+// Authenticator is open mode and a nil tls.Config is plaintext. Errors name
+// the variable.
+func (c *Config) Security() (*auth.Authenticator, *tls.Config, error) {
+	authn, err := auth.New(c.AuthUsers, c.AuthTokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsCfg, err := auth.ServerTLS(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return authn, tlsCfg, nil
 }

@@ -18,6 +18,19 @@ type Claimer interface {
 type Observer interface {
 	Claimed(took time.Duration, requested int, jobs []jobstore.Claimed, err error)
 	Undeliverable(jobs []jobstore.Claimed)
+	// ClaimsPaused counts a wake-up that issued no claim because dispatch
+	// is globally paused.
+	ClaimsPaused()
+}
+
+// Gate is the in-memory pause state (pause.Gate). Pause is enforced by the
+// claim statement; the gate only spares the database claims that could
+// take nothing.
+type Gate interface {
+	// GloballyPaused: no claim queries at all (seed ADR-0010).
+	GloballyPaused() bool
+	// Blocks: every topic of a group is paused, so its claim is skipped.
+	Blocks(topics []string) bool
 }
 
 // DispatcherConfig tunes the loop.
@@ -40,6 +53,7 @@ type Dispatcher struct {
 	registry *Registry
 	claimer  Claimer
 	observer Observer
+	gate     Gate
 	logger   *slog.Logger
 
 	wake chan struct{}
@@ -71,6 +85,11 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 
 // SetObserver sets who is told about claims; call before Run.
 func (d *Dispatcher) SetObserver(o Observer) { d.observer = o }
+
+// SetGate sets the pause gate consulted before every claim; call before
+// Run. Without one the dispatcher claims as if nothing were paused (the
+// claim statement still enforces pause).
+func (d *Dispatcher) SetGate(g Gate) { d.gate = g }
 
 // Registry is the set of connected workers this loop serves.
 func (d *Dispatcher) Registry() *Registry { return d.registry }
@@ -142,6 +161,12 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // and again while claims come back full.
 func (d *Dispatcher) drain(ctx context.Context) {
 	for ctx.Err() == nil {
+		if d.gate != nil && d.gate.GloballyPaused() {
+			if d.observer != nil {
+				d.observer.ClaimsPaused()
+			}
+			return // resume calls JobsReady
+		}
 		groups := d.registry.Reserve(d.mayHaveWork, d.cfg.Batch)
 		if len(groups) == 0 {
 			return
@@ -149,6 +174,15 @@ func (d *Dispatcher) drain(ctx context.Context) {
 		full := false
 		epoch := d.currentEpoch()
 		for _, g := range groups {
+			if d.gate != nil && d.gate.Blocks(g.Topics) {
+				// Every topic of the group is paused: give the slots back
+				// and rest until the next change or tick.
+				d.registry.Settle(g, nil)
+				d.mu.Lock()
+				d.drained[g.Key] = epoch
+				d.mu.Unlock()
+				continue
+			}
 			start := time.Now()
 			claimed, err := d.claimer.Claim(ctx, g.Topics, g.Slots, d.cfg.LeaseTTL)
 			took := time.Since(start)

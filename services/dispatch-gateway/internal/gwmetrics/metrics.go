@@ -28,7 +28,12 @@ type Metrics struct {
 	SentJobs        prometheus.Counter
 	Workers         prometheus.GaugeFunc
 	FreeSlots       prometheus.GaugeFunc
-	now             func() time.Time
+	// Pause (internal/pause): the gate's view of dispatch_control.
+	DispatchPaused    *prometheus.GaugeVec
+	GateRefreshErrors prometheus.Counter
+	GateFlip          prometheus.Histogram
+	PausedWakeups     prometheus.Counter
+	now               func() time.Time
 }
 
 // New registers the gateway metrics on reg. stats reports connected
@@ -71,11 +76,44 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		FreeSlots: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "pulse_gateway_free_slots", Help: "Free handler slots across this gateway's connected workers.",
 		}, func() float64 { _, f := stats(); return float64(f) }),
+		DispatchPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_dispatch_paused", Help: "1 while the scope (\"*\" = global, else a topic) is paused, as this gateway's gate sees it.",
+		}, []string{"scope"}),
+		GateRefreshErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_dispatch_gate_refresh_errors_total", Help: "Failed reads of the pause state; the gate kept its last known state.",
+		}),
+		GateFlip: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pulse_dispatch_gate_flip_seconds", Help: "Time from a pause or resume (its statement's start) to this gateway's gate holding it.", Buckets: latencyBuckets,
+		}),
+		PausedWakeups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_dispatch_paused_wakeups_total", Help: "Dispatcher wake-ups (poll ticks, NOTIFYs, credits) that issued no claim query because dispatch is globally paused.",
+		}),
 		now: time.Now,
 	}
 	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration,
-		m.ClaimErrors, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots)
+		m.ClaimErrors, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
+		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups)
 	return m
+}
+
+// ClaimsPaused counts a wake-up the pause gate kept from claiming.
+func (m *Metrics) ClaimsPaused() { m.PausedWakeups.Inc() }
+
+// GateRefreshFailed counts a failed pause-state read.
+func (m *Metrics) GateRefreshFailed() { m.GateRefreshErrors.Inc() }
+
+// GateFlipped observes a change's propagation to the gate.
+func (m *Metrics) GateFlipped(latency time.Duration) { m.GateFlip.Observe(max(latency, 0).Seconds()) }
+
+// GateState sets the paused gauge of every known scope.
+func (m *Metrics) GateState(st *jobstore.DispatchState) {
+	for _, s := range st.Scopes {
+		v := 0.0
+		if s.Paused {
+			v = 1
+		}
+		m.DispatchPaused.WithLabelValues(s.Scope).Set(v)
+	}
 }
 
 // Claimed records one claim statement.

@@ -1,0 +1,176 @@
+package pulse
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+)
+
+// quiesceGateway answers heartbeats as a gateway whose scope may be
+// quiesced, and counts the beats it answered since the last flip.
+type quiesceGateway struct {
+	*fakeGateway
+	mu       sync.Mutex
+	quiesced bool
+	canceled bool
+	since    atomic.Int64 // beats answered with the current flags
+}
+
+func newQuiesceGateway(t *testing.T, welcome *pulsev1.Welcome) *quiesceGateway {
+	g := &quiesceGateway{fakeGateway: newFakeGateway(t, "gw-1", welcome)}
+	g.setHeartbeatFn(func(req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		resp := holdAll(req)
+		for _, r := range resp.GetResults() {
+			r.Quiesced = g.quiesced
+			if g.canceled {
+				r.LeaseHeld, r.Canceled = false, true
+			}
+		}
+		g.since.Add(1)
+		return resp, nil
+	})
+	return g
+}
+
+func (g *quiesceGateway) set(quiesced, canceled bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.quiesced, g.canceled = quiesced, canceled
+	g.since.Store(0)
+}
+
+// applied waits until the worker has certainly applied an answer given
+// with the current flags: heartbeats are sequential, so a second beat
+// arrives only after the first answer was applied.
+func (g *quiesceGateway) applied(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return g.since.Load() >= 2 }, liveness, tick)
+}
+
+// checkpointHandler calls Checkpoint when told to and reports what it
+// returned.
+type checkpointHandler struct {
+	started  chan struct{}
+	proceed  chan struct{}
+	returned chan error
+}
+
+func newCheckpointHandler() *checkpointHandler {
+	return &checkpointHandler{started: make(chan struct{}, 1), proceed: make(chan struct{}), returned: make(chan error, 1)}
+}
+
+func (h *checkpointHandler) handle(ctx context.Context, _ *Job) error {
+	h.started <- struct{}{}
+	<-h.proceed
+	err := Checkpoint(ctx)
+	h.returned <- err
+	return err
+}
+
+func TestCheckpoint(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HoldsWhileQuiescedKeepsHeartbeatingAndReturnsOnResume", func(t *testing.T) {
+		t.Parallel()
+		gw := newQuiesceGateway(t, fastWelcome())
+		gw.set(true, false)
+		h := newCheckpointHandler()
+		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
+		gw.nextStream(t).assign(assignment("j1", "t"))
+		<-h.started
+		gw.applied(t)
+		close(h.proceed)
+
+		require.Never(t, func() bool { return len(h.returned) > 0 }, 200*time.Millisecond, tick, "Checkpoint must hold while quiesced")
+		beats := gw.since.Load()
+		require.Eventually(t, func() bool { return gw.since.Load() > beats+2 }, liveness, tick, "the lease keeps being renewed while held")
+
+		gw.set(false, false)
+		select {
+		case err := <-h.returned:
+			require.NoError(t, err)
+		case <-time.After(liveness):
+			t.Fatal("Checkpoint did not return on resume")
+		}
+		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+	})
+
+	t.Run("CancelWhileHeldReturnsTheCause", func(t *testing.T) {
+		t.Parallel()
+		gw := newQuiesceGateway(t, fastWelcome())
+		gw.set(true, false)
+		h := newCheckpointHandler()
+		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
+		gw.nextStream(t).assign(assignment("j1", "t"))
+		<-h.started
+		gw.applied(t)
+		close(h.proceed)
+		require.Never(t, func() bool { return len(h.returned) > 0 }, 100*time.Millisecond, tick)
+
+		gw.set(true, true)
+		select {
+		case err := <-h.returned:
+			require.ErrorIs(t, err, ErrJobCanceled)
+			require.ErrorIs(t, err, context.Canceled)
+		case <-time.After(liveness):
+			t.Fatal("Checkpoint did not return on cancel")
+		}
+	})
+
+	t.Run("AStreamAnnouncementRefreshesQuiesceWithoutWaitingForTheInterval", func(t *testing.T) {
+		t.Parallel()
+		slow := fastWelcome()
+		slow.HeartbeatInterval = durationpb.New(time.Hour) // only a poke beats
+		gw := newQuiesceGateway(t, slow)
+		h := newCheckpointHandler()
+		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
+		fs := gw.nextStream(t)
+		fs.assign(assignment("j1", "t"))
+		<-h.started
+
+		announce := func(version int64, paused bool) {
+			st := &pulsev1.DispatchState{Version: version, Paused: paused}
+			if paused {
+				st.PausedScopes = []*pulsev1.ScopeState{{Scope: "t", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_QUIESCE, Reason: "upgrade"}}
+			}
+			fs.out <- &pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_DispatchState{DispatchState: st}}
+		}
+		gw.set(true, false)
+		announce(5, true)
+		require.Eventually(t, func() bool { return gw.since.Load() >= 1 }, liveness, tick, "the announcement triggers a beat")
+		// The answer is applied right after; give Checkpoint the chance to
+		// see it by asking the same question again through the stream.
+		announce(6, true)
+		gw.applied(t)
+		close(h.proceed)
+		require.Never(t, func() bool { return len(h.returned) > 0 }, 100*time.Millisecond, tick)
+
+		gw.set(false, false)
+		announce(7, false)
+		select {
+		case err := <-h.returned:
+			require.NoError(t, err)
+		case <-time.After(liveness):
+			t.Fatal("Checkpoint did not return after the resume announcement")
+		}
+	})
+
+	t.Run("OutsideAHandlerOnlyReportsTheContext", func(t *testing.T) {
+		t.Parallel()
+		require.NoError(t, Checkpoint(context.Background()))
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrWorkerShutdown)
+		err := Checkpoint(ctx)
+		require.True(t, errors.Is(err, ErrWorkerShutdown) && errors.Is(err, context.Canceled), err)
+	})
+}

@@ -1,0 +1,23 @@
+// Package auth authenticates callers of control-api and dispatch-gateway and
+// checks their role, on gRPC and HTTP alike.
+//
+// Credentials are configured on the server only: PULSE_AUTH_USERS holds HTTP
+// Basic users (plain passwords or bcrypt hashes) and PULSE_AUTH_TOKENS holds
+// bearer tokens, each entry with one role:
+//
+//   - producer: submit jobs and read them;
+//   - worker: stream jobs, heartbeat and report results;
+//   - operator: everything, including cancel, retry, pause and resume.
+//
+// A Policy maps each gRPC method and HTTP route to the roles it admits.
+// Anything the policy does not name is for operators only, so a route added
+// without a policy entry fails closed. The gRPC health and reflection services
+// are always open, and the HTTP policy marks the probes and /metrics Public.
+//
+// When neither variable is set the Authenticator is nil and the service runs
+// in open mode: every caller is Anonymous, an operator. Open mode is for local
+// development only; LogOpenMode says so loudly at start.
+//
+// Handlers learn who is calling with IdentityFrom, for example to record the
+// actor of an operator action.
+package auth

@@ -1,0 +1,109 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Role is what an identity may do. Roles do not nest: a Policy lists every
+// role it admits, except that operators are admitted everywhere.
+type Role string
+
+// The roles. Public is not a role anyone holds: a Policy entry containing
+// it admits callers without credentials.
+const (
+	// RoleProducer submits jobs and reads them.
+	RoleProducer Role = "producer"
+	// RoleWorker streams jobs, heartbeats and reports results.
+	RoleWorker Role = "worker"
+	// RoleOperator may do everything, including cancel, retry, pause and
+	// resume.
+	RoleOperator Role = "operator"
+	// Public marks a method or route that needs no credentials (probes,
+	// metrics).
+	Public Role = "public"
+)
+
+// ParseRole accepts the role names used in PULSE_AUTH_USERS and
+// PULSE_AUTH_TOKENS.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleProducer, RoleWorker, RoleOperator:
+		return r, nil
+	}
+	return "", fmt.Errorf("role %q is not producer, worker or operator", s)
+}
+
+// Identity is an authenticated caller: the name from its credentials entry,
+// which is what audit records show as the actor, and its role.
+type Identity struct {
+	Name string
+	Role Role
+}
+
+// Anonymous is every caller in open mode: an operator, so a local fleet
+// started without credentials is fully usable.
+var Anonymous = Identity{Name: "anonymous", Role: RoleOperator}
+
+// unauthenticated is attached to requests for Public routes while
+// authentication is on: it has a name for logs and no role at all, so it is
+// never mistaken for Anonymous.
+var unauthenticated = Identity{Name: "anonymous"}
+
+// Allowed reports whether id may call something the policy admits roles
+// to. Operators are always allowed; an empty list admits nobody else.
+func (id Identity) Allowed(roles []Role) bool {
+	if slices.Contains(roles, Public) {
+		return true
+	}
+	if id.Role == "" {
+		return false
+	}
+	return id.Role == RoleOperator || slices.Contains(roles, id.Role)
+}
+
+type identityKey struct{}
+
+// WithIdentity returns ctx carrying id; the interceptors and middleware
+// call it, and tests of handlers may too.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityFrom returns the caller the interceptors or middleware attached
+// to ctx. A ctx carrying none yields Anonymous: that happens only in open
+// mode (local development) or when a test calls a handler directly, since
+// with authentication on every admitted request carries its identity.
+func IdentityFrom(ctx context.Context) Identity {
+	if id, ok := ctx.Value(identityKey{}).(Identity); ok {
+		return id
+	}
+	return Anonymous
+}
+
+// Require lists the roles a method or route admits, for a Policy entry.
+// Operators are admitted everywhere, so they are added when missing.
+func Require(roles ...Role) []Role {
+	out := slices.Clone(roles)
+	if !slices.Contains(out, RoleOperator) && !slices.Contains(out, Public) {
+		out = append(out, RoleOperator)
+	}
+	return out
+}
+
+// describe names the roles admitted, for a PermissionDenied message.
+func describe(roles []Role) string {
+	if len(roles) == 0 {
+		return string(RoleOperator)
+	}
+	names := make([]string, 0, len(roles)+1)
+	for _, r := range roles {
+		names = append(names, string(r))
+	}
+	if !slices.Contains(roles, RoleOperator) {
+		names = append(names, string(RoleOperator))
+	}
+	return strings.Join(names, " or ")
+}

@@ -1,0 +1,105 @@
+package jobstore_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+func TestExplainWait(t *testing.T) {
+	t.Parallel()
+
+	explainOf := func(t *testing.T, b *testBundle, id uuid.UUID) *jobstore.JobWait {
+		t.Helper()
+		j, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		w, err := b.store.ExplainWait(ctx, j)
+		require.NoError(t, err)
+		return w
+	}
+
+	t.Run("QueuedBehindHigherAndEarlierEqualPriorityJobsOfItsTopic", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		base := time.Now().Add(-time.Hour)
+		for i := range 3 {
+			insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 9, SubmittedAt: base.Add(time.Duration(i+10) * time.Second)})
+		}
+		insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 5, SubmittedAt: base})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 5, SubmittedAt: base.Add(time.Second)})
+		me := insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 5, SubmittedAt: base.Add(2 * time.Second)})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 5, SubmittedAt: base.Add(3 * time.Second)})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Priority: 1, SubmittedAt: base})
+		for range 5 {
+			insertRow(t, b.pool, rowOpts{Topic: "other", Priority: 9, SubmittedAt: base})
+		}
+		w := explainOf(t, b, me)
+		require.Equal(t, jobstore.WaitQueued, w.Reason)
+		require.EqualValues(t, 5, w.Ahead)
+		require.False(t, w.AheadAtLeast)
+		require.Nil(t, w.NotBefore)
+	})
+
+	t.Run("PausedScopeIsTheReasonAndSaysWhoAndWhy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		me := insertRow(t, b.pool, rowOpts{Topic: "a"})
+		_, err := b.store.Pause(ctx, pauseReq("a", jobstore.PauseDrain, "vendor down", "alice"))
+		require.NoError(t, err)
+		w := explainOf(t, b, me)
+		require.Equal(t, jobstore.WaitPaused, w.Reason)
+		require.Equal(t, "a", w.PausedBy.Scope)
+		require.Equal(t, "alice", w.PausedBy.Actor)
+		require.Equal(t, "vendor down", w.PausedBy.Reason)
+		require.NotNil(t, w.PausedBy.PausedAt)
+	})
+
+	t.Run("RunAtAndBackoffAreReportedWithTheirTime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		future := newJob("a", 5)
+		future.RunAt = time.Now().Add(time.Hour)
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{future})
+		require.NoError(t, err)
+		w := explainOf(t, b, future.ID)
+		require.Equal(t, jobstore.WaitScheduled, w.Reason)
+		require.WithinDuration(t, future.RunAt, *w.NotBefore, time.Millisecond)
+
+		retrying := insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRetrying})
+		_, err = b.pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() + interval '1 minute' WHERE id = $1`, retrying)
+		require.NoError(t, err)
+		require.Equal(t, jobstore.WaitRetryBackoff, explainOf(t, b, retrying).Reason)
+	})
+
+	t.Run("RunningAndFinishedJobsAreNotWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRunning})))
+		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted})))
+	})
+
+	t.Run("TheCountWalksBoundedIndexRanges", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobs := make([]jobstore.NewJob, 2000)
+		for i := range jobs {
+			jobs[i] = newJob([]string{"a", "b"}[i%2], int16(i%11))
+		}
+		_, err := b.store.Insert(ctx, jobs)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `ANALYZE jobs`)
+		require.NoError(t, err)
+		plan := explain(t, b, jobstore.QueueHeadPlanSQL, jobstore.JobAheadSQL,
+			"a", 5, time.Now(), jobs[0].ID, jobstore.WaitAheadScanLimit)
+		nodes := strings.Join(plan.nodes(), ",")
+		require.Equal(t, 2, strings.Count(nodes, "Index Scan jobs_claim_idx"), nodes)
+		require.NotContains(t, nodes, "Sort")
+		require.NotContains(t, nodes, "Seq Scan")
+		require.Contains(t, plan.text, `"Index Cond"`)
+	})
+}

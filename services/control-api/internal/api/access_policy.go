@@ -1,0 +1,20 @@
+package api
+
+import (
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
+)
+
+// AccessPolicy is who may call each ControlService method: producers submit
+// and read, operators also cancel and retry. A method missing here is for
+// operators only, so a new RPC must be added to be usable by producers.
+func AccessPolicy() auth.Policy {
+	return auth.Policy{
+		pulsev1.ControlService_SubmitJob_FullMethodName:  auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_SubmitJobs_FullMethodName: auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_GetJob_FullMethodName:     auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_ListJobs_FullMethodName:   auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_CancelJob_FullMethodName:  auth.Require(auth.RoleOperator),
+		pulsev1.ControlService_RetryJob_FullMethodName:   auth.Require(auth.RoleOperator),
+	}
+}

@@ -1,0 +1,31 @@
+package api
+
+import (
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+)
+
+var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
+	jobstore.WaitPaused:       pulsev1.JobWaitReason_JOB_WAIT_REASON_PAUSED,
+	jobstore.WaitScheduled:    pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED,
+	jobstore.WaitRetryBackoff: pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF,
+	jobstore.WaitQueued:       pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
+}
+
+// WaitToWire converts why a job is not running; nil stays nil.
+func WaitToWire(w *jobstore.JobWait) *pulsev1.JobWait {
+	if w == nil {
+		return nil
+	}
+	out := &pulsev1.JobWait{Reason: waitReasonToWire[w.Reason], Ahead: w.Ahead, AheadAtLeast: w.AheadAtLeast}
+	if w.PausedBy != nil {
+		out.PausedBy = pausewire.ScopeToWire(*w.PausedBy)
+	}
+	if w.NotBefore != nil {
+		out.NotBefore = timestamppb.New(*w.NotBefore)
+	}
+	return out
+}

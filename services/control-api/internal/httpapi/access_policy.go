@@ -1,0 +1,29 @@
+package httpapi
+
+import "github.com/pulsequeue/pulse/pkg/server/auth"
+
+// AccessPolicy is who may call each route on control-api's HTTP port, for
+// auth.HTTPPolicy. It covers the whole mux: the probes and /metrics that
+// adminhttp serves stay Public; producers submit and read jobs and dispatch
+// state; cancel, retry, pause and resume are for operators. A route missing
+// here is for operators only.
+func AccessPolicy() auth.Policy {
+	producer, operator := auth.Require(auth.RoleProducer), auth.Require(auth.RoleOperator)
+	return auth.Policy{
+		"GET /healthz": {auth.Public},
+		"GET /readyz":  {auth.Public},
+		"GET /metrics": {auth.Public},
+
+		"POST /v1/jobs":             producer,
+		"POST /v1/jobs:batch":       producer,
+		"GET /v1/jobs":              producer,
+		"GET /v1/jobs/{id}":         producer,
+		"POST /v1/jobs/{id}/cancel": operator,
+		"POST /v1/jobs/{id}/retry":  operator,
+
+		"GET /v1/dispatch":         producer,
+		"GET /v1/dispatch/events":  producer,
+		"POST /v1/dispatch/pause":  operator,
+		"POST /v1/dispatch/resume": operator,
+	}
+}

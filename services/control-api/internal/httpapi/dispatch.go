@@ -1,0 +1,233 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+)
+
+// pauseBodyLimit bounds a pause or resume body: a 500-character reason and
+// a few short fields.
+const pauseBodyLimit = 16 << 10
+
+// DispatchService is what the dispatch routes call: api.DispatchControl.
+type DispatchService interface {
+	GetDispatchState(ctx context.Context, req *pulsev1.GetDispatchStateRequest) (*pulsev1.GetDispatchStateResponse, error)
+	Pause(ctx context.Context, req *pulsev1.PauseDispatchRequest, forField string) (*pulsev1.PauseDispatchResponse, error)
+	ResumeDispatch(ctx context.Context, req *pulsev1.ResumeDispatchRequest) (*pulsev1.ResumeDispatchResponse, error)
+	ListDispatchEvents(ctx context.Context, req *pulsev1.ListDispatchEventsRequest) (*pulsev1.ListDispatchEventsResponse, error)
+}
+
+// RegisterDispatch mounts the pause routes (docs/pause.md) on mux.
+func (h *Handler) RegisterDispatch(mux Mux, svc DispatchService) {
+	d := &dispatchRoutes{svc: svc}
+	mux.Handle("GET /v1/dispatch", h.route(d.state))
+	mux.Handle("POST /v1/dispatch/pause", h.route(d.pause))
+	mux.Handle("POST /v1/dispatch/resume", h.route(d.resume))
+	mux.Handle("GET /v1/dispatch/events", h.route(d.events))
+}
+
+type dispatchRoutes struct {
+	svc DispatchService
+}
+
+// pauseJSON is the body of POST /v1/dispatch/pause.
+type pauseJSON struct {
+	Reason string `json:"reason"`
+	// Mode is drain (the default) or quiesce.
+	Mode  string `json:"mode"`
+	Topic string `json:"topic"`
+	// For is a Go duration ("30m", "2h"); Until an RFC 3339 time. At most
+	// one; either makes the pause resume by itself.
+	For   string `json:"for"`
+	Until string `json:"until"`
+}
+
+type resumeJSON struct {
+	Topic string `json:"topic"`
+}
+
+type scopeJSON struct {
+	Scope     string     `json:"scope"`
+	Paused    bool       `json:"paused"`
+	Mode      string     `json:"mode"`
+	Reason    string     `json:"reason"`
+	Actor     string     `json:"actor"`
+	PausedAt  *time.Time `json:"paused_at"`
+	Until     *time.Time `json:"until"`
+	UpdatedAt *time.Time `json:"updated_at"`
+	Version   int64      `json:"version"`
+}
+
+type scopeStatusJSON struct {
+	scopeJSON
+	Queued  int64 `json:"queued"`
+	Running int64 `json:"running"`
+	// Drained is running == 0: safe to upgrade what runs this scope.
+	Drained bool `json:"drained"`
+}
+
+type dispatchStateJSON struct {
+	Version int64 `json:"version"`
+	// Paused is the global scope's state, the one-glance answer.
+	Paused bool              `json:"paused"`
+	Scopes []scopeStatusJSON `json:"scopes"`
+}
+
+type controlResultJSON struct {
+	Changed bool      `json:"changed"`
+	State   scopeJSON `json:"state"`
+}
+
+type eventJSON struct {
+	ID      int64      `json:"id"`
+	Scope   string     `json:"scope"`
+	Action  string     `json:"action"`
+	Mode    string     `json:"mode"`
+	Reason  string     `json:"reason"`
+	Actor   string     `json:"actor"`
+	At      *time.Time `json:"at"`
+	Until   *time.Time `json:"until"`
+	Version int64      `json:"version"`
+}
+
+type eventsJSON struct {
+	Events        []eventJSON `json:"events"`
+	NextPageToken string      `json:"next_page_token"`
+}
+
+func (d *dispatchRoutes) state(w http.ResponseWriter, r *http.Request) error {
+	resp, err := d.svc.GetDispatchState(r.Context(), &pulsev1.GetDispatchStateRequest{})
+	if err != nil {
+		return err
+	}
+	out := dispatchStateJSON{Version: resp.GetVersion(), Scopes: make([]scopeStatusJSON, len(resp.GetScopes()))}
+	for i, s := range resp.GetScopes() {
+		out.Scopes[i] = scopeStatusJSON{scopeJSON: scopeToJSON(s.GetState()), Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained()}
+		if s.GetState().GetScope() == "*" {
+			out.Paused = s.GetState().GetPaused()
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (d *dispatchRoutes) pause(w http.ResponseWriter, r *http.Request) error {
+	var in pauseJSON
+	if err := readControlBody(w, r, &in); err != nil {
+		return err
+	}
+	req := &pulsev1.PauseDispatchRequest{Reason: in.Reason, Topic: in.Topic}
+	switch strings.ToLower(in.Mode) {
+	case "":
+	case "drain":
+		req.Mode = pulsev1.PauseMode_PAUSE_MODE_DRAIN
+	case "quiesce":
+		req.Mode = pulsev1.PauseMode_PAUSE_MODE_QUIESCE
+	default:
+		return apierr.Invalid("mode", "%q is not a pause mode; use drain (the default) or quiesce", in.Mode)
+	}
+	if in.For != "" {
+		dur, err := time.ParseDuration(in.For)
+		if err != nil {
+			return apierr.Invalid("for", "%q is not a duration such as 30m or 2h", in.For)
+		}
+		req.PauseFor = durationpb.New(dur)
+	}
+	if in.Until != "" {
+		t, err := time.Parse(time.RFC3339Nano, in.Until)
+		if err != nil {
+			return apierr.Invalid("until", "%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", in.Until)
+		}
+		req.Until = timestamppb.New(t)
+	}
+	resp, err := d.svc.Pause(r.Context(), req, "for")
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, controlResultJSON{Changed: resp.GetChanged(), State: scopeToJSON(resp.GetState())})
+}
+
+func (d *dispatchRoutes) resume(w http.ResponseWriter, r *http.Request) error {
+	var in resumeJSON
+	if err := readControlBody(w, r, &in); err != nil {
+		return err
+	}
+	resp, err := d.svc.ResumeDispatch(r.Context(), &pulsev1.ResumeDispatchRequest{Topic: in.Topic})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, controlResultJSON{Changed: resp.GetChanged(), State: scopeToJSON(resp.GetState())})
+}
+
+// eventsParams are the query parameters GET /v1/dispatch/events understands.
+var eventsParams = []string{"limit", "page_token"}
+
+func (d *dispatchRoutes) events(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, eventsParams); err != nil {
+		return err
+	}
+	req := &pulsev1.ListDispatchEventsRequest{PageToken: q.Get("page_token")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return apierr.Invalid("limit", "%q is not a whole number", s)
+		}
+		if n == 0 {
+			return apierr.Invalid("limit", "is 0; it must be between 1 and %d", api.EventsLimitMax)
+		}
+		req.Limit = int32(n)
+	}
+	resp, err := d.svc.ListDispatchEvents(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	out := eventsJSON{Events: make([]eventJSON, len(resp.GetEvents())), NextPageToken: resp.GetNextPageToken()}
+	for i, e := range resp.GetEvents() {
+		out.Events[i] = eventJSON{
+			ID: e.GetId(), Scope: e.GetScope(), Action: strings.ToLower(strings.TrimPrefix(e.GetAction().String(), "DISPATCH_ACTION_")),
+			Mode: modeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
+			At: timeOrNil(e.GetAt()), Until: timeOrNil(e.GetUntil()), Version: e.GetVersion(),
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// readControlBody decodes a small JSON object strictly; an empty body is
+// {} (so `curl -X POST .../resume` resumes everything).
+func readControlBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := readBody(w, r, pauseBodyLimit, "body", "")
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return decodeObject(body, "", v)
+}
+
+func scopeToJSON(s *pulsev1.ScopeState) scopeJSON {
+	return scopeJSON{
+		Scope: s.GetScope(), Paused: s.GetPaused(), Mode: modeName(s.GetMode()), Reason: s.GetReason(), Actor: s.GetActor(),
+		PausedAt: timeOrNil(s.GetPausedAt()), Until: timeOrNil(s.GetUntil()), UpdatedAt: timeOrNil(s.GetUpdatedAt()),
+		Version: s.GetVersion(),
+	}
+}
+
+func modeName(m pulsev1.PauseMode) string {
+	if m == pulsev1.PauseMode_PAUSE_MODE_QUIESCE {
+		return "quiesce"
+	}
+	return "drain"
+}

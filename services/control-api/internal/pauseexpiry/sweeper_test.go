@@ -1,0 +1,69 @@
+package pauseexpiry_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+	"github.com/pulsequeue/pulse/services/control-api/internal/pauseexpiry"
+)
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ResumesAnExpiredPauseOnceAsTheSystem", func(t *testing.T) {
+		t.Parallel()
+		store := jobstore.New(pgtest.Pool(t))
+		m := api.NewMetrics(prometheus.NewRegistry())
+		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+		ctx := context.Background()
+		soon := time.Now().Add(50 * time.Millisecond)
+		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: jobstore.GlobalScope, Mode: jobstore.PauseDrain, Reason: "forgotten", Actor: "alice", Until: &soon})
+		require.NoError(t, err)
+
+		// Two replicas sweep.
+		a := pauseexpiry.New(store, m, 5*time.Millisecond, logger)
+		b := pauseexpiry.New(store, m, 5*time.Millisecond, logger)
+		a.Start()
+		b.Start()
+		defer a.Stop()
+		defer b.Stop()
+		require.Eventually(t, func() bool {
+			st, err := store.DispatchState(ctx)
+			return err == nil && !st.Scope(jobstore.GlobalScope).Paused
+		}, 10*time.Second, time.Millisecond)
+
+		evs, err := store.ListControlEvents(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, evs, 2)
+		require.Equal(t, jobstore.ActionResume, evs[0].Action)
+		require.Equal(t, jobstore.SystemActor, evs[0].Actor)
+		require.Eventually(t, func() bool {
+			return testutil.ToFloat64(m.DispatchPaused.WithLabelValues(jobstore.GlobalScope)) == 0
+		}, 10*time.Second, time.Millisecond)
+		require.Equal(t, 1.0, testutil.ToFloat64(m.DispatchActions.WithLabelValues("auto_resume")))
+	})
+
+	t.Run("LeavesAPauseWithoutExpiryAlone", func(t *testing.T) {
+		t.Parallel()
+		store := jobstore.New(pgtest.Pool(t))
+		ctx := context.Background()
+		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: "mail", Mode: jobstore.PauseDrain, Reason: "indefinite", Actor: "alice"})
+		require.NoError(t, err)
+		s := pauseexpiry.New(store, nil, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		require.NoError(t, s.Sweep(ctx))
+		st, err := store.DispatchState(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Scope("mail").Paused)
+	})
+}

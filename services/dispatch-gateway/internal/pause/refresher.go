@@ -1,0 +1,241 @@
+package pause
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+// Defaults, named so config, docs and code agree.
+const (
+	// RefreshIntervalDefault is PULSE_PAUSE_REFRESH_INTERVAL's default: the
+	// reconciling poll behind NOTIFY (seed ADR-0010's 1 s).
+	RefreshIntervalDefault = time.Second
+	// PrimeTimeoutDefault bounds the boot prime's retries; after it the
+	// gateway exits rather than serve without knowing the pause state.
+	PrimeTimeoutDefault = 30 * time.Second
+	primeRetryMin       = 100 * time.Millisecond
+	primeRetryMax       = 2 * time.Second
+)
+
+// Reader reads dispatch_control (jobstore.Store.DispatchState).
+type Reader interface {
+	DispatchState(ctx context.Context) (jobstore.DispatchState, error)
+}
+
+// Observer is told about refreshes, for metrics.
+type Observer interface {
+	// GateRefreshFailed counts a failed read (the gate kept its state).
+	GateRefreshFailed()
+	// GateFlipped observes the time from a change's commit to this gate
+	// holding it.
+	GateFlipped(latency time.Duration)
+	// GateState is the state the gate now holds.
+	GateState(st *jobstore.DispatchState)
+}
+
+// RefresherConfig wires a Refresher.
+type RefresherConfig struct {
+	// Interval is the reconciling poll; zero means RefreshIntervalDefault.
+	Interval time.Duration
+	// Listen opens a dedicated connection to LISTEN for changes on; nil
+	// polls only.
+	Listen func(ctx context.Context) (*pgx.Conn, error)
+	// OnChange is called after the gate took a new state (the dispatcher's
+	// JobsReady: a resumed scope's backlog is claimable now).
+	OnChange func()
+	Observer Observer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Refresher keeps a Gate current: Prime once at boot, then Run.
+type Refresher struct {
+	gate   *Gate
+	reader Reader
+	cfg    RefresherConfig
+	logger *slog.Logger
+	kick   chan struct{}
+}
+
+// NewRefresher builds the loop for gate.
+func NewRefresher(gate *Gate, reader Reader, cfg RefresherConfig, logger *slog.Logger) *Refresher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = RefreshIntervalDefault
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Refresher{gate: gate, reader: reader, cfg: cfg, logger: logger.With(logging.Loop, "pause_refresher"), kick: make(chan struct{}, 1)}
+}
+
+// Prime reads the state until it succeeds or ctx is done. It is the boot
+// half of the asymmetry: with no known-good value, the gateway must not
+// serve, so an error here is fatal to start-up (and /readyz fails until
+// then).
+func (r *Refresher) Prime(ctx context.Context) error {
+	delay := primeRetryMin
+	for attempt := 1; ; attempt++ {
+		st, err := r.reader.DispatchState(ctx)
+		if err == nil {
+			r.gate.set(&st)
+			r.observeState(&st)
+			r.logState(&st, "dispatch gate primed")
+			return nil
+		}
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.GateRefreshFailed()
+		}
+		r.logger.Warn("cannot read the pause state; not serving until it can be read", "attempt", attempt, logging.Error, err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("prime dispatch gate: the pause state could not be read (%w); last error: %v", ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(delay*2, primeRetryMax)
+	}
+}
+
+// Run refreshes on every notification and every interval until ctx is
+// done. A failed read logs, counts, and keeps the last known state: at
+// runtime a known-good value exists, and a database blip must not flip the
+// gate (seed ADR-0010's fail-open).
+func (r *Refresher) Run(ctx context.Context) {
+	done := make(chan struct{})
+	if r.cfg.Listen != nil {
+		go func() {
+			defer close(done)
+			r.listen(ctx)
+		}()
+	} else {
+		close(done)
+	}
+	defer func() { <-done }()
+	ticker := time.NewTicker(r.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-r.kick:
+		}
+		r.refresh(ctx)
+	}
+}
+
+// refresh reads once and applies the result.
+func (r *Refresher) refresh(ctx context.Context) {
+	st, err := r.reader.DispatchState(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.GateRefreshFailed()
+		}
+		r.logger.Warn("pause state refresh failed; keeping the last known state", logging.Error, err,
+			"paused", r.gate.GloballyPaused())
+		return
+	}
+	readDone := r.cfg.Now()
+	prev, changed := r.gate.set(&st)
+	if !changed {
+		return
+	}
+	if r.cfg.Observer != nil && prev != nil {
+		// Measured on the database's clock up to the read, plus the local
+		// time since: no clock skew between hosts enters it.
+		if newest, ok := newestChange(&st, prev.Version); ok {
+			r.cfg.Observer.GateFlipped(st.ReadAt.Sub(newest.UpdatedAt) + r.cfg.Now().Sub(readDone))
+		}
+	}
+	r.observeState(&st)
+	r.logState(&st, "dispatch state changed")
+	if r.cfg.OnChange != nil {
+		r.cfg.OnChange()
+	}
+}
+
+// Kick asks for a refresh now.
+func (r *Refresher) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Refresher) observeState(st *jobstore.DispatchState) {
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.GateState(st)
+	}
+}
+
+func (r *Refresher) logState(st *jobstore.DispatchState, msg string) {
+	var paused []any
+	for _, s := range st.Scopes {
+		if s.Paused {
+			paused = append(paused, slog.Group(s.Scope, "mode", s.Mode, "reason", s.Reason, "actor", s.Actor))
+		}
+	}
+	r.logger.Info(msg, "version", st.Version, "globally_paused", st.Scope(jobstore.GlobalScope).Paused,
+		slog.Group("paused_scopes", paused...))
+}
+
+// newestChange is the scope changed most recently after version since.
+func newestChange(st *jobstore.DispatchState, since int64) (jobstore.ScopeState, bool) {
+	var newest jobstore.ScopeState
+	found := false
+	for _, s := range st.Scopes {
+		if s.Version > since && (!found || s.Version > newest.Version) {
+			newest, found = s, true
+		}
+	}
+	return newest, found
+}
+
+// listen holds a connection LISTENing on the dispatch_control channel and
+// kicks a refresh on every notification, and after every (re)connect,
+// since notifications sent while not listening are lost.
+func (r *Refresher) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.logger.Warn("pause listen connection lost; the poll covers until it is back", logging.Error, err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (r *Refresher) listenOnce(ctx context.Context) error {
+	conn, err := r.cfg.Listen(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+jobstore.DispatchControlChannel); err != nil {
+		return err
+	}
+	r.Kick()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		r.Kick()
+	}
+}
