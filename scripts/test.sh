@@ -9,6 +9,7 @@ command -v go >/dev/null 2>&1 || { echo "test: Go is not on PATH (need Go >= 1.2
 if [ -z "${PULSE_TEST_DATABASE_URL:-}" ]; then
   scripts/ensure-postgres.sh
 fi
+scripts/ensure-tools.sh
 
 mapfile -t pkgs < <(go list -m -f '{{.Dir}}/...')
 echo "test: go vet"

@@ -6,7 +6,8 @@ import (
 )
 
 // AccessPolicy is who may call each ControlService method: producers submit
-// and read, operators also cancel and retry. A method missing here is for
+// and read (jobs and dispatch state), operators also cancel, retry, pause
+// and resume. A method missing here is for
 // operators only, so a new RPC must be added to be usable by producers.
 func AccessPolicy() auth.Policy {
 	return auth.Policy{
@@ -16,5 +17,10 @@ func AccessPolicy() auth.Policy {
 		pulsev1.ControlService_ListJobs_FullMethodName:   auth.Require(auth.RoleProducer),
 		pulsev1.ControlService_CancelJob_FullMethodName:  auth.Require(auth.RoleOperator),
 		pulsev1.ControlService_RetryJob_FullMethodName:   auth.Require(auth.RoleOperator),
+
+		pulsev1.DispatchControlService_GetDispatchState_FullMethodName:   auth.Require(auth.RoleProducer),
+		pulsev1.DispatchControlService_ListDispatchEvents_FullMethodName: auth.Require(auth.RoleProducer),
+		pulsev1.DispatchControlService_PauseDispatch_FullMethodName:      auth.Require(auth.RoleOperator),
+		pulsev1.DispatchControlService_ResumeDispatch_FullMethodName:     auth.Require(auth.RoleOperator),
 	}
 }

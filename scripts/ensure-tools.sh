@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the real programs some tests drive, from Debian's packages, when
+# they are missing: prometheus + promtool (config checks and dashboards
+# evaluated against a real Prometheus). Tests that need a missing program
+# skip with a message saying so; this script is how CI makes sure they run.
+set -euo pipefail
+
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "ensure-tools: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts the packaged Prometheus; tests run their own.
+  (service prometheus stop || true) >/dev/null 2>&1
+else
+  echo "ensure-tools: ${missing[*]} missing and cannot be installed here; the tests that need it will skip" >&2
+fi
