@@ -16,6 +16,7 @@ import (
 
 // Target is a running fleet to load.
 type Target struct {
+	ControlHTTP  string
 	ControlGRPC  string
 	GatewayAddrs []string
 	DatabaseURL  string

@@ -33,7 +33,7 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, or all (comma-separated)")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated)")
 		gateways    = flag.Int("gateways", 2, "dispatch-gateway replicas in the local fleet")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit")
 		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
@@ -76,7 +76,7 @@ func run() error {
 		return err
 	}
 	defer fleet.Down()
-	target := scenario.Target{ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs, DatabaseURL: fleet.DatabaseURL}
+	target := scenario.Target{ControlHTTP: fleet.ControlHTTP, ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs, DatabaseURL: fleet.DatabaseURL}
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs, %s/%s, Go %s; Postgres on the same machine (fast=%v)\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), *fast)
 
@@ -118,6 +118,13 @@ func run() error {
 	if all || want["backlog"] {
 		r, err := scenario.ClaimVsBacklog(ctx, fleet.DatabaseURL, scenario.BacklogParams{Small: 10000, Large: *backlog, Cycles: 200, BatchSize: 100})
 		r.Scenario = "claim-backlog"
+		if err := emit(r, err); err != nil {
+			return err
+		}
+	}
+	if all || want["pause"] {
+		r, err := scenario.PauseUnderLoad(ctx, target, scenario.PauseParams{Workers: 4, Concurrency: 32, Busy: 3 * time.Second})
+		r.Scenario = "pause"
 		if err := emit(r, err); err != nil {
 			return err
 		}
