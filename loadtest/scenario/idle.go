@@ -24,9 +24,9 @@ type IdleParams struct {
 	GatewayAdmin string
 }
 
-// IdleWorkers connects Workers idle workers to one gateway and counts the
-// database transactions of the whole database over Window: an upper bound
-// on what the idle connections cost that gateway.
+// IdleWorkers connects Workers idle workers to one gateway and measures,
+// over Window, the claim statements that gateway issued and the
+// transactions of the whole database (every service: an upper bound).
 func IdleWorkers(ctx context.Context, t Target, p IdleParams) (Result, error) {
 	topic := fmt.Sprintf("load.idle.%d", time.Now().UnixNano())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -67,6 +67,10 @@ func IdleWorkers(ctx context.Context, t Target, p IdleParams) (Result, error) {
 		err := conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 		return n, err
 	}
+	claimsBefore, err := scrapeGauge(ctx, p.GatewayAdmin+"/metrics", "pulse_claim_duration_seconds_count")
+	if err != nil {
+		return Result{}, err
+	}
 	before, err := xacts()
 	if err != nil {
 		return Result{}, err
@@ -76,12 +80,22 @@ func IdleWorkers(ctx context.Context, t Target, p IdleParams) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	claimsAfter, err := scrapeGauge(ctx, p.GatewayAdmin+"/metrics", "pulse_claim_duration_seconds_count")
+	if err != nil {
+		return Result{}, err
+	}
 	// Our own two reads (and the clear-snapshot calls) are in the delta.
 	rate := float64(after-before-4) / p.Window.Seconds()
 	return Result{
 		Scenario: "idle-workers",
 		Params:   map[string]any{"workers": p.Workers, "window": p.Window.String(), "gateways_in_fleet": len(t.GatewayAddrs)},
-		Metrics:  map[string]float64{"db_xacts_per_s_whole_fleet": rate},
+		Metrics: map[string]float64{
+			"db_xacts_per_s_whole_fleet": rate,
+			// The loaded gateway's own statements: claims (counted by the
+			// gateway) plus its pause-state refresh (one per
+			// PULSE_PAUSE_REFRESH_INTERVAL, 1/s by default).
+			"gateway_claims_per_s": (claimsAfter - claimsBefore) / p.Window.Seconds(),
+		},
 	}, nil
 }
 
