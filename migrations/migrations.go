@@ -20,7 +20,10 @@ const (
 	// VersionDispatchControl adds pause state (dispatch_control, one row per
 	// scope) and its audit log (control_events); the claim reads it.
 	VersionDispatchControl int64 = 2
+	// VersionSchedules adds schedules (At / Every / Cron), their NOTIFY on
+	// pulse_schedules_changed, and the fire-history index on jobs.
+	VersionSchedules int64 = 3
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionDispatchControl
+const Latest = VersionSchedules

@@ -63,7 +63,9 @@ type JobRequest struct {
 // Enqueue submits one job to topic. args is sent as-is when it is a []byte
 // or json.RawMessage (so large integers and key order survive), as {} when
 // nil, and JSON-encoded otherwise.
-func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...EnqueueOption) (Submitted, error) {
+func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...EnqueueOption) (_ Submitted, err error) {
+	ctx, span := startPublishSpan(ctx, topic, 1)
+	defer func() { endSpan(span, err) }()
 	spec, err := buildJobSpec(topic, args, opts)
 	if err != nil {
 		return Submitted{}, err
@@ -72,16 +74,26 @@ func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...En
 	if err != nil {
 		return Submitted{}, fmt.Errorf("pulse: enqueue %s: %w", topic, err)
 	}
+	span.SetAttributes(attrMessagingMessageID.String(resp.GetResult().GetId()))
 	return submittedFromProto(resp.GetResult()), nil
 }
 
 // EnqueueMany submits jobs in one RPC that the server writes in one
 // statement: either every job is enqueued or none is. Results are in
 // request order.
-func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) ([]Submitted, error) {
+func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) (_ []Submitted, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	topic := jobs[0].Topic
+	for _, j := range jobs[1:] {
+		if j.Topic != topic {
+			topic = ""
+			break
+		}
+	}
+	ctx, span := startPublishSpan(ctx, topic, len(jobs))
+	defer func() { endSpan(span, err) }()
 	specs := make([]*pulsev1.JobSpec, len(jobs))
 	for i, j := range jobs {
 		spec, err := buildJobSpec(j.Topic, j.Args, j.Options)

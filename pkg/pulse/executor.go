@@ -66,18 +66,20 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			logKeyJobID, k.id, logKeyCount, held)
 	}
 	job := jobFromAssignment(a)
+	ctx, span := startProcessSpan(ctx, a)
 	ctx = withCheckpoint(withJob(ctx, job), e.running, k)
 
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		err := e.execute(ctx, job)
+		endSpan(span, err)
 		cancel(nil)
 		e.running.remove(k)
 		// The slot goes back to the gateway once the result is settled, not
 		// when the handler returns: until then the row is still RUNNING and
 		// leased to this worker.
-		e.reporter.submit(e.result(job, err), e.ledger.finished)
+		e.reporter.submit(e.result(job, err), span.SpanContext(), e.ledger.finished)
 	}()
 }
 

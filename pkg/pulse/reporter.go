@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -31,6 +32,7 @@ const (
 type pendingResult struct {
 	result     *pulsev1.JobResult
 	producedAt time.Time
+	span       trace.SpanContext // the attempt's process span, linked from settle
 	settled    func()
 }
 
@@ -68,7 +70,7 @@ func newReporter(pool *gatewayPool, terms *leaseTerms, workerID string, maxBatch
 
 // submit queues a result; it never blocks, so a slow gateway does not hold
 // up handlers.
-func (r *reporter) submit(res *pulsev1.JobResult, settled func()) {
+func (r *reporter) submit(res *pulsev1.JobResult, span trace.SpanContext, settled func()) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -77,7 +79,7 @@ func (r *reporter) submit(res *pulsev1.JobResult, settled func()) {
 			logKeyJobID, res.GetJobId(), logKeyAttempt, res.GetAttempt())
 		return
 	}
-	r.queue = append(r.queue, pendingResult{result: res, producedAt: time.Now(), settled: settled})
+	r.queue = append(r.queue, pendingResult{result: res, producedAt: time.Now(), span: span, settled: settled})
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -161,7 +163,9 @@ func (r *reporter) send(ctx context.Context, batch []pendingResult) {
 			req.Results[i] = p.result
 		}
 		rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		rpcCtx, span := startSettleSpan(rpcCtx, batch)
 		resp, err := r.pool.current().ReportResult(rpcCtx, req)
+		endSpan(span, err)
 		cancel()
 		if err == nil {
 			r.logRejected(resp.GetAcks())

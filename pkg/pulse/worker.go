@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // Shutdown bounds after the handler wait, named so Run's shutdown sequence
@@ -111,7 +113,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	log := w.cfg.logger.With(logKeyWorkerID, w.cfg.workerID)
-	pool, err := dialGateways(w.targets, w.cfg.conn.grpcDialOptions())
+	pool, err := dialGateways(w.targets, w.cfg.conn.grpcDialOptions(grpc.WithChainUnaryInterceptor(injectTraceContext)))
 	if err != nil {
 		return err
 	}

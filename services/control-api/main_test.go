@@ -193,7 +193,7 @@ func TestBinary(t *testing.T) {
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
 		})
 		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, "needs version 2")
+		require.Contains(t, res.stderr, "needs version 3")
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {
@@ -215,6 +215,7 @@ func TestBinary(t *testing.T) {
 			{"AuthUsersNotTriples", []string{db, "PULSE_AUTH_USERS=ann:producer:pw,hunter2"}, "PULSE_AUTH_USERS: entry 2"},
 			{"AuthTokensDuplicate", []string{db, "PULSE_AUTH_TOKENS=a:worker:hunter2,b:worker:hunter2"}, "PULSE_AUTH_TOKENS"},
 			{"TLSHalfAKeypair", []string{db, "PULSE_TLS_CERT=/nonexistent/cert.pem"}, "PULSE_TLS_KEY"},
+			{"QueueDepthIntervalZero", []string{db, "PULSE_QUEUE_DEPTH_INTERVAL=0s"}, "PULSE_QUEUE_DEPTH_INTERVAL"},
 		}
 		for _, tc := range cases {
 			res := runToEnd(t, tc.env)
@@ -232,7 +233,7 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, res.stdout, "migrate")
 		vars, err := serverconfig.Vars(config.Config{})
 		require.NoError(t, err)
-		require.Len(t, vars, 14)
+		require.Len(t, vars, 15)
 		for _, v := range vars {
 			require.Contains(t, res.stdout, v)
 		}

@@ -1,6 +1,6 @@
-// Command scheduler turns At, Every and Cron schedules into jobs, each fire
-// exactly once. Schedules are not implemented yet: for now it serves only
-// its admin surface (/metrics, /healthz, /readyz).
+// Command scheduler turns At, Every and Cron schedules into jobs, each
+// occurrence exactly once across any number of replicas, and serves its
+// admin surface (/metrics, /healthz, /readyz).
 package main
 
 import (
@@ -45,7 +45,7 @@ func usage() error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("usage: scheduler\n\nTurns schedules into jobs (not implemented yet: serves /metrics, /healthz\nand /readyz only).\n\nEnvironment:")
+	fmt.Println("usage: scheduler\n\nTurns schedules into jobs, each occurrence exactly once; serves /metrics,\n/healthz and /readyz.\n\nEnvironment:")
 	for _, v := range vars {
 		fmt.Println("  " + v)
 	}

@@ -128,7 +128,7 @@ func TestSchedulerProcess(t *testing.T) {
 		waitFor(t, "/readyz to answer 200", func() bool { return statusOf("http://"+addr+"/readyz") == http.StatusOK })
 		require.Equal(t, http.StatusOK, statusOf("http://"+addr+"/healthz"))
 		require.Equal(t, http.StatusOK, statusOf("http://"+addr+"/metrics"))
-		require.Contains(t, stdout.String(), "schedules are not implemented yet")
+		require.Contains(t, stdout.String(), "schedule loop started")
 
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		select {
@@ -149,6 +149,6 @@ func TestSchedulerProcess(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, ctx.Err(), "scheduler did not exit")
 		require.Error(t, err)
-		require.Contains(t, string(out), "needs version 1")
+		require.Contains(t, string(out), "needs version 3")
 	})
 }

@@ -7,6 +7,7 @@ const (
 	QueueHeadPlanSQL = queueHeadPlanSQL
 	CountsPlanSQL    = countsPlanSQL
 	QueueCountsSQL   = queueCountsSQL
+	QueueDepthSQL    = queueDepthSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.

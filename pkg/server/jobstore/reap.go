@@ -14,6 +14,10 @@ type Reaped struct {
 	Status   Status // RETRYING or DEAD_LETTERED
 	Attempt  int32
 	LockedBy string
+	// TraceParent and TraceState are the trace context stored at submit, so
+	// the reaper's span for this job can link to the job's trace.
+	TraceParent string
+	TraceState  string
 }
 
 // LeaseExpiredError is the error-history text for a reaped attempt.
@@ -43,7 +47,8 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'R
         'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
 FROM expired
 WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
-RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '')`
+RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, ''),
+          COALESCE(j.traceparent, ''), COALESCE(j.tracestate, '')`
 
 // Reap settles up to limit expired leases in one statement.
 func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped, error) {
@@ -51,7 +56,7 @@ func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped,
 	err := s.queryQueueHead(ctx, reapSQL, []any{limit, intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
-		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy); err != nil {
+		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {
 			return err
 		}
 		r.Status = Status(status)

@@ -22,5 +22,15 @@ func AccessPolicy() auth.Policy {
 		pulsev1.DispatchControlService_ListDispatchEvents_FullMethodName: auth.Require(auth.RoleProducer),
 		pulsev1.DispatchControlService_PauseDispatch_FullMethodName:      auth.Require(auth.RoleOperator),
 		pulsev1.DispatchControlService_ResumeDispatch_FullMethodName:     auth.Require(auth.RoleOperator),
+
+		// Schedules: producers and operators read, operators write.
+		pulsev1.ScheduleService_GetSchedule_FullMethodName:      auth.Require(auth.RoleProducer),
+		pulsev1.ScheduleService_ListSchedules_FullMethodName:    auth.Require(auth.RoleProducer),
+		pulsev1.ScheduleService_ListScheduleJobs_FullMethodName: auth.Require(auth.RoleProducer),
+		pulsev1.ScheduleService_CreateSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
+		pulsev1.ScheduleService_UpdateSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
+		pulsev1.ScheduleService_EnableSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
+		pulsev1.ScheduleService_DisableSchedule_FullMethodName:  auth.Require(auth.RoleOperator),
+		pulsev1.ScheduleService_DeleteSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
 	}
 }

@@ -21,6 +21,9 @@ type Metrics struct {
 	// DispatchActions counts effective pauses and resumes, by action
 	// (pause, resume, auto_resume); idempotent repeats are not counted.
 	DispatchActions *prometheus.CounterVec
+	// QueueDepth is the live jobs by topic and status (PENDING, RETRYING,
+	// RUNNING), recounted on an interval by the queuedepth refresher.
+	QueueDepth *prometheus.GaugeVec
 }
 
 // NewMetrics registers control-api's metrics on reg.
@@ -47,9 +50,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pulse_dispatch_actions_total",
 			Help: "Pauses and resumes that changed state, by action (pause, resume, auto_resume).",
 		}, []string{"action"}),
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_queue_depth",
+			Help: "Live jobs by topic and status (PENDING, RETRYING, RUNNING), recounted every PULSE_QUEUE_DEPTH_INTERVAL.",
+		}, []string{"topic", "status"}),
 	}
-	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions)
+	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth)
 	return m
+}
+
+// SetQueueDepth sets one (topic, status) group's live job count.
+func (m *Metrics) SetQueueDepth(topic, status string, jobs float64) {
+	m.QueueDepth.WithLabelValues(topic, status).Set(jobs)
 }
 
 func (m *Metrics) dispatchAction(action string) {

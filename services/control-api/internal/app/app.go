@@ -27,6 +27,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 	"github.com/pulsequeue/pulse/services/control-api/internal/pauseexpiry"
+	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 )
 
@@ -38,7 +39,7 @@ const Service = "control-api"
 var Version = "dev"
 
 // MinSchemaVersion is the oldest schema control-api runs on.
-const MinSchemaVersion = migrations.VersionDispatchControl
+const MinSchemaVersion = migrations.VersionSchedules
 
 // Run serves control-api until ctx is done, then shuts down gracefully
 // within cfg.ShutdownTimeout.
@@ -90,6 +91,7 @@ type App struct {
 	pool      *pgxpool.Pool
 	coalescer *submit.Coalescer
 	expiry    *pauseexpiry.Sweeper
+	depth     *queuedepth.Refresher
 	grpc      *grpcserver.Server
 	admin     *adminhttp.Server
 
@@ -144,6 +146,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	jsonAPI.Register(admin)
 	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
+	scheduleSvc := api.NewSchedules(store, nil, logger)
+	jsonAPI.RegisterSchedules(admin, scheduleSvc)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 
 	grpcSrv := grpcserver.New(grpcserver.Options{
@@ -156,11 +160,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	})
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)
+	pulsev1.RegisterScheduleServiceServer(grpcSrv.GRPC(), scheduleSvc)
 
 	return &App{
 		cfg: cfg, logger: logger,
 		pool: pool, coalescer: coalescer, grpc: grpcSrv, admin: admin,
 		expiry:   pauseexpiry.New(store, m, pauseexpiry.IntervalDefault, logger),
+		depth:    queuedepth.New(store, m, cfg.DepthInterval, logger),
 		serveErr: make(chan error, 1),
 	}, nil
 }
@@ -178,6 +184,7 @@ func (a *App) Start() error {
 	}
 	a.grpcLis = lis
 	a.expiry.Start()
+	a.depth.Start()
 	a.served.Go(func() {
 		if err := a.grpc.Serve(lis); err != nil {
 			a.serveErr <- err
@@ -204,6 +211,7 @@ func (a *App) GRPCAddr() string {
 func (a *App) Stop(ctx context.Context) error {
 	a.admin.SetNotServing()
 	a.expiry.Stop()
+	a.depth.Stop()
 
 	var grpcErr, httpErr error
 	var wg sync.WaitGroup

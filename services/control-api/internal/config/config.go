@@ -31,6 +31,7 @@ const (
 	SubmitCoalesceMaxDefault = 1000
 	SubmitFlushersDefault    = 4
 	ShutdownTimeoutDefault   = 20 * time.Second
+	DepthIntervalDefault     = 5 * time.Second
 )
 
 // Config is everything control-api reads from its environment.
@@ -49,6 +50,7 @@ type Config struct {
 	AuthTokens        string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,...; roles are producer, worker, operator"`
 	TLSCert           string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
 	TLSKey            string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
+	DepthInterval     time.Duration `envconfig:"QUEUE_DEPTH_INTERVAL" desc:"how often pulse_queue_depth is recounted (one grouped query over the live-job indexes)"`
 }
 
 // Default returns a Config holding every default, the starting point Load
@@ -64,6 +66,7 @@ func Default() Config {
 		SubmitCoalesceMax: SubmitCoalesceMaxDefault,
 		SubmitFlushers:    SubmitFlushersDefault,
 		ShutdownTimeout:   ShutdownTimeoutDefault,
+		DepthInterval:     DepthIntervalDefault,
 	}
 }
 
@@ -111,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return serverconfig.Invalid("PULSE_SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if c.DepthInterval <= 0 {
+		return serverconfig.Invalid("PULSE_QUEUE_DEPTH_INTERVAL", "must be positive, got %s", c.DepthInterval)
 	}
 	if _, _, err := c.Security(); err != nil {
 		return err

@@ -25,5 +25,15 @@ func AccessPolicy() auth.Policy {
 		"GET /v1/dispatch/events":  producer,
 		"POST /v1/dispatch/pause":  operator,
 		"POST /v1/dispatch/resume": operator,
+
+		// Schedules: producers and operators read, operators write.
+		"GET /v1/schedules":               producer,
+		"GET /v1/schedules/{id}":          producer,
+		"GET /v1/schedules/{id}/jobs":     producer,
+		"POST /v1/schedules":              operator,
+		"PUT /v1/schedules/{id}":          operator,
+		"DELETE /v1/schedules/{id}":       operator,
+		"POST /v1/schedules/{id}/enable":  operator,
+		"POST /v1/schedules/{id}/disable": operator,
 	}
 }

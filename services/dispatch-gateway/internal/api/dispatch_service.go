@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -178,10 +179,13 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 				continue
 			}
 			msg := &pulsev1.Assignments{Jobs: make([]*pulsev1.Assignment, len(jobs))}
+			spans := make([]trace.Span, len(jobs))
 			for i, j := range jobs {
-				msg.Jobs[i] = assignment(j)
+				msg.Jobs[i], spans[i] = tracedAssignment(stream.Context(), j)
 			}
-			if err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Assignments{Assignments: msg}}); err != nil {
+			err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Assignments{Assignments: msg}})
+			endDispatchSpans(spans, err)
+			if err != nil {
 				// A send error ends the stream; the sent-or-not jobs are
 				// leased and the lease covers them (seed ADR-0005).
 				return err

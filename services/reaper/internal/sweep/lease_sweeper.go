@@ -98,11 +98,13 @@ func (s *LeaseSweeper) Sweep(ctx context.Context) (int, error) {
 func (s *LeaseSweeper) sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
+		started := time.Now()
 		reaped, err := s.reaper.Reap(ctx, s.cfg.Batch, s.cfg.Backoff)
 		if err != nil {
 			return total, err
 		}
 		s.observer.Reaped(reaped)
+		traceReaped(ctx, started, reaped)
 		for _, r := range reaped {
 			// Never the args: they belong to the application.
 			s.logger.Info("worker lease expired; job reaped",

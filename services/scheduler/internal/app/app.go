@@ -1,7 +1,6 @@
-// Package app wires the scheduler: the pool and the admin HTTP server. The
-// schedule loop (At / Every / Cron schedules turned into jobs, each fire
-// exactly once) is not implemented yet; until it is, the scheduler only
-// proves its operational surface.
+// Package app wires the scheduler: the pool, the fire loop (At / Every /
+// Cron schedules turned into jobs, each occurrence exactly once; see
+// internal/fire), its NOTIFY listener and the admin HTTP server.
 package app
 
 import (
@@ -9,21 +8,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/pgconn"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/config"
+	"github.com/pulsequeue/pulse/services/scheduler/internal/fire"
 )
 
 // Service is the name in logs, traces and application_name.
 const Service = "scheduler"
 
-// MinSchemaVersion is the oldest schema this build can run against. It
-// moves to the schedules migration when the schedule loop lands.
-const MinSchemaVersion = migrations.VersionJobs
+// MinSchemaVersion is the oldest schema this build can run against.
+const MinSchemaVersion = migrations.VersionSchedules
 
 // Run serves the admin surface until ctx is done, then shuts down: report
 // not ready, stop the admin server, close the pool.
@@ -44,13 +45,19 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer pool.Close()
 
 	reg := metrics.NewRegistry(Service)
+	loop := fire.New(fire.Config{Batch: cfg.ScheduleBatch, Reconcile: cfg.ScheduleReconcile},
+		jobstore.New(pool), fire.NewMetrics(reg), logger)
 	admin := adminhttp.New(cfg.AdminAddr, reg, logger)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 	if err := admin.Start(); err != nil {
 		return fmt.Errorf("admin http on %s (PULSE_ADMIN_ADDR): %w", cfg.AdminAddr, err)
 	}
-	logger.Warn("schedules are not implemented yet; this scheduler fires nothing")
-	logger.Info("scheduler running", "admin_addr", admin.Addr())
+	loopCtx, stopLoops := context.WithCancel(context.Background())
+	defer stopLoops()
+	var loops sync.WaitGroup
+	loops.Go(func() { loop.Run(loopCtx) })
+	loops.Go(func() { fire.Listen(loopCtx, pool, loop.Wake, logger) })
+	logger.Info("scheduler running", "admin_addr", admin.Addr(), "reconcile", cfg.ScheduleReconcile)
 
 	<-ctx.Done()
 
@@ -58,6 +65,14 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	admin.SetNotServing()
+	stopLoops()
+	stopped := make(chan struct{})
+	go func() { loops.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		logger.Warn("loops did not stop within PULSE_SHUTDOWN_TIMEOUT; closing anyway")
+	}
 	if err := admin.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Warn("admin http stop", "error", err)
 	}

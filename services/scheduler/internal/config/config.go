@@ -14,6 +14,10 @@ const (
 	AdminAddrDefault       = ":9103"
 	DBMaxConnsDefault      = 4
 	ShutdownTimeoutDefault = 20 * time.Second
+	ScheduleBatchDefault   = 100
+	// ScheduleReconcileDefault is the longest the loop sleeps without
+	// looking at schedules, should a NOTIFY be lost.
+	ScheduleReconcileDefault = time.Second
 )
 
 // Config is every setting the scheduler reads.
@@ -23,6 +27,10 @@ type Config struct {
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	DBMaxConns      int32         `envconfig:"DB_MAX_CONNS" default:"4"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// ScheduleBatch is the most schedules one fire transaction locks.
+	ScheduleBatch int `envconfig:"SCHEDULE_BATCH" default:"100"`
+	// ScheduleReconcile caps every sleep of the fire loop (at most 1s).
+	ScheduleReconcile time.Duration `envconfig:"SCHEDULE_RECONCILE" default:"1s"`
 }
 
 // Validate checks ranges, naming the variable at fault.
@@ -33,6 +41,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.DBMaxConns < 1:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; it must be at least 1", c.DBMaxConns)
+	case c.ScheduleBatch < 1:
+		return config.Invalid("PULSE_SCHEDULE_BATCH", "is %d; it must be at least 1", c.ScheduleBatch)
+	case c.ScheduleReconcile <= 0 || c.ScheduleReconcile > time.Second:
+		return config.Invalid("PULSE_SCHEDULE_RECONCILE", "is %s; it must be positive and at most 1s", c.ScheduleReconcile)
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
 	}

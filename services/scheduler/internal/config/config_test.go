@@ -35,6 +35,9 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 		LogLevel:        "info",
 		DBMaxConns:      config.DBMaxConnsDefault,
 		ShutdownTimeout: config.ShutdownTimeoutDefault,
+
+		ScheduleBatch:     config.ScheduleBatchDefault,
+		ScheduleReconcile: config.ScheduleReconcileDefault,
 	}, c)
 }
 
@@ -43,6 +46,8 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_DB_MAX_CONNS", "0"},
 		{"PULSE_SHUTDOWN_TIMEOUT", "-1s"},
 		{"PULSE_LOG_LEVEL", "loud"},
+		{"PULSE_SCHEDULE_BATCH", "0"},
+		{"PULSE_SCHEDULE_RECONCILE", "5s"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
 			clearEnv(t)

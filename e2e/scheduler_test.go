@@ -1,0 +1,123 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+)
+
+// TestSchedulerReplicasFireEachOccurrenceOnce runs three real scheduler
+// processes over one every-1s schedule, kills one with SIGKILL mid-run and
+// restarts it, then disables the schedule (created and disabled through
+// control-api's HTTP API): every occurrence from the first
+// to the last produced exactly one job (no gaps, no doubles), and nothing
+// fires after the disable.
+func TestSchedulerReplicasFireEachOccurrenceOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root, err := localfleet.FindRepoRoot(".")
+	require.NoError(t, err)
+	// Only what this fleet runs: control-api, one gateway, the schedulers.
+	bins, err := localfleet.Build(ctx, root, t.TempDir(), localfleet.ControlAPI, localfleet.DispatchGateway, localfleet.Scheduler)
+	require.NoError(t, err)
+
+	f := upFleet(t, localfleet.Options{Gateways: 1, Binaries: bins})
+	pool, err := pgxpool.New(ctx, f.DatabaseURL)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	names := make([]string, 3)
+	for i := range names {
+		names[i] = startScheduler(t, f, bins[localfleet.Scheduler], i+1)
+	}
+
+	// Nothing consumes this topic, so every fired job stays PENDING with
+	// next_run_at at its occurrence.
+	resp, err := http.Post(f.ControlHTTP+"/v1/schedules", "application/json",
+		strings.NewReader(`{"name":"replicas","topic":"sched.replicas","kind":"every","expression":"1s"}`))
+	require.NoError(t, err)
+	var created struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&created))
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	id := created.ID
+
+	fired := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE schedule_id = $1`, id).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return fired() >= 3 }, 10*time.Second, 50*time.Millisecond, "the schedule never fired")
+
+	// kill -9 one replica mid-run, and bring it back.
+	victim := f.Processes[len(f.Processes)-2]
+	require.Equal(t, names[1], victim.Name)
+	require.NoError(t, victim.Kill())
+	require.ErrorContains(t, victim.Wait(10*time.Second), "killed")
+	require.Eventually(t, func() bool { return fired() >= 5 }, 10*time.Second, 50*time.Millisecond, "firing stopped with a replica down")
+	_, err = f.Restart(ctx, names[1])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return fired() >= 9 }, 10*time.Second, 50*time.Millisecond, "firing stopped after the restart")
+
+	resp, err = http.Post(f.ControlHTTP+"/v1/schedules/"+id+"/disable", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// One fire may have been in flight when the disable committed.
+	time.Sleep(300 * time.Millisecond)
+	after := fired()
+	time.Sleep(1200 * time.Millisecond)
+	require.Equal(t, after, fired(), "a disabled schedule kept firing")
+
+	rows, err := pool.Query(ctx, `SELECT id::text, next_run_at FROM jobs WHERE schedule_id = $1 ORDER BY next_run_at`, id)
+	require.NoError(t, err)
+	defer rows.Close()
+	ids := map[string]bool{}
+	var occ []time.Time
+	for rows.Next() {
+		var jid string
+		var at time.Time
+		require.NoError(t, rows.Scan(&jid, &at))
+		require.False(t, ids[jid], "job id %s twice", jid)
+		ids[jid] = true
+		occ = append(occ, at)
+	}
+	require.NoError(t, rows.Err())
+	require.GreaterOrEqual(t, len(occ), 8)
+	for i := 1; i < len(occ); i++ {
+		require.Equal(t, time.Second, occ[i].Sub(occ[i-1]),
+			"occurrences %d and %d (%s, %s): a gap or a double", i-1, i, occ[i-1], occ[i])
+	}
+}
+
+// startScheduler runs one scheduler replica against f; the fleet stops it
+// with the rest. It returns its process name.
+func startScheduler(t *testing.T, f *localfleet.Fleet, bin string, n int) string {
+	t.Helper()
+	port, err := localfleet.FreePort()
+	require.NoError(t, err)
+	admin := "127.0.0.1:" + strconv.Itoa(port)
+	env := []string{"PULSE_DATABASE_URL=" + f.DatabaseURL, "PULSE_ADMIN_ADDR=" + admin}
+	name := fmt.Sprintf("%s-%d", localfleet.Scheduler, n)
+	p, err := localfleet.Start(context.Background(), name, bin, env, f.LogDir)
+	require.NoError(t, err)
+	f.Processes = append(f.Processes, p)
+	f.AdminURLs[name] = "http://" + admin
+	ctx, cancel := context.WithTimeout(context.Background(), localfleet.ReadyTimeoutDefault)
+	defer cancel()
+	require.NoError(t, localfleet.WaitHTTP(ctx, f.AdminURLs[name]+"/readyz"), "%s not ready:\n%s", name, p.Logs())
+	return name
+}

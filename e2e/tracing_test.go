@@ -1,0 +1,273 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	sdkresource "go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace/noop"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+	"github.com/pulsequeue/pulse/pkg/pulse"
+)
+
+// receivedSpan is one span the in-test OTLP receiver was sent, with the
+// service.name of the process that sent it.
+type receivedSpan struct {
+	service string
+	span    *tracepb.Span
+}
+
+func (s receivedSpan) String() string {
+	return fmt.Sprintf("%s/%s(span=%x parent=%x)", s.service, s.span.GetName(), s.span.GetSpanId(), s.span.GetParentSpanId())
+}
+
+// otlpReceiver is an OTLP/HTTP trace receiver: it decodes the protobuf
+// ExportTraceServiceRequests posted to /v1/traces and keeps every span.
+type otlpReceiver struct {
+	url   string
+	mu    sync.Mutex
+	spans []receivedSpan
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	r := &otlpReceiver{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var msg collectortrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &msg); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.add(&msg)
+		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	r.url = "http://" + ln.Addr().String()
+	return r
+}
+
+func (r *otlpReceiver) add(msg *collectortrace.ExportTraceServiceRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range msg.GetResourceSpans() {
+		service := attrString(rs.GetResource().GetAttributes(), "service.name")
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				r.spans = append(r.spans, receivedSpan{service: service, span: s})
+			}
+		}
+	}
+}
+
+// trace returns the spans of trace id so far.
+func (r *otlpReceiver) trace(id []byte) []receivedSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []receivedSpan
+	for _, s := range r.spans {
+		if string(s.span.GetTraceId()) == string(id) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attrString(attrs []*commonpb.KeyValue, key string) string {
+	for _, a := range attrs {
+		if a.GetKey() == key {
+			return a.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+// find returns the first span whose name has prefix, from service.
+func find(spans []receivedSpan, service, prefix string) (receivedSpan, bool) {
+	for _, s := range spans {
+		if s.service == service && strings.HasPrefix(s.span.GetName(), prefix) {
+			return s, true
+		}
+	}
+	return receivedSpan{}, false
+}
+
+// attrInt returns an int attribute of s, -1 when absent.
+func attrInt(s receivedSpan, key string) int64 {
+	for _, a := range s.span.GetAttributes() {
+		if a.GetKey() == key {
+			return a.GetValue().GetIntValue()
+		}
+	}
+	return -1
+}
+
+// findAttempt returns the span of attempt whose name has prefix.
+func findAttempt(spans []receivedSpan, service, prefix string, attempt int64) (receivedSpan, bool) {
+	for _, s := range spans {
+		if s.service == service && strings.HasPrefix(s.span.GetName(), prefix) && attrInt(s, "pulse.attempt") == attempt {
+			return s, true
+		}
+	}
+	return receivedSpan{}, false
+}
+
+// TestOneTracePerJob runs the real control-api and dispatch-gateways with
+// OTLP export to an in-test receiver, submits one job under a root span from
+// an SDK producer and processes it with SDK workers (the first attempt
+// fails, so the job is retried), all exporting to the same receiver, and
+// requires every hop of both attempts in one trace, each span the parent of
+// the next: root → publish → control-api SubmitJob → gateway receive →
+// worker process → settle.
+func TestOneTracePerJob(t *testing.T) {
+	// Not parallel: it installs the global tracer provider and propagator
+	// the in-process SDK uses.
+	recv := startOTLPReceiver(t)
+	f := upFleet(t, localfleet.Options{
+		Binaries: binaries(t),
+		Env: map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": recv.url,
+			"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+			"OTEL_BSP_SCHEDULE_DELAY":     "100",
+			"PULSE_RETRY_BACKOFF_UNIT":    "10ms",
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(recv.url+"/v1/traces"))
+	require.NoError(t, err)
+	res, err := sdkresource.New(ctx, sdkresource.WithAttributes(semconv.ServiceName("e2e-sdk")))
+	require.NoError(t, err)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+		_ = tp.Shutdown(context.Background())
+	})
+
+	const topic = "e2e.traced"
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	done := make(chan string, 1)
+	wctx, wcancel := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	defer func() {
+		wcancel()
+		running.Wait()
+	}()
+	// Two workers, one per gateway; either may run either attempt.
+	for i, gw := range f.GatewayAddrs {
+		w, err := pulse.NewWorker([]string{gw}, pulse.WithLogger(logger), pulse.WithConcurrency(1),
+			pulse.WithWorkerID(fmt.Sprintf("traced-%d", i)))
+		require.NoError(t, err)
+		w.Register(topic, func(ctx context.Context, j *pulse.Job) error {
+			if j.Attempt == 1 {
+				return errors.New("first attempt fails")
+			}
+			select {
+			case done <- j.ID:
+			default:
+			}
+			return nil
+		})
+		running.Go(func() { _ = w.Run(wctx) })
+	}
+
+	client, err := pulse.NewClient(f.ControlGRPC)
+	require.NoError(t, err)
+	defer client.Close()
+
+	rootCtx, root := tp.Tracer("e2e").Start(ctx, "e2e root")
+	sub, err := client.Enqueue(rootCtx, topic, map[string]int{"n": 1})
+	root.End()
+	require.NoError(t, err)
+	select {
+	case id := <-done:
+		require.Equal(t, sub.ID, id)
+	case <-ctx.Done():
+		t.Fatal("job was not processed")
+	}
+	traceID := root.SpanContext().TraceID()
+
+	type hop struct {
+		service, prefix string
+		attempt         int64 // 0: not per attempt
+	}
+	var chains [][]receivedSpan
+	require.Eventually(t, func() bool {
+		spans := recv.trace(traceID[:])
+		chains = chains[:0]
+		for _, attempt := range []int64{1, 2} {
+			var chain []receivedSpan
+			for _, want := range []hop{
+				{"e2e-sdk", "e2e root", 0},
+				{"e2e-sdk", "publish " + topic, 0},
+				{"control-api", "pulse.v1.ControlService/SubmitJob", 0},
+				{"dispatch-gateway", "receive " + topic, attempt},
+				{"e2e-sdk", "process " + topic, attempt},
+				{"e2e-sdk", "settle", attempt},
+			} {
+				var s receivedSpan
+				var ok bool
+				if want.attempt == 0 {
+					s, ok = find(spans, want.service, want.prefix)
+				} else {
+					s, ok = findAttempt(spans, want.service, want.prefix, want.attempt)
+				}
+				if !ok {
+					t.Logf("trace %s: no %s span %q (attempt %d) yet; have %v", traceID, want.service, want.prefix, want.attempt, spans)
+					return false
+				}
+				chain = append(chain, s)
+			}
+			chains = append(chains, chain)
+		}
+		return true
+	}, 30*time.Second, 500*time.Millisecond, "every hop's span of both attempts in one trace")
+
+	for _, chain := range chains {
+		for i := 1; i < len(chain); i++ {
+			require.Equal(t, chain[i-1].span.GetSpanId(), chain[i].span.GetParentSpanId(),
+				"%v must be the parent of %v", chain[i-1], chain[i])
+		}
+		require.Equal(t, sub.ID, attrString(chain[3].span.GetAttributes(), "messaging.message.id"))
+		require.Equal(t, "pulse", attrString(chain[4].span.GetAttributes(), "messaging.system"))
+		require.Equal(t, topic, attrString(chain[4].span.GetAttributes(), "messaging.destination.name"))
+	}
+	require.Equal(t, tracepb.Span_SPAN_KIND_PRODUCER, chains[0][1].span.GetKind())
+	require.Equal(t, tracepb.Span_SPAN_KIND_SERVER, chains[0][2].span.GetKind())
+	require.Equal(t, tracepb.Span_SPAN_KIND_CONSUMER, chains[0][4].span.GetKind())
+}

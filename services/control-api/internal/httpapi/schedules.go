@@ -1,0 +1,232 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+)
+
+// scheduleBodyLimit bounds a schedule body: its args template (1 MiB,
+// jobspec.DefaultMaxArgsBytes) and a few short fields.
+const scheduleBodyLimit = 1<<20 + 16<<10
+
+// ScheduleService is what the schedule routes call: api.Schedules.
+type ScheduleService interface {
+	CreateSchedule(ctx context.Context, req *pulsev1.CreateScheduleRequest) (*pulsev1.Schedule, error)
+	GetSchedule(ctx context.Context, req *pulsev1.GetScheduleRequest) (*pulsev1.Schedule, error)
+	ListSchedules(ctx context.Context, req *pulsev1.ListSchedulesRequest) (*pulsev1.ListSchedulesResponse, error)
+	UpdateSchedule(ctx context.Context, req *pulsev1.UpdateScheduleRequest) (*pulsev1.Schedule, error)
+	EnableSchedule(ctx context.Context, req *pulsev1.EnableScheduleRequest) (*pulsev1.Schedule, error)
+	DisableSchedule(ctx context.Context, req *pulsev1.DisableScheduleRequest) (*pulsev1.Schedule, error)
+	DeleteSchedule(ctx context.Context, req *pulsev1.DeleteScheduleRequest) (*pulsev1.DeleteScheduleResponse, error)
+	ListScheduleJobs(ctx context.Context, req *pulsev1.ListScheduleJobsRequest) (*pulsev1.ListScheduleJobsResponse, error)
+}
+
+// RegisterSchedules mounts the schedule routes on mux. Producers and
+// operators read; operators write (AccessPolicy).
+func (h *Handler) RegisterSchedules(mux Mux, svc ScheduleService) {
+	s := &scheduleRoutes{svc: svc}
+	mux.Handle("POST /v1/schedules", h.route(s.create))
+	mux.Handle("GET /v1/schedules", h.route(s.list))
+	mux.Handle("GET /v1/schedules/{id}", h.route(s.get))
+	mux.Handle("PUT /v1/schedules/{id}", h.route(s.update))
+	mux.Handle("DELETE /v1/schedules/{id}", h.route(s.delete))
+	mux.Handle("POST /v1/schedules/{id}/enable", h.route(s.enable))
+	mux.Handle("POST /v1/schedules/{id}/disable", h.route(s.disable))
+	mux.Handle("GET /v1/schedules/{id}/jobs", h.route(s.jobs))
+}
+
+type scheduleRoutes struct {
+	svc ScheduleService
+}
+
+// scheduleDefJSON is the body of POST /v1/schedules and PUT
+// /v1/schedules/{id}.
+type scheduleDefJSON struct {
+	Name        string          `json:"name"`
+	Topic       string          `json:"topic"`
+	Args        json.RawMessage `json:"args"`
+	Priority    int32           `json:"priority"`
+	MaxAttempts int32           `json:"max_attempts"`
+	// Kind is at, every or cron.
+	Kind       string `json:"kind"`
+	Expression string `json:"expression"`
+	TimeZone   string `json:"time_zone"`
+	// Enabled is only read on create; nil means true.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+type scheduleJSON struct {
+	ID string `json:"id"`
+	scheduleDefJSON
+	NextRunAt   *time.Time `json:"next_run_at"`
+	LastFiredAt *time.Time `json:"last_fired_at"`
+	CreatedAt   *time.Time `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
+}
+
+type scheduleListJSON struct {
+	Schedules     []scheduleJSON `json:"schedules"`
+	NextPageToken string         `json:"next_page_token"`
+}
+
+func (d scheduleDefJSON) toWire() *pulsev1.ScheduleDefinition {
+	return &pulsev1.ScheduleDefinition{
+		Name: d.Name, Topic: d.Topic, Args: d.Args, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
+		Kind: d.Kind, Expression: d.Expression, TimeZone: d.TimeZone,
+	}
+}
+
+func scheduleToJSON(s *pulsev1.Schedule) scheduleJSON {
+	d := s.GetDefinition()
+	enabled := s.GetEnabled()
+	out := scheduleJSON{
+		ID: s.GetId(),
+		scheduleDefJSON: scheduleDefJSON{
+			Name: d.GetName(), Topic: d.GetTopic(), Args: d.GetArgs(), Priority: d.GetPriority(),
+			MaxAttempts: d.GetMaxAttempts(), Kind: d.GetKind(), Expression: d.GetExpression(),
+			TimeZone: d.GetTimeZone(), Enabled: &enabled,
+		},
+		NextRunAt: timeOrNil(s.GetNextRunAt()), LastFiredAt: timeOrNil(s.GetLastFiredAt()),
+		CreatedAt: timeOrNil(s.GetCreatedAt()), UpdatedAt: timeOrNil(s.GetUpdatedAt()),
+	}
+	if len(out.Args) == 0 {
+		out.Args = json.RawMessage(`{}`)
+	}
+	return out
+}
+
+func (s *scheduleRoutes) decode(w http.ResponseWriter, r *http.Request) (scheduleDefJSON, error) {
+	var d scheduleDefJSON
+	body, err := readBody(w, r, scheduleBodyLimit, "body", "")
+	if err != nil {
+		return d, err
+	}
+	return d, decodeObject(body, "", &d)
+}
+
+func (s *scheduleRoutes) create(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.decode(w, r)
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.CreateSchedule(r.Context(), &pulsev1.CreateScheduleRequest{
+		Definition: d.toWire(), Disabled: d.Enabled != nil && !*d.Enabled,
+	})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, scheduleToJSON(resp))
+}
+
+func (s *scheduleRoutes) update(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.decode(w, r)
+	if err != nil {
+		return err
+	}
+	if d.Enabled != nil {
+		return apierr.Invalid("enabled", "is changed with POST /v1/schedules/{id}/enable or /disable")
+	}
+	resp, err := s.svc.UpdateSchedule(r.Context(), &pulsev1.UpdateScheduleRequest{Id: r.PathValue("id"), Definition: d.toWire()})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+}
+
+func (s *scheduleRoutes) get(w http.ResponseWriter, r *http.Request) error {
+	resp, err := s.svc.GetSchedule(r.Context(), &pulsev1.GetScheduleRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+}
+
+func (s *scheduleRoutes) enable(w http.ResponseWriter, r *http.Request) error {
+	resp, err := s.svc.EnableSchedule(r.Context(), &pulsev1.EnableScheduleRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+}
+
+func (s *scheduleRoutes) disable(w http.ResponseWriter, r *http.Request) error {
+	resp, err := s.svc.DisableSchedule(r.Context(), &pulsev1.DisableScheduleRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+}
+
+func (s *scheduleRoutes) delete(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.svc.DeleteSchedule(r.Context(), &pulsev1.DeleteScheduleRequest{Id: r.PathValue("id")}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+var pageParams = []string{"limit", "page_token"}
+
+func parseLimit(q string) (int32, error) {
+	if q == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(q, 10, 32)
+	if err != nil {
+		return 0, apierr.Invalid("limit", "%q is not a whole number", q)
+	}
+	if n == 0 {
+		return 0, apierr.Invalid("limit", "is 0; it must be between 1 and %d", api.SchedulesLimitMax)
+	}
+	return int32(n), nil
+}
+
+func (s *scheduleRoutes) list(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, pageParams); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.ListSchedules(r.Context(), &pulsev1.ListSchedulesRequest{Limit: limit, PageToken: q.Get("page_token")})
+	if err != nil {
+		return err
+	}
+	out := scheduleListJSON{Schedules: make([]scheduleJSON, len(resp.GetSchedules())), NextPageToken: resp.GetNextPageToken()}
+	for i, sc := range resp.GetSchedules() {
+		out.Schedules[i] = scheduleToJSON(sc)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *scheduleRoutes) jobs(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, pageParams); err != nil {
+		return err
+	}
+	limit, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	resp, err := s.svc.ListScheduleJobs(r.Context(), &pulsev1.ListScheduleJobsRequest{
+		Id: r.PathValue("id"), Limit: limit, PageToken: q.Get("page_token"),
+	})
+	if err != nil {
+		return err
+	}
+	out := listJSON{Jobs: make([]jobJSON, len(resp.GetJobs())), NextPageToken: resp.GetNextPageToken()}
+	for i, j := range resp.GetJobs() {
+		out.Jobs[i] = jobToJSON(j)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

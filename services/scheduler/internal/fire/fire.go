@@ -1,0 +1,208 @@
+// Package fire is the scheduler's loop: it turns due schedules into jobs,
+// each occurrence exactly once across any number of replicas.
+//
+// Each pass runs jobstore.Store.FireDue: due rows (enabled, next_run_at <=
+// now) are locked FOR UPDATE SKIP LOCKED, one ordinary job is inserted per
+// schedule with the id jobstore.OccurrenceJobID(schedule, occurrence) (ON
+// CONFLICT DO NOTHING makes a re-fire a no-op) and the cursor moves by
+// compare-and-set on next_run_at, all in one transaction.
+//
+// Missed occurrences: after downtime a schedule fires its latest missed
+// occurrence once (schedule.Latest), not a burst; the cursor then moves to
+// the first occurrence after now.
+//
+// Waking: the loop sleeps until the earliest next_run_at, but never longer
+// than Config.Reconcile (1s by default), and wakes at once on a NOTIFY on
+// pulse_schedules_changed (a trigger on schedules sends it). It does not
+// look at dispatch pause: a paused fleet still gets its scheduled jobs,
+// which simply queue.
+package fire
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/schedule"
+)
+
+// Store is what the loop needs of jobstore.Store.
+type Store interface {
+	FireDue(ctx context.Context, now time.Time, limit int, plan func(*jobstore.Schedule) jobstore.Fire) ([]jobstore.Fired, error)
+	NextScheduleDue(ctx context.Context) (time.Time, bool, error)
+	CountSchedules(ctx context.Context, now time.Time) (jobstore.ScheduleCounts, error)
+}
+
+// Observer is told about each fire and each pass, for metrics.
+type Observer interface {
+	// Fired reports one job inserted for occurrence, lag after it.
+	Fired(topic string, lag time.Duration)
+	// Counted reports the schedules gauge.
+	Counted(c jobstore.ScheduleCounts)
+}
+
+// Clock tells the time and sleeps; tests drive it by hand.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Config tunes the loop.
+type Config struct {
+	// Batch is the most schedules one transaction fires.
+	Batch int
+	// Reconcile caps every sleep, so a missed NOTIFY costs at most this
+	// long; 0 means ReconcileDefault.
+	Reconcile time.Duration
+	// Clock is nil for the wall clock.
+	Clock Clock
+}
+
+// ReconcileDefault is the longest the loop sleeps without looking.
+const ReconcileDefault = time.Second
+
+// Loop fires due schedules until its context ends.
+type Loop struct {
+	cfg      Config
+	store    Store
+	observer Observer
+	logger   *slog.Logger
+	wake     chan struct{}
+}
+
+// New builds a loop; observer may be nil.
+func New(cfg Config, store Store, observer Observer, logger *slog.Logger) *Loop {
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 100
+	}
+	if cfg.Reconcile <= 0 {
+		cfg.Reconcile = ReconcileDefault
+	}
+	if observer == nil {
+		observer = nopObserver{}
+	}
+	return &Loop{cfg: cfg, store: store, observer: observer, logger: logger.With(logging.Loop, "fire"), wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the loop look now (a schedule changed). It never blocks.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run fires, sleeps until the next due schedule (at most Reconcile) or a
+// Wake, and repeats until ctx is done. Errors are logged and retried on
+// the next pass.
+func (l *Loop) Run(ctx context.Context) {
+	l.logger.Info("schedule loop started", "reconcile", l.cfg.Reconcile, "batch", l.cfg.Batch)
+	for {
+		if _, err := l.Pass(ctx); err != nil && ctx.Err() == nil {
+			l.logger.Error("schedule pass failed; retrying", logging.Error, err)
+		}
+		wait := l.cfg.Reconcile
+		if next, ok, err := l.store.NextScheduleDue(ctx); err == nil && ok {
+			if d := next.Sub(l.cfg.Clock.Now()); d < wait {
+				wait = max(d, 0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		case <-l.cfg.Clock.After(wait):
+		}
+	}
+}
+
+// Pass fires every schedule due now, batch after batch, and returns how
+// many jobs it inserted.
+func (l *Loop) Pass(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		now := l.cfg.Clock.Now()
+		fired, err := l.store.FireDue(ctx, now, l.cfg.Batch, func(sc *jobstore.Schedule) jobstore.Fire {
+			return l.plan(ctx, sc, now)
+		})
+		if err != nil {
+			return total, err
+		}
+		inserted := l.cfg.Clock.Now()
+		for _, f := range fired {
+			sc := f.Schedule
+			if f.Fire.Skip {
+				continue
+			}
+			if f.Inserted && f.CursorMove {
+				total++
+				lag := inserted.Sub(f.Fire.Occurrence)
+				l.observer.Fired(sc.Topic, lag)
+				l.logger.Info("schedule fired", "schedule", sc.Name, "schedule_id", sc.ID, logging.Topic, sc.Topic,
+					logging.JobID, f.Fire.Job.ID, "occurrence", f.Fire.Occurrence, "lag", lag)
+			} else {
+				l.logger.Info("occurrence already fired; no-op", "schedule", sc.Name, "occurrence", f.Fire.Occurrence)
+			}
+		}
+		if len(fired) < l.cfg.Batch || ctx.Err() != nil {
+			break
+		}
+	}
+	if c, err := l.store.CountSchedules(ctx, l.cfg.Clock.Now()); err == nil {
+		l.observer.Counted(c)
+	}
+	return total, nil
+}
+
+// plan decides one due schedule's fire: the latest occurrence at or
+// before now, a job with its deterministic id whose trace context is the
+// fire span's, and the next cursor.
+func (l *Loop) plan(ctx context.Context, sc *jobstore.Schedule, now time.Time) jobstore.Fire {
+	s, err := schedule.Parse(sc.Kind, sc.Expression, sc.TimeZone)
+	if err != nil {
+		// Validated on write, so only a hand-edited row gets here; stop it
+		// rather than retry it every pass.
+		l.logger.Error("schedule does not parse; stopping it", "schedule", sc.Name, logging.Error, err)
+		return jobstore.Fire{Skip: true, Occurrence: *sc.NextRunAt}
+	}
+	occ, next := schedule.Latest(s, *sc.NextRunAt, now)
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "scheduler.fire")
+	span.SetAttributes(attribute.String("pulse.schedule_id", sc.ID.String()), attribute.String("pulse.topic", sc.Topic))
+	defer span.End()
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	id := sc.ID
+	f := jobstore.Fire{
+		Occurrence: occ,
+		Job: jobstore.NewJob{
+			ID: jobstore.OccurrenceJobID(sc.ID, occ), Topic: sc.Topic, Args: sc.Args,
+			Priority: sc.Priority, MaxAttempts: sc.MaxAttempts, RunAt: occ, ScheduleID: &id,
+			TraceParent: carrier.Get("traceparent"), TraceState: carrier.Get("tracestate"),
+		},
+	}
+	if !next.IsZero() {
+		f.Next = &next
+	}
+	return f
+}
+
+const tracerName = "github.com/pulsequeue/pulse/services/scheduler/internal/fire"
+
+type nopObserver struct{}
+
+func (nopObserver) Fired(string, time.Duration)     {}
+func (nopObserver) Counted(jobstore.ScheduleCounts) {}

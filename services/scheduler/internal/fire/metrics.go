@@ -1,0 +1,54 @@
+package fire
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// Metrics is the scheduler's instrument set; it implements Observer.
+//
+//   - pulse_scheduler_fires_total{topic}: jobs inserted by schedule fires.
+//   - pulse_scheduler_fire_lag_seconds: occurrence time to job inserted.
+//   - pulse_schedules{state="enabled"|"due"}: schedules enabled, and
+//     enabled schedules due and not yet fired, at the end of a pass.
+type Metrics struct {
+	Fires     *prometheus.CounterVec
+	FireLag   prometheus.Histogram
+	Schedules *prometheus.GaugeVec
+}
+
+var lagBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// NewMetrics registers the scheduler metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Fires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_scheduler_fires_total", Help: "Jobs inserted by schedule fires, by topic.",
+		}, []string{"topic"}),
+		FireLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pulse_scheduler_fire_lag_seconds", Help: "Time from a schedule's occurrence to its job's insert.", Buckets: lagBuckets,
+		}),
+		Schedules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_schedules", Help: "Schedules by state: enabled, and due (enabled and past their next_run_at).",
+		}, []string{"state"}),
+	}
+	reg.MustRegister(m.Fires, m.FireLag, m.Schedules)
+	m.Schedules.WithLabelValues("enabled")
+	m.Schedules.WithLabelValues("due")
+	return m
+}
+
+// Fired counts one fire.
+func (m *Metrics) Fired(topic string, lag time.Duration) {
+	m.Fires.WithLabelValues(topic).Inc()
+	m.FireLag.Observe(lag.Seconds())
+}
+
+// Counted sets the schedules gauge.
+func (m *Metrics) Counted(c jobstore.ScheduleCounts) {
+	m.Schedules.WithLabelValues("enabled").Set(float64(c.Enabled))
+	m.Schedules.WithLabelValues("due").Set(float64(c.Due))
+}
