@@ -148,13 +148,35 @@ func TestRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 		clk.Advance(time.Second)
 		require.Eventually(t, func() bool { return len(jobsOf(t, store, sc.ID)) == i }, 5*time.Second, 5*time.Millisecond)
 	}
+	// Updated: moved to the topic "fire.updated" and a cursor 10s out, the
+	// running loop picks the change up (NOTIFY) and fires the new version.
+	waitSleeping := func() {
+		require.Eventually(t, func() bool {
+			clk.mu.Lock()
+			defer clk.mu.Unlock()
+			return len(clk.waiters) > 0
+		}, 5*time.Second, time.Millisecond)
+	}
+	updated := *sc
+	updated.Topic = "fire.updated"
+	next := clk.Now().Add(10 * time.Second)
+	updated.NextRunAt = &next
+	_, err := store.UpdateSchedule(context.Background(), updated)
+	require.NoError(t, err)
+	waitSleeping()
+	clk.Advance(10 * time.Second)
+	require.Eventually(t, func() bool {
+		jobs := jobsOf(t, store, sc.ID)
+		return len(jobs) == 4 && jobs[0].Topic == "fire.updated"
+	}, 5*time.Second, 5*time.Millisecond, "the update took effect without a restart")
+
 	// Disabled: the loop notices without a restart and fires nothing more.
-	_, err := store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
+	_, err = store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond)
 	clk.Advance(5 * time.Second)
 	time.Sleep(200 * time.Millisecond)
-	require.Len(t, jobsOf(t, store, sc.ID), 3)
+	require.Len(t, jobsOf(t, store, sc.ID), 4)
 }
 
 func TestFiresWhileDispatchIsPaused(t *testing.T) {
