@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 	"github.com/pulsequeue/pulse/pkg/pulse"
@@ -189,6 +190,38 @@ func TestDashboardsQueryRealPrometheus(t *testing.T) {
 		assert.Empty(c, empty, "dashboard queries with no data")
 	}, 2*time.Minute, 2*time.Second, "every dashboard query returns data")
 	t.Logf("%d dashboard queries returned data", len(queries))
+
+	// Alert rules: each expression must parse and evaluate. An alert that
+	// is not firing has no samples, so only the evaluation is required.
+	rules := alertRules(t)
+	require.NotEmpty(t, rules)
+	for _, r := range rules {
+		_, err := promQuery(ctx, promURL, r.expr)
+		require.NoError(t, err, "alert %s: %s", r.where, r.expr)
+	}
+	t.Logf("%d alert rules evaluated", len(rules))
+}
+
+// alertRules returns every alert expression in deploy/prometheus/alerts.yml.
+func alertRules(t *testing.T) []dashboardQuery {
+	t.Helper()
+	root, err := localfleet.FindRepoRoot(".")
+	require.NoError(t, err)
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts.yml"))
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &file))
+	var out []dashboardQuery
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			out = append(out, dashboardQuery{where: r.Alert, expr: r.Expr})
+		}
+	}
+	return out
 }
 
 // startPrometheus runs a real Prometheus scraping every service of f each

@@ -3,6 +3,7 @@ package deploytest
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -43,6 +44,9 @@ func TestPrometheusConfig(t *testing.T) {
 		}
 		out, err := exec.Command(promtool, "check", "config", path).CombinedOutput()
 		require.NoError(t, err, "promtool check config:\n%s", out)
+		rules := filepath.Join(filepath.Dir(path), "alerts.yml")
+		out, err = exec.Command(promtool, "check", "rules", rules).CombinedOutput()
+		require.NoError(t, err, "promtool check rules:\n%s", out)
 	})
 
 	t.Run("EveryServiceIsScrapedOnItsAdminPort", func(t *testing.T) {
