@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -270,4 +271,8 @@ func TestOneTracePerJob(t *testing.T) {
 	require.Equal(t, tracepb.Span_SPAN_KIND_PRODUCER, chains[0][1].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_SERVER, chains[0][2].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_CONSUMER, chains[0][4].span.GetKind())
+
+	if path := os.Getenv(EnvTracePicture); path != "" {
+		drawTrace(t, path, recv.trace(traceID[:]))
+	}
 }
