@@ -190,6 +190,7 @@ func (s *ControlService) CancelJob(ctx context.Context, req *pulsev1.CancelJobRe
 	if err != nil {
 		return nil, err
 	}
+	s.opts.Metrics.canceled(job.Topic)
 	return &pulsev1.CancelJobResponse{Job: JobToWire(job)}, nil
 }
 
@@ -203,6 +204,7 @@ func (s *ControlService) RetryJob(ctx context.Context, req *pulsev1.RetryJobRequ
 	if err != nil {
 		return nil, err
 	}
+	s.opts.Metrics.retried(job.Topic)
 	return &pulsev1.RetryJobResponse{Job: JobToWire(job)}, nil
 }
 

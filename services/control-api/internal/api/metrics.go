@@ -24,6 +24,9 @@ type Metrics struct {
 	// QueueDepth is the live jobs by topic and status (PENDING, RETRYING,
 	// RUNNING), recounted on an interval by the queuedepth refresher.
 	QueueDepth *prometheus.GaugeVec
+	// JobsCanceled and JobsRetried count operator actions on jobs, by topic.
+	JobsCanceled *prometheus.CounterVec
+	JobsRetried  *prometheus.CounterVec
 }
 
 // NewMetrics registers control-api's metrics on reg.
@@ -55,7 +58,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Live jobs by topic and status (PENDING, RETRYING, RUNNING), recounted every PULSE_QUEUE_DEPTH_INTERVAL.",
 		}, []string{"topic", "status"}),
 	}
-	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth)
+	m.JobsCanceled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_jobs_canceled_total",
+		Help: "Jobs canceled through control-api (pending, retrying or running), by topic.",
+	}, []string{"topic"})
+	m.JobsRetried = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_jobs_retried_total",
+		Help: "Dead-lettered or canceled jobs sent back to PENDING by an operator, by topic.",
+	}, []string{"topic"})
+	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
+		m.JobsCanceled, m.JobsRetried)
 	return m
 }
 
@@ -91,6 +103,18 @@ func (m *Metrics) DispatchAutoResumed(scope string) {
 func (m *Metrics) DispatchState(st jobstore.DispatchState) {
 	for _, s := range st.Scopes {
 		m.dispatchPaused(s.Scope, s.Paused)
+	}
+}
+
+func (m *Metrics) canceled(topic string) {
+	if m != nil {
+		m.JobsCanceled.WithLabelValues(topic).Inc()
+	}
+}
+
+func (m *Metrics) retried(topic string) {
+	if m != nil {
+		m.JobsRetried.WithLabelValues(topic).Inc()
 	}
 }
 
