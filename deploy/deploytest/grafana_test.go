@@ -35,12 +35,16 @@ func TestGrafanaProvisioning(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dsDir, "prometheus.yml"))
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(b, &ds))
-	require.Len(t, ds.Datasources, 1)
+	require.Len(t, ds.Datasources, 2, "Prometheus and the Jaeger trace viewer")
 	prom := ds.Datasources[0]
 	require.Equal(t, "prometheus", prom.Type)
 	require.True(t, prom.IsDefault)
 	service(t, p, "prometheus")
 	require.Equal(t, "http://prometheus:9090", prom.URL, "the datasource is the compose prometheus service")
+	traces := ds.Datasources[1]
+	require.Equal(t, "jaeger", traces.Type)
+	service(t, p, "jaeger")
+	require.Equal(t, "http://jaeger:16686", traces.URL, "exemplars link to the compose jaeger service")
 
 	var providers struct {
 		Providers []struct {

@@ -67,6 +67,10 @@ func New(addr string, reg *prometheus.Registry, logger *slog.Logger) *Server {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry: reg,
 		ErrorLog: errLog,
+		// OpenMetrics when the scraper asks for it, so histogram exemplars
+		// (a bucket's trace id) reach Prometheus and Grafana can link a
+		// slow bucket to the job's trace.
+		EnableOpenMetrics: true,
 	}))
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)

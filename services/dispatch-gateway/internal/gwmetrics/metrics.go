@@ -128,7 +128,7 @@ func (m *Metrics) Claimed(took time.Duration, _ int, jobs []jobstore.Claimed, er
 	for _, j := range jobs {
 		m.Dispatched.WithLabelValues(j.Topic).Inc()
 		if j.Attempt == 1 { // retries wait on their backoff, not the queue
-			m.QueueWait.WithLabelValues(j.Topic).Observe(now.Sub(j.SubmittedAt).Seconds())
+			observeWithTrace(m.QueueWait.WithLabelValues(j.Topic), now.Sub(j.SubmittedAt).Seconds(), j.TraceParent)
 		}
 	}
 }
@@ -165,4 +165,14 @@ func outcomeLabel(s jobstore.Status) string {
 		return "dead_lettered"
 	}
 	return "other"
+}
+
+// observeWithTrace records v with the job's trace id as the exemplar when
+// the job carries a W3C traceparent ("00-<trace id>-<span id>-<flags>").
+func observeWithTrace(o prometheus.Observer, v float64, traceparent string) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(traceparent) == 55 && traceparent[2] == '-' {
+		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": traceparent[3:35]})
+		return
+	}
+	o.Observe(v)
 }

@@ -1,0 +1,49 @@
+package gwmetrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, func() (int, int) { return 0, 0 })
+	now := time.Now()
+	m.now = func() time.Time { return now }
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	m.Claimed(time.Millisecond, 2, []jobstore.Claimed{
+		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-40 * time.Millisecond), TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"},
+		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-3 * time.Second)}, // no trace: plain observation
+	}, nil)
+	require.Equal(t, 2, testutil.CollectAndCount(reg, "pulse_jobs_dispatched_total")+testutil.CollectAndCount(reg, "pulse_queue_wait_seconds"))
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var exemplars []string
+	for _, mf := range mfs {
+		if mf.GetName() != "pulse_queue_wait_seconds" {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			require.EqualValues(t, 2, metric.GetHistogram().GetSampleCount())
+			for _, b := range metric.GetHistogram().GetBucket() {
+				if e := b.GetExemplar(); e != nil {
+					for _, l := range e.GetLabel() {
+						exemplars = append(exemplars, l.GetName()+"="+l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{"trace_id=" + traceID}, exemplars)
+	require.False(t, strings.Contains(strings.Join(exemplars, ","), "00f067aa"), "the exemplar is the trace id, not the span id")
+}
