@@ -100,7 +100,7 @@ func TestDashboardsQueryRealPrometheus(t *testing.T) {
 		t.Skip("prometheus is not on PATH (Debian: apt-get install -y prometheus); skipping the dashboard queries against a real Prometheus")
 	}
 	queries := dashboardQueries(t)
-	f := upChaosFleet(t, localfleet.Options{Reaper: true}, map[string]string{"PULSE_QUEUE_DEPTH_INTERVAL": "1s"})
+	f := upChaosFleet(t, localfleet.Options{Reaper: true, Scheduler: true}, map[string]string{"PULSE_QUEUE_DEPTH_INTERVAL": "1s"})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 
@@ -121,6 +121,13 @@ func TestDashboardsQueryRealPrometheus(t *testing.T) {
 		return ok
 	}, recoveryTimeout, 20*time.Millisecond, "the stuck job never started")
 	victim.killHard(t)
+
+	// A schedule firing every second, for the scheduler panels.
+	sched, err := http.Post(f.ControlHTTP+"/v1/schedules", "application/json",
+		strings.NewReader(`{"name":"dash-every-second","topic":"dash.scheduled","kind":"every","expression":"1s"}`))
+	require.NoError(t, err)
+	sched.Body.Close()
+	require.Equal(t, http.StatusCreated, sched.StatusCode)
 
 	// A paused topic nobody works on, for the paused panel and annotation.
 	pause, err := http.Post(f.ControlHTTP+"/v1/dispatch/pause", "application/json",

@@ -122,6 +122,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	store := jobstore.New(pool)
 	reg := metrics.NewRegistry(Service)
+	pgconn.RegisterPoolMetrics(reg, pool)
 	m := api.NewMetrics(reg)
 
 	coalescer := submit.NewCoalescer(store, submit.Options{

@@ -63,6 +63,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	store := jobstore.New(pool)
 
 	reg := metrics.NewRegistry(Service)
+	pgconn.RegisterPoolMetrics(reg, pool)
 	dispatcher := dispatch.NewDispatcher(dispatch.DispatcherConfig{
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, Batch: cfg.ClaimBatch,
 	}, store, nil, logger)

@@ -49,6 +49,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	store := jobstore.New(pool)
 
 	reg := metrics.NewRegistry(Service)
+	pgconn.RegisterPoolMetrics(reg, pool)
 	m := reapmetrics.New(reg)
 	sweeper := sweep.NewLeaseSweeper(sweep.Config{
 		Interval: cfg.SweepInterval,

@@ -45,6 +45,7 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	defer pool.Close()
 
 	reg := metrics.NewRegistry(Service)
+	pgconn.RegisterPoolMetrics(reg, pool)
 	loop := fire.New(fire.Config{Batch: cfg.ScheduleBatch, Reconcile: cfg.ScheduleReconcile},
 		jobstore.New(pool), fire.NewMetrics(reg), logger)
 	admin := adminhttp.New(cfg.AdminAddr, reg, logger)
