@@ -161,7 +161,8 @@ func TestOneTracePerJob(t *testing.T) {
 			"OTEL_EXPORTER_OTLP_ENDPOINT": recv.url,
 			"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
 			"OTEL_BSP_SCHEDULE_DELAY":     "100",
-			"PULSE_RETRY_BACKOFF_UNIT":    "10ms",
+			// Long enough to stop the first worker before the retry is due.
+			"PULSE_RETRY_BACKOFF_UNIT": "2s",
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -189,13 +190,20 @@ func TestOneTracePerJob(t *testing.T) {
 		wcancel()
 		running.Wait()
 	}()
-	// Two workers, one per gateway; either may run either attempt.
-	for i, gw := range f.GatewayAddrs {
-		w, err := pulse.NewWorker([]string{gw}, pulse.WithLogger(logger), pulse.WithConcurrency(1),
+	// The first attempt runs and fails on worker traced-0 (gateway 1),
+	// which then stops; the retry runs on worker traced-1 (gateway 2), so
+	// the trace shows a retry on a second worker.
+	failed := make(chan struct{}, 1)
+	start := func(i int) (stop func()) {
+		w, err := pulse.NewWorker([]string{f.GatewayAddrs[i]}, pulse.WithLogger(logger), pulse.WithConcurrency(1),
 			pulse.WithWorkerID(fmt.Sprintf("traced-%d", i)))
 		require.NoError(t, err)
 		w.Register(topic, func(ctx context.Context, j *pulse.Job) error {
 			if j.Attempt == 1 {
+				select {
+				case failed <- struct{}{}:
+				default:
+				}
 				return errors.New("first attempt fails")
 			}
 			select {
@@ -204,8 +212,12 @@ func TestOneTracePerJob(t *testing.T) {
 			}
 			return nil
 		})
-		running.Go(func() { _ = w.Run(wctx) })
+		c, cancel := context.WithCancel(wctx)
+		stopped := make(chan struct{})
+		running.Go(func() { _ = w.Run(c); close(stopped) })
+		return func() { cancel(); <-stopped }
 	}
+	stopFirst := start(0)
 
 	client, err := pulse.NewClient(f.ControlGRPC)
 	require.NoError(t, err)
@@ -215,6 +227,13 @@ func TestOneTracePerJob(t *testing.T) {
 	sub, err := client.Enqueue(rootCtx, topic, map[string]int{"n": 1})
 	root.End()
 	require.NoError(t, err)
+	select {
+	case <-failed:
+	case <-ctx.Done():
+		t.Fatal("the first attempt never ran")
+	}
+	stopFirst() // reports the failure on the way out
+	start(1)
 	select {
 	case id := <-done:
 		require.Equal(t, sub.ID, id)
@@ -271,6 +290,12 @@ func TestOneTracePerJob(t *testing.T) {
 	require.Equal(t, tracepb.Span_SPAN_KIND_PRODUCER, chains[0][1].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_SERVER, chains[0][2].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_CONSUMER, chains[0][4].span.GetKind())
+
+	job, err := client.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Len(t, job.Errors, 1)
+	require.Equal(t, "traced-0", job.Errors[0].Worker, "attempt 1 ran on the first worker")
+	require.Equal(t, "traced-1", job.LockedBy, "the retry ran on the second worker")
 
 	if path := os.Getenv(EnvTracePicture); path != "" {
 		drawTrace(t, path, recv.trace(traceID[:]))
