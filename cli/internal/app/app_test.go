@@ -1,0 +1,487 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+	pulsesdk "github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// server is control-api's HTTP base URL, shared by every test: one real
+// control-api binary over one throwaway Postgres.
+var server string
+
+// gateways are the dispatch-gateway addresses, for test workers.
+var gateways []string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	// No test may pick up the developer's own pulse config or environment.
+	home, err := os.MkdirTemp("", "pulse-cli-home-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(home)
+	os.Setenv("HOME", home)
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	for _, k := range []string{"PULSE_SERVER", "PULSE_USER", "PULSE_PASSWORD", "PULSE_TOKEN"} {
+		os.Unsetenv(k)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fleet, err := localfleet.Up(ctx, localfleet.Options{
+		Gateways: 1,
+		Env:      map[string]string{"PULSE_AUTH_USERS": "ops:operator:secret,prod:producer:pw,wk:worker:wpw", "PULSE_LOG_LEVEL": "warn"},
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting control-api:", err)
+		return 1
+	}
+	defer fleet.Down()
+	server = fleet.ControlHTTP
+	gateways = fleet.GatewayAddrs
+	return m.Run()
+}
+
+type result struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// pulse runs the real command tree in-process.
+func pulse(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := Run(ctx, args, strings.NewReader(stdin), &out, &errb)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+func as(user, pw string, args ...string) []string {
+	return append([]string{"--server", server, "--user", user, "--password", pw}, args...)
+}
+
+func ops(args ...string) []string  { return as("ops", "secret", args...) }
+func prod(args ...string) []string { return as("prod", "pw", args...) }
+
+func ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := pulse(t, "", args...)
+	require.Equalf(t, 0, r.code, "pulse %v: stderr=%s", args, r.stderr)
+	require.Empty(t, r.stderr)
+	return r.stdout
+}
+
+func okJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out := ok(t, append(args, "-o", "json")...)
+	require.NoErrorf(t, json.Unmarshal([]byte(out), v), "output: %s", out)
+}
+
+func failLine(t *testing.T, r result) string {
+	t.Helper()
+	require.NotEqual(t, 0, r.code, "stdout=%s", r.stdout)
+	line := strings.TrimSuffix(r.stderr, "\n")
+	require.NotEmpty(t, line)
+	require.NotContains(t, line, "\n", "error must be one line")
+	return line
+}
+
+func TestJobsLifecycle(t *testing.T) {
+	t.Parallel()
+	topic := "cli.lifecycle"
+	var sub struct {
+		ID        string `json:"id"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	okJSON(t, &sub, prod("submit", topic, "--args", `{"n":7}`, "--priority", "9", "--max-attempts", "3", "--idempotency-key", "k-1")...)
+	require.NotEmpty(t, sub.ID)
+	assert.False(t, sub.Duplicate)
+
+	// Same key again: the live job, marked duplicate (table output).
+	out := ok(t, prod("submit", topic, "--args", `{"n":7}`, "--idempotency-key", "k-1")...)
+	assert.Contains(t, out, sub.ID)
+	assert.Contains(t, out, "duplicate")
+
+	var j job
+	okJSON(t, &j, prod("jobs", "get", sub.ID)...)
+	assert.Equal(t, sub.ID, j.ID)
+	assert.Equal(t, topic, j.Topic)
+	assert.Equal(t, "PENDING", j.Status)
+	assert.EqualValues(t, 9, j.Priority)
+	assert.EqualValues(t, 3, j.MaxAttempts)
+	assert.JSONEq(t, `{"n":7}`, string(j.Args))
+
+	out = ok(t, prod("jobs", "get", sub.ID)...)
+	assert.Contains(t, out, "Status:")
+	assert.Contains(t, out, "Waiting:")
+
+	// A delayed job.
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	later := strings.TrimSpace(ok(t, prod("submit", topic, "--at", at)...))
+	require.NotEmpty(t, later)
+
+	var l jobList
+	okJSON(t, &l, prod("jobs", "list", "--topic", topic, "--status", "pending")...)
+	ids := map[string]bool{}
+	for _, x := range l.Jobs {
+		ids[x.ID] = true
+	}
+	assert.True(t, ids[sub.ID] && ids[later], "both jobs listed: %v", ids)
+	out = ok(t, prod("jobs", "list", "--topic", topic)...)
+	assert.Contains(t, out, "STATUS")
+	assert.Contains(t, out, sub.ID)
+
+	// Paging: one per page.
+	okJSON(t, &l, prod("jobs", "list", "--topic", topic, "--limit", "1")...)
+	require.Len(t, l.Jobs, 1)
+	require.NotEmpty(t, l.NextPageToken)
+	var l2 jobList
+	okJSON(t, &l2, prod("jobs", "list", "--topic", topic, "--limit", "1", "--page-token", l.NextPageToken)...)
+	require.Len(t, l2.Jobs, 1)
+	assert.NotEqual(t, l.Jobs[0].ID, l2.Jobs[0].ID)
+
+	// Producer may not cancel.
+	line := failLine(t, pulse(t, "", prod("jobs", "cancel", sub.ID)...))
+	assert.Contains(t, line, "operator")
+
+	okJSON(t, &j, ops("jobs", "cancel", sub.ID)...)
+	assert.Equal(t, "CANCELED", j.Status)
+	out = ok(t, ops("jobs", "retry", sub.ID)...)
+	assert.Contains(t, out, "PENDING")
+	okJSON(t, &j, prod("jobs", "get", sub.ID)...)
+	assert.Equal(t, "PENDING", j.Status)
+
+	// Retrying a PENDING job is an invalid transition: one line, exit 1.
+	r := pulse(t, "", ops("jobs", "retry", sub.ID)...)
+	failLine(t, r)
+	assert.Equal(t, ExitError, r.code)
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+		code int
+	}{
+		{"args not JSON", prod("submit", "cli.bad", "--args", "nope"), "--args", ExitUsage},
+		{"args not an object", prod("submit", "cli.bad", "--args", "[1]"), "--args", ExitUsage},
+		{"bad topic", prod("submit", "bad topic!", "--args", "{}"), "topic", ExitError},
+		{"unknown status", prod("jobs", "list", "--status", "sleeping"), "SLEEPING", ExitError},
+		{"priority out of range", prod("submit", "cli.bad", "--priority", "11"), "priority", ExitError},
+		{"bad --at", prod("submit", "cli.bad", "--at", "tomorrow"), "--at", ExitUsage},
+		{"missing reason", ops("dispatch", "pause"), "--reason", ExitUsage},
+		{"bad mode", ops("dispatch", "pause", "--reason", "x", "--mode", "nap"), "--mode", ExitUsage},
+		{"unknown job", prod("jobs", "get", "0190c8a4-7a51-7c3e-9d43-1f2a3b4c5d6e"), "not_found", ExitError},
+		{"unknown flag", prod("jobs", "list", "--colour"), "unknown flag", ExitUsage},
+		{"missing arg", prod("jobs", "get"), "arg", ExitUsage},
+		{"bad output", prod("jobs", "list", "-o", "yaml"), "table or json", ExitUsage},
+		{"wrong password", as("ops", "nope", "jobs", "list"), "401", ExitError},
+		{"no server", []string{"jobs", "list"}, "no server", ExitUsage},
+		{"drain without wait", ops("dispatch", "drain"), "--wait", ExitUsage},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := pulse(t, "", tc.args...)
+			line := failLine(t, r)
+			assert.Contains(t, line, tc.want)
+			assert.True(t, strings.HasPrefix(line, "pulse: "), line)
+			assert.Equal(t, tc.code, r.code, line)
+		})
+	}
+}
+
+func TestDispatchPauseStatusEventsResume(t *testing.T) {
+	t.Parallel()
+	topic := "cli.pause"
+	reason := "cli test pause " + time.Now().Format(time.RFC3339Nano)
+
+	var ch changeResult
+	okJSON(t, &ch, ops("dispatch", "pause", "--topic", topic, "--reason", reason, "--mode", "quiesce", "--for", "30m")...)
+	assert.True(t, ch.Changed)
+	assert.True(t, ch.State.Paused)
+	assert.Equal(t, "quiesce", ch.State.Mode)
+	assert.Equal(t, "ops", ch.State.Actor)
+	require.NotNil(t, ch.State.Until)
+
+	// Same pause again: no change (table).
+	out := ok(t, ops("dispatch", "pause", "--topic", topic, "--reason", reason, "--mode", "quiesce", "--for", "30m")...)
+	assert.Contains(t, out, topic)
+
+	// A producer reads the state but may not pause.
+	var st dispatchStatus
+	okJSON(t, &st, prod("dispatch", "status")...)
+	found := false
+	for _, s := range st.Scopes {
+		if s.Scope == topic {
+			found = true
+			assert.True(t, s.Paused)
+			assert.Equal(t, reason, s.Reason)
+		}
+	}
+	assert.True(t, found, "scope %s in %+v", topic, st.Scopes)
+	out = ok(t, prod("dispatch", "status")...)
+	assert.Contains(t, out, "PAUSED")
+	assert.Contains(t, out, reason)
+
+	r := pulse(t, "", prod("dispatch", "pause", "--topic", topic, "--reason", "not allowed")...)
+	line := failLine(t, r)
+	assert.Equal(t, ExitError, r.code)
+	assert.Contains(t, line, "operator")
+	assert.Contains(t, line, "403")
+
+	var ev struct {
+		Events []struct {
+			Scope, Action, Reason, Actor string
+		} `json:"events"`
+	}
+	okJSON(t, &ev, prod("dispatch", "events", "--limit", "500")...)
+	paused := false
+	for _, e := range ev.Events {
+		if e.Scope == topic && e.Action == "pause" && e.Reason == reason && e.Actor == "ops" {
+			paused = true
+		}
+	}
+	assert.True(t, paused, "pause event in %+v", ev.Events)
+	assert.Contains(t, ok(t, prod("dispatch", "events")...), "ACTION")
+
+	out = ok(t, ops("dispatch", "resume", "--topic", topic)...)
+	assert.Contains(t, out, "resumed")
+	okJSON(t, &ch, ops("dispatch", "resume", "--topic", topic)...)
+	assert.False(t, ch.Changed)
+	assert.False(t, ch.State.Paused)
+}
+
+func TestDrainWait(t *testing.T) {
+	t.Parallel()
+	topic := "cli.drain"
+	r := pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms", "--reason", "cli drain test")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "paused scope "+topic)
+	assert.Contains(t, r.stdout, "drained")
+	var st dispatchStatus
+	okJSON(t, &st, prod("dispatch", "status")...)
+	assert.True(t, scopePaused(st, topic), "drain leaves the scope paused")
+
+	// Already paused: no second pause, still exit 0.
+	r = pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--interval", "100ms")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "already paused")
+
+	// A producer cannot drain.
+	r = pulse(t, "", prod("dispatch", "drain", "--wait", "--topic", "cli.drain2")...)
+	assert.Contains(t, failLine(t, r), "operator")
+	ok(t, ops("dispatch", "resume", "--topic", topic)...)
+}
+
+func TestSchedules(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("cli-sched-%d", time.Now().UnixNano())
+	var s schedule
+	okJSON(t, &s, ops("schedules", "create", "--name", name, "--topic", "cli.sched", "--kind", "every", "--expression", "1h", "--args", `{"a":1}`)...)
+	require.NotEmpty(t, s.ID)
+	assert.Equal(t, "enabled", s.state())
+
+	var list struct {
+		Schedules []schedule `json:"schedules"`
+	}
+	okJSON(t, &list, prod("schedules", "list", "--limit", "500")...)
+	seen := false
+	for _, x := range list.Schedules {
+		seen = seen || x.ID == s.ID
+	}
+	assert.True(t, seen)
+	assert.Contains(t, ok(t, prod("schedules", "get", s.ID)...), name)
+
+	okJSON(t, &s, ops("schedules", "disable", s.ID)...)
+	assert.Equal(t, "disabled", s.state())
+	assert.Contains(t, ok(t, ops("schedules", "enable", s.ID)...), "enabled")
+	okJSON(t, &s, ops("schedules", "update", s.ID, "--name", name, "--topic", "cli.sched", "--kind", "cron", "--expression", "0 2 * * *", "--time-zone", "Europe/Paris")...)
+	assert.Equal(t, "cron", s.Kind)
+	var jl jobList
+	okJSON(t, &jl, prod("schedules", "jobs", s.ID)...)
+
+	line := failLine(t, pulse(t, "", ops("schedules", "create", "--name", name+"x", "--topic", "cli.sched", "--kind", "every", "--expression", "soon")...))
+	assert.Contains(t, line, "expression")
+	assert.Contains(t, failLine(t, pulse(t, "", prod("schedules", "delete", s.ID)...)), "operator")
+	assert.Contains(t, ok(t, ops("schedules", "delete", s.ID)...), "deleted")
+	assert.Contains(t, failLine(t, pulse(t, "", prod("schedules", "get", s.ID)...)), "not_found")
+}
+
+func TestPasswd(t *testing.T) {
+	t.Parallel()
+	r := pulse(t, "s3cret pass\n", "passwd", "--cost", "4")
+	require.Equal(t, 0, r.code, r.stderr)
+	h := strings.TrimSpace(r.stdout)
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(h), []byte("s3cret pass")))
+	require.Error(t, bcrypt.CompareHashAndPassword([]byte(h), []byte("other")))
+
+	r = pulse(t, "pw\n", "passwd", "--cost", "4", "--name", "ops", "--role", "operator")
+	require.Equal(t, 0, r.code, r.stderr)
+	parts := strings.SplitN(strings.TrimSpace(r.stdout), ":", 3)
+	require.Len(t, parts, 3)
+	assert.Equal(t, []string{"ops", "operator"}, parts[:2])
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(parts[2]), []byte("pw")))
+
+	failLine(t, pulse(t, "", "passwd"))
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	t.Parallel()
+	for _, path := range [][]string{
+		{}, {"jobs"}, {"jobs", "list"}, {"jobs", "get"}, {"jobs", "cancel"}, {"jobs", "retry"}, {"submit"},
+		{"schedules"}, {"schedules", "create"}, {"schedules", "update"}, {"schedules", "jobs"},
+		{"dispatch"}, {"dispatch", "pause"}, {"dispatch", "resume"}, {"dispatch", "status"},
+		{"dispatch", "events"}, {"dispatch", "drain"}, {"login"}, {"passwd"}, {"config"},
+	} {
+		out := ok(t, append(path, "--help")...)
+		assert.Contains(t, out, "Examples:", "pulse %v --help", path)
+	}
+	assert.Contains(t, ok(t, "dispatch", "drain", "--help"), "Exit codes")
+}
+
+// TestLoginAndPrecedence changes the process environment, so it is not
+// parallel (Go runs it before the parallel tests resume).
+func TestLoginAndPrecedence(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "xdg"))
+	t.Setenv("PULSE_SERVER", "")
+	t.Setenv("PULSE_USER", "")
+	t.Setenv("PULSE_PASSWORD", "")
+	t.Setenv("PULSE_TOKEN", "")
+
+	out := ok(t, "login", "--server", server, "--user", "ops", "--password", "secret")
+	dir, err := os.UserConfigDir()
+	require.NoError(t, err)
+	path := filepath.Join(dir, "pulse", "config.json")
+	assert.Contains(t, out, path)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	var fc fileConfig
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &fc))
+	assert.Equal(t, fileConfig{Server: server, User: "ops", Password: "secret"}, fc)
+
+	// The file alone is enough.
+	ok(t, "dispatch", "status")
+	ok(t, "jobs", "cancel", strings.TrimSpace(ok(t, "submit", "cli.login")))
+
+	var c conn
+	okJSON(t, &c, "config")
+	assert.Equal(t, "config", c.ServerSource)
+	assert.Equal(t, "config", c.AuthSource)
+
+	// Env beats the file: the producer from env cannot cancel.
+	t.Setenv("PULSE_USER", "prod")
+	t.Setenv("PULSE_PASSWORD", "pw")
+	id := strings.TrimSpace(ok(t, "submit", "cli.login"))
+	assert.Contains(t, failLine(t, pulse(t, "", "jobs", "cancel", id)), "operator")
+	// A bad env server beats the file's good one...
+	t.Setenv("PULSE_SERVER", "http://127.0.0.1:1")
+	assert.Contains(t, failLine(t, pulse(t, "", "dispatch", "status")), "cannot reach")
+	okJSON(t, &c, "config")
+	assert.Equal(t, "env", c.ServerSource)
+	assert.Equal(t, "env", c.AuthSource)
+	assert.Equal(t, "prod", c.User)
+	// ... and flags beat env.
+	ok(t, "--server", server, "--user", "ops", "--password", "secret", "jobs", "cancel", id)
+	okJSON(t, &c, "--server", server, "--token", "tkn", "config")
+	assert.Equal(t, "flag", c.ServerSource)
+	assert.Equal(t, "bearer", c.Auth)
+
+	// Login with a password on stdin, then a token login replaces it.
+	r := pulse(t, "stdinpw\n", "login", "--server", server+"/", "--user", "ops")
+	require.Equal(t, 0, r.code, r.stderr)
+	b, _ = os.ReadFile(path)
+	require.NoError(t, json.Unmarshal(b, &fc))
+	assert.Equal(t, fileConfig{Server: server, User: "ops", Password: "stdinpw"}, fc)
+	ok(t, "login", "--server", server, "--token", "abc")
+	b, _ = os.ReadFile(path)
+	fc = fileConfig{}
+	require.NoError(t, json.Unmarshal(b, &fc))
+	assert.Equal(t, fileConfig{Server: server, Token: "abc"}, fc)
+
+	failLine(t, pulse(t, "", "login", "--user", "ops", "--password", "x"))
+	failLine(t, pulse(t, "", "login", "--server", "ftp://x"))
+}
+
+// TestDrainWaitsForRunningJob runs a real worker whose handler blocks: drain
+// times out with exit 3 while it runs, and returns 0 once it finishes.
+func TestDrainWaitsForRunningJob(t *testing.T) {
+	t.Parallel()
+	topic := "cli.drainrun"
+	release := make(chan struct{})
+	started := make(chan string, 1)
+	w, err := pulsesdk.NewWorker(gateways, pulsesdk.WithUserPass("wk", "wpw"), pulsesdk.WithConcurrency(1),
+		pulsesdk.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	w.Register(topic, func(ctx context.Context, j *pulsesdk.Job) error {
+		started <- j.ID
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	id := strings.TrimSpace(ok(t, prod("submit", topic, "--args", `{"slow":true}`)...))
+	select {
+	case got := <-started:
+		require.Equal(t, id, got)
+	case <-time.After(30 * time.Second):
+		t.Fatal("job never started")
+	}
+	var j job
+	okJSON(t, &j, prod("jobs", "get", id)...)
+	require.Equal(t, "RUNNING", j.Status)
+
+	r := pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "1s", "--interval", "200ms")...)
+	assert.Equal(t, ExitDrainTimeout, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
+	assert.Contains(t, failLine(t, r), "timed out")
+	assert.Contains(t, r.stdout, topic+" running=1")
+
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		close(release)
+	}()
+	r = pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms")...)
+	require.Equal(t, 0, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, "already paused")
+	assert.Contains(t, r.stdout, topic+" running=1")
+	assert.Contains(t, r.stdout, "drained")
+	ok(t, ops("dispatch", "resume", "--topic", topic)...)
+}

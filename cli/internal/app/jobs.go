@@ -1,0 +1,299 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+var jobStatuses = []string{"PENDING", "RUNNING", "RETRYING", "COMPLETED", "DEAD_LETTERED", "CANCELED"}
+
+type attemptError struct {
+	Attempt int32      `json:"attempt"`
+	Error   string     `json:"error"`
+	Worker  string     `json:"worker"`
+	At      *time.Time `json:"at"`
+}
+
+type job struct {
+	ID             string          `json:"id"`
+	Topic          string          `json:"topic"`
+	Args           json.RawMessage `json:"args"`
+	Priority       int32           `json:"priority"`
+	Status         string          `json:"status"`
+	Attempts       int32           `json:"attempts"`
+	MaxAttempts    int32           `json:"max_attempts"`
+	Errors         []attemptError  `json:"errors"`
+	LockedBy       string          `json:"locked_by"`
+	LeaseUntil     *time.Time      `json:"lease_until"`
+	NextRunAt      *time.Time      `json:"next_run_at"`
+	SubmittedAt    *time.Time      `json:"submitted_at"`
+	StartedAt      *time.Time      `json:"started_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	ScheduleID     string          `json:"schedule_id"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Traceparent    string          `json:"traceparent"`
+	Waiting        *struct {
+		Reason       string     `json:"reason"`
+		PausedBy     *scope     `json:"paused_by"`
+		NotBefore    *time.Time `json:"not_before"`
+		Ahead        int64      `json:"ahead"`
+		AheadAtLeast bool       `json:"ahead_at_least"`
+	} `json:"waiting"`
+}
+
+type jobList struct {
+	Jobs          []job  `json:"jobs"`
+	NextPageToken string `json:"next_page_token"`
+}
+
+func ts(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newJobsCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List, inspect, cancel and retry jobs",
+		Example: `  pulse jobs list --topic email.send --status PENDING
+  pulse jobs get 0190c8a4-...
+  pulse jobs cancel 0190c8a4-...
+  pulse jobs retry 0190c8a4-...`,
+	}
+	cmd.AddCommand(newJobsListCmd(e), newJobsGetCmd(e), newJobActionCmd(e, "cancel",
+		"Cancel a PENDING, RETRYING or RUNNING job (operator)"), newJobActionCmd(e, "retry",
+		"Send a DEAD_LETTERED or CANCELED job back to PENDING with a fresh attempt budget (operator)"))
+	return cmd
+}
+
+func newJobsListCmd(e *env) *cobra.Command {
+	var topic, status, pageToken string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs, newest first",
+		Long: "List jobs, newest first, filtered by topic and status (" + strings.Join(jobStatuses, ", ") + `).
+When more jobs match than --limit, the table ends with the token for the next
+page (json: next_page_token); pass it back with --page-token.`,
+		Example: `  pulse jobs list
+  pulse jobs list --topic email.send --status dead_lettered --limit 20
+  pulse jobs list --page-token "$(pulse jobs list -o json | jq -r .next_page_token)"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := map[string]string{"topic": topic, "page_token": pageToken}
+			if status != "" {
+				q["status"] = strings.ToUpper(status)
+			}
+			if limit != 0 {
+				q["limit"] = strconv.Itoa(limit)
+			}
+			raw, err := e.call(cmd, "GET", "/v1/jobs", q, nil)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var l jobList
+				if err := decode(raw, &l); err != nil {
+					return err
+				}
+				printJobTable(w, l)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", "", "only jobs of this topic")
+	f.StringVar(&status, "status", "", "only jobs in this status: "+strings.Join(jobStatuses, ", "))
+	f.IntVar(&limit, "limit", 0, "most jobs per page (server default when 0)")
+	f.StringVar(&pageToken, "page-token", "", "next_page_token of the previous page")
+	return cmd
+}
+
+func printJobTable(w io.Writer, l jobList) {
+	fmt.Fprintln(w, "ID\tTOPIC\tSTATUS\tPRIORITY\tATTEMPTS\tSUBMITTED")
+	for _, j := range l.Jobs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d\t%s\n", j.ID, j.Topic, j.Status, j.Priority, j.Attempts, j.MaxAttempts, ts(j.SubmittedAt))
+	}
+	if l.NextPageToken != "" {
+		fmt.Fprintf(w, "\nnext page: --page-token %s\n", l.NextPageToken)
+	}
+}
+
+func printJob(w io.Writer, j job) {
+	fmt.Fprintf(w, "ID:\t%s\n", j.ID)
+	fmt.Fprintf(w, "Topic:\t%s\n", j.Topic)
+	fmt.Fprintf(w, "Status:\t%s\n", j.Status)
+	fmt.Fprintf(w, "Priority:\t%d\n", j.Priority)
+	fmt.Fprintf(w, "Attempts:\t%d of %d\n", j.Attempts, j.MaxAttempts)
+	fmt.Fprintf(w, "Args:\t%s\n", string(j.Args))
+	fmt.Fprintf(w, "Submitted:\t%s\n", ts(j.SubmittedAt))
+	fmt.Fprintf(w, "Next run:\t%s\n", ts(j.NextRunAt))
+	fmt.Fprintf(w, "Started:\t%s\n", ts(j.StartedAt))
+	fmt.Fprintf(w, "Finished:\t%s\n", ts(j.FinishedAt))
+	if j.LockedBy != "" {
+		fmt.Fprintf(w, "Locked by:\t%s (lease until %s)\n", j.LockedBy, ts(j.LeaseUntil))
+	}
+	if j.IdempotencyKey != "" {
+		fmt.Fprintf(w, "Idempotency key:\t%s\n", j.IdempotencyKey)
+	}
+	if j.ScheduleID != "" {
+		fmt.Fprintf(w, "Schedule:\t%s\n", j.ScheduleID)
+	}
+	if j.Traceparent != "" {
+		fmt.Fprintf(w, "Traceparent:\t%s\n", j.Traceparent)
+	}
+	if wt := j.Waiting; wt != nil {
+		why := wt.Reason
+		switch wt.Reason {
+		case "paused":
+			if p := wt.PausedBy; p != nil {
+				why = fmt.Sprintf("paused (scope %s, %s) by %s since %s: %s", p.Scope, p.Mode, p.Actor, ts(p.PausedAt), p.Reason)
+			}
+		case "scheduled", "retry_backoff":
+			why = fmt.Sprintf("%s until %s", wt.Reason, ts(wt.NotBefore))
+		case "queued":
+			more := ""
+			if wt.AheadAtLeast {
+				more = " at least"
+			}
+			why = fmt.Sprintf("queued behind%s %d job(s) of its topic", more, wt.Ahead)
+		}
+		fmt.Fprintf(w, "Waiting:\t%s\n", why)
+	}
+	if len(j.Errors) > 0 {
+		fmt.Fprintln(w, "Errors:")
+		for _, er := range j.Errors {
+			fmt.Fprintf(w, "  attempt %d\t%s\t%s\t%s\n", er.Attempt, ts(er.At), dash(er.Worker), er.Error)
+		}
+	}
+}
+
+func newJobsGetCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one job with its error history and why it is not running",
+		Example: `  pulse jobs get 0190c8a4-7a51-7c3e-9d43-1f2a3b4c5d6e
+  pulse jobs get 0190c8a4-7a51-7c3e-9d43-1f2a3b4c5d6e -o json | jq .waiting`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := e.call(cmd, "GET", "/v1/jobs/"+url.PathEscape(args[0]), nil, nil)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var j job
+				if err := decode(raw, &j); err != nil {
+					return err
+				}
+				printJob(w, j)
+				return nil
+			})
+		},
+	}
+}
+
+func newJobActionCmd(e *env, action, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:     action + " ID",
+		Short:   short,
+		Example: fmt.Sprintf("  pulse jobs %s 0190c8a4-7a51-7c3e-9d43-1f2a3b4c5d6e", action),
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := e.call(cmd, "POST", "/v1/jobs/"+url.PathEscape(args[0])+"/"+action, nil, struct{}{})
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var j job
+				if decode(raw, &j) != nil || j.ID == "" {
+					fmt.Fprintf(w, "%s: %s done\n", args[0], action)
+					return nil
+				}
+				fmt.Fprintf(w, "%s\t%s\n", j.ID, j.Status)
+				return nil
+			})
+		},
+	}
+}
+
+func newSubmitCmd(e *env) *cobra.Command {
+	var argsJSON, at, key string
+	var priority, maxAttempts int
+	cmd := &cobra.Command{
+		Use:   "submit TOPIC",
+		Short: "Submit one job",
+		Long: `Submit one job to TOPIC. --args is a JSON object; priority is 0-10 (higher
+first, server default 5); max attempts 1-100 (server default 25); --at delays
+the first run to an RFC 3339 time. With --idempotency-key a second submit
+while the first job is live returns that job (marked duplicate).
+Prints the new job's id (json: {"id","duplicate"}).`,
+		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
+  pulse submit report.build --args '{}' --priority 9 --max-attempts 3
+  pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := parseArgsFlag("args", argsJSON)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"topic": args[0], "args": a}
+			if cmd.Flags().Changed("priority") {
+				body["priority"] = priority
+			}
+			if maxAttempts != 0 {
+				body["max_attempts"] = maxAttempts
+			}
+			if at != "" {
+				if _, err := time.Parse(time.RFC3339, at); err != nil {
+					return usageErrorf("--at must be an RFC 3339 time like 2026-12-01T09:00:00Z, got %q", at)
+				}
+				body["run_at"] = at
+			}
+			if key != "" {
+				body["idempotency_key"] = key
+			}
+			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var r struct {
+					ID        string `json:"id"`
+					Duplicate bool   `json:"duplicate"`
+				}
+				if err := decode(raw, &r); err != nil {
+					return err
+				}
+				if r.Duplicate {
+					fmt.Fprintf(w, "%s\t(duplicate: an existing live job has this idempotency key)\n", r.ID)
+				} else {
+					fmt.Fprintln(w, r.ID)
+				}
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&argsJSON, "args", "{}", "job arguments, a JSON object")
+	f.IntVar(&priority, "priority", 5, "0-10, higher runs first")
+	f.IntVar(&maxAttempts, "max-attempts", 0, "1-100 attempts before dead-lettering (server default 25)")
+	f.StringVar(&at, "at", "", "first run time, RFC 3339")
+	f.StringVar(&key, "idempotency-key", "", "deduplicates submits among live jobs (≤ 255 bytes)")
+	return cmd
+}
