@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
@@ -45,6 +46,20 @@ func Main(m *testing.M) int {
 	if cluster != nil {
 		if err := cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	return code
+}
+
+// MainLeakChecked is Main followed, when every test passed, by a check
+// that no goroutine outlived the tests (go.uber.org/goleak). Call it from
+// TestMain: os.Exit(pgtest.MainLeakChecked(m)).
+func MainLeakChecked(m *testing.M) int {
+	code := Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
 		}
 	}
 	return code
