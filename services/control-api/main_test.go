@@ -216,6 +216,9 @@ func TestBinary(t *testing.T) {
 			{"AuthTokensDuplicate", []string{db, "PULSE_AUTH_TOKENS=a:worker:hunter2,b:worker:hunter2"}, "PULSE_AUTH_TOKENS"},
 			{"TLSHalfAKeypair", []string{db, "PULSE_TLS_CERT=/nonexistent/cert.pem"}, "PULSE_TLS_KEY"},
 			{"QueueDepthIntervalZero", []string{db, "PULSE_QUEUE_DEPTH_INTERVAL=0s"}, "PULSE_QUEUE_DEPTH_INTERVAL"},
+			{"UITraceURLWithoutPlaceholder", []string{db, "PULSE_UI_TRACE_URL=http://jaeger:16686/trace/"}, "PULSE_UI_TRACE_URL: \"http://jaeger:16686/trace/\" has no {trace_id}"},
+			{"UITraceURLNotHTTP", []string{db, "PULSE_UI_TRACE_URL=jaeger/{trace_id}"}, "not an absolute http or https URL"},
+			{"UIRefreshTooFast", []string{db, "PULSE_UI_REFRESH=10ms"}, "PULSE_UI_REFRESH: must be at least 250ms"},
 		}
 		for _, tc := range cases {
 			res := runToEnd(t, tc.env)
@@ -233,7 +236,7 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, res.stdout, "migrate")
 		vars, err := serverconfig.Vars(config.Config{})
 		require.NoError(t, err)
-		require.Len(t, vars, 15)
+		require.Len(t, vars, 17)
 		for _, v := range vars {
 			require.Contains(t, res.stdout, v)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/pauseexpiry"
 	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
+	"github.com/pulsequeue/pulse/services/control-api/internal/ui"
 )
 
 // Service is the name control-api reports in logs, metrics, traces and
@@ -142,13 +144,16 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		Logger:       logger,
 	})
 	admin := adminhttp.New(cfg.HTTPAddr, reg, logger)
-	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(httpapi.AccessPolicy())))
+	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy())))
 	admin.SetTLS(tlsCfg)
 	jsonAPI.Register(admin)
 	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	scheduleSvc := api.NewSchedules(store, nil, logger)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
+	ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
+		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
+	}).Register(admin)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 
 	grpcSrv := grpcserver.New(grpcserver.Options{
@@ -170,6 +175,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		depth:    queuedepth.New(store, m, cfg.DepthInterval, logger),
 		serveErr: make(chan error, 1),
 	}, nil
+}
+
+// AccessPolicy is who may call each route of the HTTP port: the JSON API's
+// and the dashboard's, which share the mux and the authentication.
+func AccessPolicy() auth.Policy {
+	p := httpapi.AccessPolicy()
+	maps.Copy(p, ui.AccessPolicy())
+	return p
 }
 
 // Start binds both listeners, so a taken port fails start-up, and serves

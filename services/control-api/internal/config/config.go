@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,6 +34,9 @@ const (
 	SubmitFlushersDefault    = 4
 	ShutdownTimeoutDefault   = 20 * time.Second
 	DepthIntervalDefault     = 5 * time.Second
+	UIRefreshDefault         = 2 * time.Second
+	// UIRefreshMin keeps a forgotten dashboard tab from becoming load.
+	UIRefreshMin = 250 * time.Millisecond
 )
 
 // Config is everything control-api reads from its environment.
@@ -51,6 +56,8 @@ type Config struct {
 	TLSCert           string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
 	TLSKey            string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
 	DepthInterval     time.Duration `envconfig:"QUEUE_DEPTH_INTERVAL" desc:"how often pulse_queue_depth is recounted (one grouped query over the live-job indexes)"`
+	UITraceURL        string        `envconfig:"UI_TRACE_URL" desc:"trace viewer link for a job's trace on the dashboard, with {trace_id} where the id goes (Jaeger: http://localhost:16686/trace/{trace_id}); empty shows the id unlinked"`
+	UIRefresh         time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
 }
 
 // Default returns a Config holding every default, the starting point Load
@@ -67,6 +74,7 @@ func Default() Config {
 		SubmitFlushers:    SubmitFlushersDefault,
 		ShutdownTimeout:   ShutdownTimeoutDefault,
 		DepthInterval:     DepthIntervalDefault,
+		UIRefresh:         UIRefreshDefault,
 	}
 }
 
@@ -118,8 +126,30 @@ func (c *Config) Validate() error {
 	if c.DepthInterval <= 0 {
 		return serverconfig.Invalid("PULSE_QUEUE_DEPTH_INTERVAL", "must be positive, got %s", c.DepthInterval)
 	}
+	if err := validateTraceURL(c.UITraceURL); err != nil {
+		return serverconfig.Invalid("PULSE_UI_TRACE_URL", "%v", err)
+	}
+	if c.UIRefresh < UIRefreshMin {
+		return serverconfig.Invalid("PULSE_UI_REFRESH", "must be at least %s, got %s", UIRefreshMin, c.UIRefresh)
+	}
 	if _, _, err := c.Security(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// validateTraceURL accepts empty, or an absolute http(s) URL template
+// naming {trace_id}.
+func validateTraceURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	if !strings.Contains(s, "{trace_id}") {
+		return fmt.Errorf("%q has no {trace_id} placeholder for the job's trace id", s)
+	}
+	u, err := url.Parse(strings.ReplaceAll(s, "{trace_id}", "0"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute http or https URL", s)
 	}
 	return nil
 }

@@ -1,0 +1,335 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// pageSize is how many rows a list page shows.
+const pageSize = 50
+
+// bulkRetryMax bounds one bulk retry: a page of dead letters, with room.
+const bulkRetryMax = 500
+
+// statuses are the job statuses, in lifecycle order, for the filter.
+var statuses = []string{"PENDING", "RUNNING", "RETRYING", "COMPLETED", "DEAD_LETTERED", "CANCELED"}
+
+// jobRow is one job in a list.
+type jobRow struct {
+	ID          string
+	Topic       string
+	Status      string
+	Priority    int32
+	Attempts    int32
+	MaxAttempts int32
+	Submitted   *time.Time
+	Started     *time.Time
+	Finished    *time.Time
+	NextRun     *time.Time
+	// LastError is the latest attempt's error, for the dead-letter view.
+	LastError string
+	CanCancel bool
+	CanRetry  bool
+}
+
+func jobRowOf(j *pulsev1.Job) jobRow {
+	st := j.GetStatus()
+	row := jobRow{
+		ID: j.GetId(), Topic: j.GetTopic(), Status: statusName(st), Priority: j.GetPriority(),
+		Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
+		Submitted: timeOf(j.GetSubmittedAt()), Started: timeOf(j.GetStartedAt()),
+		Finished: timeOf(j.GetFinishedAt()), NextRun: timeOf(j.GetNextRunAt()),
+		// The schema's transitions: a live job may be canceled, a dead or
+		// canceled one retried (jobstore/operator.go).
+		CanCancel: st == pulsev1.JobStatus_JOB_STATUS_PENDING || st == pulsev1.JobStatus_JOB_STATUS_RETRYING ||
+			st == pulsev1.JobStatus_JOB_STATUS_RUNNING,
+		CanRetry: st == pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED || st == pulsev1.JobStatus_JOB_STATUS_CANCELED,
+	}
+	if errs := j.GetErrors(); len(errs) > 0 {
+		row.LastError = errs[len(errs)-1].GetError()
+	}
+	return row
+}
+
+// jobFilter is the jobs browser's query: topic, status and page.
+type jobFilter struct {
+	Topic     string
+	Status    string
+	PageToken string
+}
+
+// query is the filter as a query string for links, without the page.
+func (f jobFilter) query() url.Values {
+	q := url.Values{}
+	if f.Topic != "" {
+		q.Set("topic", f.Topic)
+	}
+	if f.Status != "" {
+		q.Set("status", f.Status)
+	}
+	return q
+}
+
+type jobListView struct {
+	Filter   jobFilter
+	Statuses []string
+	Jobs     []jobRow
+	// NextURL and FirstURL page through the list; empty when there is no
+	// such page.
+	NextURL  string
+	FirstURL string
+	Error    string
+	Field    string
+}
+
+func (d *Dashboard) jobList(w http.ResponseWriter, r *http.Request) error {
+	view, code, err := d.listJobs(r, "/ui/jobs", jobFilter{
+		Topic: strings.TrimSpace(r.URL.Query().Get("topic")), Status: r.URL.Query().Get("status"),
+		PageToken: r.URL.Query().Get("page_token"),
+	})
+	if err != nil {
+		return err
+	}
+	d.render(w, r, code, "jobs", view)
+	return nil
+}
+
+// listJobs reads one page of jobs for a list page at path. A filter the
+// API refuses is shown on the page, naming the field, with no rows.
+func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobListView, int, error) {
+	view := jobListView{Filter: f, Statuses: statuses}
+	req := &pulsev1.ListJobsRequest{Topic: f.Topic, PageToken: f.PageToken, Limit: pageSize}
+	if f.Status != "" {
+		v, ok := pulsev1.JobStatus_value["JOB_STATUS_"+strings.ToUpper(f.Status)]
+		if !ok || v == 0 {
+			err := apierr.Invalid("status", "%q is not one of %s", f.Status, strings.Join(statuses, ", "))
+			view.Error, view.Field = err.Error(), "status"
+			return view, http.StatusBadRequest, nil
+		}
+		req.Status = pulsev1.JobStatus(v)
+	}
+	resp, err := d.jobs.ListJobs(r.Context(), req)
+	if err != nil {
+		if !isClientError(err) {
+			return view, 0, err
+		}
+		view.Error, view.Field = err.Error(), apierr.FieldOf(err)
+		return view, apierr.HTTPStatus(err), nil
+	}
+	for _, j := range resp.GetJobs() {
+		view.Jobs = append(view.Jobs, jobRowOf(j))
+	}
+	q := f.query()
+	if f.PageToken != "" {
+		view.FirstURL = withQuery(path, q)
+	}
+	if tok := resp.GetNextPageToken(); tok != "" {
+		q.Set("page_token", tok)
+		view.NextURL = withQuery(path, q)
+	}
+	return view, http.StatusOK, nil
+}
+
+func withQuery(path string, q url.Values) string {
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// attemptErrorView is one failed attempt.
+type attemptErrorView struct {
+	Attempt int32
+	Error   string
+	Worker  string
+	At      *time.Time
+}
+
+type jobDetailView struct {
+	jobRow
+	Args           string
+	Errors         []attemptErrorView
+	LockedBy       string
+	LeaseUntil     *time.Time
+	ScheduleID     string
+	IdempotencyKey string
+	TraceID        string
+	TraceURL       string
+	// Waiting says why a queued job is not running yet; empty otherwise.
+	Waiting string
+}
+
+func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
+	resp, err := d.jobs.GetJob(r.Context(), &pulsev1.GetJobRequest{Id: r.PathValue("id")})
+	if err != nil {
+		return err
+	}
+	j := resp.GetJob()
+	view := jobDetailView{
+		jobRow: jobRowOf(j), Args: prettyJSON(j.GetArgs()),
+		LockedBy: j.GetLockedBy(), LeaseUntil: timeOf(j.GetLeaseUntil()),
+		ScheduleID: j.GetScheduleId(), IdempotencyKey: j.GetIdempotencyKey(),
+		TraceID: traceID(j.GetTraceparent()),
+		Waiting: d.waiting(resp.GetWait(), j.GetTopic()),
+	}
+	if view.TraceID != "" && d.opts.TraceURL != "" {
+		view.TraceURL = strings.ReplaceAll(d.opts.TraceURL, "{trace_id}", view.TraceID)
+	}
+	for _, e := range j.GetErrors() {
+		view.Errors = append(view.Errors, attemptErrorView{
+			Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: timeOf(e.GetAt()),
+		})
+	}
+	d.render(w, r, http.StatusOK, "job", view)
+	return nil
+}
+
+// waiting puts GetJob's why-not-running answer in a sentence.
+func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
+	now := d.opts.Now()
+	switch wait.GetReason() {
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_PAUSED:
+		p := wait.GetPausedBy()
+		scope := "all topics"
+		if p.GetScope() != "*" {
+			scope = "topic " + p.GetScope()
+		}
+		s := fmt.Sprintf("Dispatch is paused for %s (%s) by %s: %s", scope, modeName(p.GetMode()), p.GetActor(), p.GetReason())
+		if u := timeOf(p.GetUntil()); u != nil {
+			s += fmt.Sprintf("; it resumes by itself at %s (%s)", absTime(u), relTime(u, now))
+		}
+		return s + "."
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED:
+		t := timeOf(wait.GetNotBefore())
+		return fmt.Sprintf("Scheduled: it becomes due at %s (%s).", absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF:
+		t := timeOf(wait.GetNotBefore())
+		return fmt.Sprintf("Waiting out its retry backoff until %s (%s).", absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED:
+		ahead := strconv.FormatInt(wait.GetAhead(), 10)
+		if wait.GetAheadAtLeast() {
+			ahead = "at least " + ahead
+		}
+		if wait.GetAhead() == 0 {
+			return "Due and first in line: the next claim of a worker on " + topic + " takes it."
+		}
+		return fmt.Sprintf("Due, behind %s job(s) of topic %s that the claim takes first (higher priority, or older); it starts when a worker on %s has a free slot.", ahead, topic, topic)
+	}
+	return ""
+}
+
+// traceID is the trace id of a W3C traceparent ("00-<32 hex>-<16 hex>-01"),
+// or empty when there is none.
+func traceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+		return ""
+	}
+	for _, c := range parts[1] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return ""
+		}
+	}
+	return parts[1]
+}
+
+// prettyJSON indents args for reading; the stored document is valid JSON.
+func prettyJSON(b []byte) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	_, err := d.jobs.CancelJob(r.Context(), &pulsev1.CancelJobRequest{Id: id})
+	return d.afterAction(w, r, "/ui/jobs/"+url.PathEscape(id), err, "Canceled job "+id, "Cancel")
+}
+
+func (d *Dashboard) retryJob(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	_, err := d.jobs.RetryJob(r.Context(), &pulsev1.RetryJobRequest{Id: id})
+	return d.afterAction(w, r, "/ui/jobs/"+url.PathEscape(id), err, "Job "+id+" is queued again", "Retry")
+}
+
+// afterAction answers a one-click form: back to the page with what
+// happened, or with the API's refusal ("Cancel: job ... is COMPLETED").
+// Server faults become the error page.
+func (d *Dashboard) afterAction(w http.ResponseWriter, r *http.Request, fallback string, err error, okMsg, action string) error {
+	back := backTo(r, fallback)
+	if err != nil {
+		if !isClientError(err) {
+			return err
+		}
+		redirectWithFlash(w, r, back, "error", action+": "+err.Error())
+		return nil
+	}
+	redirectWithFlash(w, r, back, "ok", okMsg)
+	return nil
+}
+
+func (d *Dashboard) deadLetters(w http.ResponseWriter, r *http.Request) error {
+	view, code, err := d.listJobs(r, "/ui/dead-letters", jobFilter{
+		Topic: strings.TrimSpace(r.URL.Query().Get("topic")), Status: "DEAD_LETTERED",
+		PageToken: r.URL.Query().Get("page_token"),
+	})
+	if err != nil {
+		return err
+	}
+	d.render(w, r, code, "dead_letters", view)
+	return nil
+}
+
+// retryDeadLetters retries every job ticked on the dead-letter page, one
+// RetryJob each, and reports how many went back to PENDING and which did
+// not (another operator may have retried one already).
+func (d *Dashboard) retryDeadLetters(w http.ResponseWriter, r *http.Request) error {
+	back := backTo(r, "/ui/dead-letters")
+	if err := r.ParseForm(); err != nil {
+		return apierr.Invalid("body", "is not a form: %v", err)
+	}
+	ids := r.PostForm["id"]
+	switch {
+	case len(ids) == 0:
+		redirectWithFlash(w, r, back, "error", "Retry: no jobs selected; tick the jobs to retry")
+		return nil
+	case len(ids) > bulkRetryMax:
+		redirectWithFlash(w, r, back, "error", fmt.Sprintf("Retry: %d jobs selected; at most %d at a time", len(ids), bulkRetryMax))
+		return nil
+	}
+	var retried int
+	var failed []string
+	for _, id := range ids {
+		if _, err := d.jobs.RetryJob(r.Context(), &pulsev1.RetryJobRequest{Id: id}); err != nil {
+			if !isClientError(err) {
+				return err
+			}
+			failed = append(failed, err.Error())
+			continue
+		}
+		retried++
+	}
+	if len(failed) == 0 {
+		redirectWithFlash(w, r, back, "ok", fmt.Sprintf("Retried %d job(s)", retried))
+		return nil
+	}
+	shown := failed[:min(len(failed), 3)]
+	more := ""
+	if len(failed) > len(shown) {
+		more = fmt.Sprintf("; and %d more", len(failed)-len(shown))
+	}
+	redirectWithFlash(w, r, back, "error", fmt.Sprintf("Retried %d job(s); %d could not be retried: %s%s",
+		retried, len(failed), strings.Join(shown, "; "), more))
+	return nil
+}

@@ -1,0 +1,213 @@
+package ui
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// scopeView is one pause scope with its drain progress.
+type scopeView struct {
+	Scope   string // "*" or a topic
+	Name    string // "all topics" or the topic
+	Global  bool
+	Paused  bool
+	Mode    string // "drain" or "quiesce"
+	Reason  string
+	Actor   string
+	Since   *time.Time
+	Until   *time.Time
+	Queued  int64
+	Running int64
+	Drained bool
+}
+
+// statusView is the banner and the drain panel: the global scope and
+// every topic scope that was ever paused.
+type statusView struct {
+	// Known is false when the state could not be read.
+	Known bool
+	// State is "running", "drain" or "quiesce": the global scope's, for
+	// the banner's colour (green, amber, red).
+	State        string
+	Label        string
+	Global       scopeView
+	Scopes       []scopeView
+	PausedTopics []scopeView
+}
+
+// status reads the dispatch state for the banner.
+func (d *Dashboard) status(r *http.Request) statusView {
+	resp, err := d.dispatch.GetDispatchState(r.Context(), &pulsev1.GetDispatchStateRequest{})
+	if err != nil {
+		d.logger.Warn("dashboard: read dispatch state", "error", err)
+		return statusView{State: "unknown", Label: "Workers: state unknown (control-api cannot read it)"}
+	}
+	v := statusView{Known: true, State: "running", Label: "Workers: Running"}
+	for _, s := range resp.GetScopes() {
+		sv := scopeViewOf(s)
+		if sv.Global {
+			v.Global = sv
+			// The global scope leads the drain panel.
+			v.Scopes = append([]scopeView{sv}, v.Scopes...)
+			continue
+		}
+		v.Scopes = append(v.Scopes, sv)
+		if sv.Paused {
+			v.PausedTopics = append(v.PausedTopics, sv)
+		}
+	}
+	if v.Global.Paused {
+		v.State = v.Global.Mode
+		v.Label = "Workers: Paused (" + titleCase(v.Global.Mode) + ")"
+	}
+	return v
+}
+
+func scopeViewOf(s *pulsev1.ScopeStatus) scopeView {
+	st := s.GetState()
+	v := scopeView{
+		Scope: st.GetScope(), Name: st.GetScope(), Global: st.GetScope() == "*",
+		Paused: st.GetPaused(), Mode: modeName(st.GetMode()),
+		Reason: st.GetReason(), Actor: st.GetActor(),
+		Since: timeOf(st.GetPausedAt()), Until: timeOf(st.GetUntil()),
+		Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained(),
+	}
+	if v.Global {
+		v.Name = "all topics"
+	}
+	return v
+}
+
+func modeName(m pulsev1.PauseMode) string {
+	if m == pulsev1.PauseMode_PAUSE_MODE_QUIESCE {
+		return "quiesce"
+	}
+	return "drain"
+}
+
+func titleCase(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// pauseForm is the Pause form as posted, shown again with its error.
+type pauseForm struct {
+	Mode   string
+	Reason string
+	Topic  string
+	For    string
+	Error  string
+	// Field names the input the error is about.
+	Field string
+}
+
+type overviewView struct {
+	Pause pauseForm
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) error {
+	d.render(w, r, http.StatusOK, "overview", overviewView{Pause: pauseForm{Mode: "drain"}})
+	return nil
+}
+
+// live is the fragment open pages fetch to refresh the banner and the
+// drain panel in place.
+func (d *Dashboard) live(w http.ResponseWriter, r *http.Request) error {
+	d.render(w, r, http.StatusOK, "live", nil)
+	return nil
+}
+
+// pause posts the Pause form. A bad field shows the form again with what
+// was typed and the error naming the field; nothing is paused.
+func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) error {
+	form := pauseForm{
+		Mode:   r.PostFormValue("mode"),
+		Reason: r.PostFormValue("reason"),
+		Topic:  strings.TrimSpace(r.PostFormValue("topic")),
+		For:    strings.TrimSpace(r.PostFormValue("for")),
+	}
+	req, err := pauseRequest(form)
+	if err == nil {
+		var resp *pulsev1.PauseDispatchResponse
+		if resp, err = d.dispatch.Pause(r.Context(), req, "for"); err == nil {
+			redirectWithFlash(w, r, backTo(r, "/ui/"), "ok", pausedMessage(resp))
+			return nil
+		}
+	}
+	if !isClientError(err) {
+		return err
+	}
+	form.Error, form.Field = err.Error(), apierr.FieldOf(err)
+	d.render(w, r, apierr.HTTPStatus(err), "overview", overviewView{Pause: form})
+	return nil
+}
+
+func pauseRequest(f pauseForm) (*pulsev1.PauseDispatchRequest, error) {
+	req := &pulsev1.PauseDispatchRequest{Reason: f.Reason, Topic: f.Topic}
+	switch f.Mode {
+	case "", "drain":
+		req.Mode = pulsev1.PauseMode_PAUSE_MODE_DRAIN
+	case "quiesce":
+		req.Mode = pulsev1.PauseMode_PAUSE_MODE_QUIESCE
+	default:
+		return nil, apierr.Invalid("mode", "%q is not a pause mode; use drain or quiesce", f.Mode)
+	}
+	if f.For != "" {
+		dur, err := time.ParseDuration(f.For)
+		if err != nil {
+			return nil, apierr.Invalid("for", "%q is not a duration; write it like 30m or 2h", f.For)
+		}
+		req.PauseFor = durationpb.New(dur)
+	}
+	return req, nil
+}
+
+func pausedMessage(resp *pulsev1.PauseDispatchResponse) string {
+	st := resp.GetState()
+	scope := "all topics"
+	if st.GetScope() != "*" {
+		scope = "topic " + st.GetScope()
+	}
+	verb := "Paused"
+	if !resp.GetChanged() {
+		verb = "Already paused:"
+	}
+	msg := fmt.Sprintf("%s %s (%s): %s", verb, scope, modeName(st.GetMode()), st.GetReason())
+	if u := timeOf(st.GetUntil()); u != nil {
+		msg += "; resumes by itself at " + absTime(u)
+	}
+	return msg
+}
+
+// resume posts a Resume button: the global scope, or the topic it names.
+func (d *Dashboard) resume(w http.ResponseWriter, r *http.Request) error {
+	topic := strings.TrimSpace(r.PostFormValue("topic"))
+	resp, err := d.dispatch.ResumeDispatch(r.Context(), &pulsev1.ResumeDispatchRequest{Topic: topic})
+	back := backTo(r, "/ui/")
+	if err != nil {
+		if !isClientError(err) {
+			return err
+		}
+		redirectWithFlash(w, r, back, "error", "Resume: "+err.Error())
+		return nil
+	}
+	scope := "all topics"
+	if topic != "" {
+		scope = "topic " + topic
+	}
+	msg := "Resumed " + scope
+	if !resp.GetChanged() {
+		msg = "Not paused: " + scope
+	}
+	redirectWithFlash(w, r, back, "ok", msg)
+	return nil
+}
