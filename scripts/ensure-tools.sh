@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the real programs some tests drive, from Debian's packages, when
 # they are missing: prometheus + promtool (config checks and dashboards
-# evaluated against a real Prometheus). Tests that need a missing program
+# evaluated against a real Prometheus) and chromium (the web dashboard's
+# browser tests, driven with chromedp). Tests that need a missing program
 # skip with a message saying so; this script is how CI makes sure they run.
 set -euo pipefail
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -88,6 +88,7 @@ func run() error {
 func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths []string) {
 	fmt.Fprintln(w, "pulse-dev: the fleet is up")
 	fmt.Fprintf(w, "  control-api http:  %s\n", f.ControlHTTP)
+	fmt.Fprintf(w, "  dashboard:         %s/ui/\n", f.ControlHTTP)
 	fmt.Fprintf(w, "  control-api grpc:  %s\n", f.ControlGRPC)
 	fmt.Fprintf(w, "  gateways grpc:     %s\n", strings.Join(f.GatewayAddrs, ","))
 	fmt.Fprintf(w, "  database:          %s\n", f.DatabaseURL)
