@@ -19,7 +19,10 @@ const Challenge = `Basic realm="pulse"`
 // is for operators only. Failures answer 401 (with a Basic challenge) or
 // 403 and a JSON body {"error":{"code":...,"message":...}}, the shape of
 // every pulse HTTP error.
-func Middleware(a *Authenticator, policy func(r *http.Request) []Role) func(http.Handler) http.Handler {
+//
+// An ErrorWriter may answer a refusal in a form of its own (the dashboard's
+// HTML pages); the status, and the challenge of a 401, stay the same.
+func Middleware(a *Authenticator, policy func(r *http.Request) []Role, writers ...ErrorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var roles []Role
@@ -28,6 +31,15 @@ func Middleware(a *Authenticator, policy func(r *http.Request) []Role) func(http
 			}
 			ctx, err := a.admit(r.Context(), roles, r.Header.Get("Authorization"), r.Method+" "+r.URL.Path)
 			if err != nil {
+				code := apierr.HTTPStatus(err)
+				if code == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", Challenge)
+				}
+				for _, write := range writers {
+					if write(w, r, code, err) {
+						return
+					}
+				}
 				writeError(w, err)
 				return
 			}
@@ -35,6 +47,11 @@ func Middleware(a *Authenticator, policy func(r *http.Request) []Role) func(http
 		})
 	}
 }
+
+// ErrorWriter answers a request the middleware refuses with code (401 or
+// 403; err says why) and reports true, or reports false, writing nothing,
+// to leave the request to the JSON answer.
+type ErrorWriter func(w http.ResponseWriter, r *http.Request, code int, err error) bool
 
 type errorBody struct {
 	Error struct {
@@ -45,9 +62,6 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	code := apierr.HTTPStatus(err)
-	if code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", Challenge)
-	}
 	var body errorBody
 	body.Error.Code = apierr.HTTPCode(err)
 	body.Error.Message = err.Error()

@@ -169,3 +169,50 @@ func TestLogOpenMode(t *testing.T) {
 		require.Contains(t, msg, auth.UsersVar)
 	})
 }
+
+func TestMiddlewareErrorWriters(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New("prod:producer:pw", "")
+	require.NoError(t, err)
+	var asked []int
+	// Claims /ui paths only, as the dashboard's writer does.
+	page := func(w http.ResponseWriter, r *http.Request, code int, err error) bool {
+		asked = append(asked, code)
+		if !strings.HasPrefix(r.URL.Path, "/ui") {
+			return false
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte("<p>" + err.Error() + "</p>"))
+		return true
+	}
+	policy := auth.Policy{"GET /ui/x": auth.Require(auth.RoleProducer), "POST /ui/x": auth.Require(auth.RoleOperator), "POST /v1/x": auth.Require(auth.RoleOperator)}
+	h := auth.Middleware(a, auth.HTTPPolicy(policy), page)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	do := func(method, path, header string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	rec := do(http.MethodGet, "/ui/x", "")
+	require.Equal(t, http.StatusUnauthorized, rec.Code)
+	require.Equal(t, auth.Challenge, rec.Header().Get("WWW-Authenticate"), "the writer keeps the challenge")
+	require.Equal(t, "text/html", rec.Header().Get("Content-Type"))
+
+	rec = do(http.MethodPost, "/ui/x", authtest.Basic("prod", "pw"))
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Contains(t, rec.Body.String(), "role producer may not call POST /ui/x")
+
+	rec = do(http.MethodPost, "/v1/x", authtest.Basic("prod", "pw"))
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"), "declined: the JSON answer")
+	require.Equal(t, []int{401, 403, 403}, asked)
+
+	rec = do(http.MethodGet, "/ui/x", authtest.Basic("prod", "pw"))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Len(t, asked, 3, "an admitted request never reaches a writer")
+}

@@ -143,17 +143,20 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		MaxArgsBytes: cfg.MaxArgsBytes,
 		Logger:       logger,
 	})
+	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
+	scheduleSvc := api.NewSchedules(store, nil, logger)
+	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
+		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
+	})
+
 	admin := adminhttp.New(cfg.HTTPAddr, reg, logger)
-	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy())))
+	// The dashboard answers its own refusals with a page; the API with JSON.
+	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy()), dashboard.WriteAuthError))
 	admin.SetTLS(tlsCfg)
 	jsonAPI.Register(admin)
-	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
-	scheduleSvc := api.NewSchedules(store, nil, logger)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
-	ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
-		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
-	}).Register(admin)
+	dashboard.Register(admin)
 	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 
 	grpcSrv := grpcserver.New(grpcserver.Options{

@@ -186,6 +186,27 @@ func (d *Dashboard) renderError(w http.ResponseWriter, r *http.Request, err erro
 	d.render(w, r, code, "error", errorView{Status: code, StatusText: http.StatusText(code), Message: msg})
 }
 
+// WriteAuthError is an auth.ErrorWriter: a dashboard request the
+// authentication middleware refuses gets an HTML page saying why (a
+// browser shows it when its login prompt is dismissed, or when a producer
+// posts a form), with the middleware's status and challenge. It shows no
+// dispatch state: the caller has not proven who it is.
+func (d *Dashboard) WriteAuthError(w http.ResponseWriter, r *http.Request, code int, err error) bool {
+	if r.URL.Path != "/ui" && !strings.HasPrefix(r.URL.Path, "/ui/") {
+		return false
+	}
+	msg := err.Error()
+	if code == http.StatusUnauthorized {
+		msg = "Sign in with your pulse user name and password (PULSE_AUTH_USERS); reload the page to be asked again."
+	}
+	d.renderPage(w, r, code, "error", pageData{
+		Title:  titles["error"],
+		Status: statusView{State: "unknown", Label: "Workers: sign in to see the state"},
+		View:   errorView{Status: code, StatusText: http.StatusText(code), Message: msg},
+	})
+	return true
+}
+
 type errorView struct {
 	Status     int
 	StatusText string

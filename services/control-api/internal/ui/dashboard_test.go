@@ -56,7 +56,7 @@ func setup(t *testing.T) *testBundle {
 	d.Register(mux)
 	authn, err := auth.New(operatorName+":operator:op-pass,"+producerName+":producer:prod-pass", "")
 	require.NoError(t, err)
-	srv := httptest.NewServer(auth.Middleware(authn, auth.HTTPPolicy(ui.AccessPolicy()))(mux))
+	srv := httptest.NewServer(auth.Middleware(authn, auth.HTTPPolicy(ui.AccessPolicy()), d.WriteAuthError)(mux))
 	t.Cleanup(srv.Close)
 	return &testBundle{Bundle: b, server: srv, dispatch: dispatch, sched: sched}
 }
@@ -181,9 +181,15 @@ func TestDashboard(t *testing.T) {
 	t.Run("AsksForCredentialsAndServesStaticFilesToAnyone", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		code, h, _ := tb.browser(t, "").do(http.MethodGet, "/ui/", nil, nil)
+		code, h, body := tb.browser(t, "").do(http.MethodGet, "/ui/", nil, nil)
 		require.Equal(t, http.StatusUnauthorized, code)
 		require.Equal(t, auth.Challenge, h.Get("WWW-Authenticate"))
+		require.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"))
+		require.Contains(t, body, "Sign in with your pulse user name and password")
+		require.Contains(t, body, `data-state="unknown"`, "no state before sign-in")
+		require.NotContains(t, body, "data-live-url", "a refused page does not poll")
+		code, _, _ = tb.browser(t, authtest.Basic(operatorName, "wrong")).do(http.MethodGet, "/ui/jobs", nil, nil)
+		require.Equal(t, http.StatusUnauthorized, code)
 		code, _ = tb.browser(t, "").get("/ui/static/pulse.css")
 		require.Equal(t, http.StatusOK, code)
 		code, h, _ = tb.browser(t, "").do(http.MethodGet, "/ui", nil, nil)
@@ -313,8 +319,10 @@ func TestDashboard(t *testing.T) {
 			"/ui/schedules/" + uuid.NewString() + "/enable": {},
 		}
 		for path, form := range posts {
-			code, _, _ := prod.post(path, form)
+			code, _, body := prod.post(path, form)
 			require.Equal(t, http.StatusForbidden, code, path)
+			require.Contains(t, body, "403 Forbidden", "%s: an HTML page", path)
+			require.Contains(t, body, "role producer may not call POST "+strings.Split(path, "?")[0], path)
 		}
 		paused, actor, _ := tb.globalPause(t)
 		require.True(t, paused)

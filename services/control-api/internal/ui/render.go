@@ -77,10 +77,6 @@ type pageData struct {
 // banner. A banner that cannot be read (the database is down) shows as
 // unknown rather than failing the page.
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, name string, view any) {
-	t, ok := d.pages[name]
-	if !ok {
-		panic("ui: no page template " + name)
-	}
 	data := pageData{
 		Title:     titles[name],
 		Nav:       navOf[name],
@@ -90,8 +86,17 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, nam
 		Here:      r.URL.RequestURI(),
 		View:      view,
 	}
-	if !t.fragment {
+	if t := d.pages[name]; t != nil && !t.fragment {
 		data.Flash = takeFlash(w, r)
+	}
+	d.renderPage(w, r, code, name, data)
+}
+
+// renderPage writes page name with data as it is.
+func (d *Dashboard) renderPage(w http.ResponseWriter, r *http.Request, code int, name string, data pageData) {
+	t, ok := d.pages[name]
+	if !ok {
+		panic("ui: no page template " + name)
 	}
 	entry := "layout"
 	if t.fragment {
