@@ -16,6 +16,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
+// formBodyLimit bounds a posted form: a bulk retry of bulkRetryMax ids is
+// about 25 KB.
+const formBodyLimit = 256 << 10
+
 // RefreshDefault is how often an open page refreshes its banner and drain
 // panel.
 const RefreshDefault = 2 * time.Second
@@ -120,7 +124,10 @@ func (d *Dashboard) Register(mux Mux) {
 
 	csrf := http.NewCrossOriginProtection()
 	post := func(fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
-		return csrf.Handler(d.page(fn))
+		return csrf.Handler(d.page(func(w http.ResponseWriter, r *http.Request) error {
+			r.Body = http.MaxBytesReader(w, r.Body, formBodyLimit)
+			return fn(w, r)
+		}))
 	}
 	mux.Handle("POST /ui/dispatch/pause", post(d.pause))
 	mux.Handle("POST /ui/dispatch/resume", post(d.resume))
