@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +33,13 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// The fleet's binaries are built with the go command, which finds its
+	// caches and settings under HOME: pin them first, or every run would
+	// download and compile every module again into the throwaway home.
+	if err := pinGoEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// No test may pick up the developer's own pulse config or environment.
 	home, err := os.MkdirTemp("", "pulse-cli-home-")
 	if err != nil {
@@ -60,6 +68,26 @@ func runMain(m *testing.M) int {
 	server = fleet.ControlHTTP
 	gateways = fleet.GatewayAddrs
 	return m.Run()
+}
+
+// pinGoEnv sets, as environment variables, the go command's settings that
+// it would otherwise read from under HOME (its caches, its env file).
+func pinGoEnv() error {
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GOFLAGS", "GOTOOLCHAIN"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		return fmt.Errorf("go env: %w", err)
+	}
+	values := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(values) != len(names) {
+		return fmt.Errorf("go env: %d values for %d names", len(values), len(names))
+	}
+	for i, name := range names {
+		if os.Getenv(name) == "" && values[i] != "" {
+			os.Setenv(name, values[i])
+		}
+	}
+	return nil
 }
 
 type result struct {
