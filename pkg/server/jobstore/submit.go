@@ -59,7 +59,7 @@ func (s *Store) Insert(ctx context.Context, jobs []NewJob) ([]Inserted, error) {
 		return nil, nil
 	}
 	n := len(jobs)
-	ids := make([]uuid.UUID, n)
+	ids := make([][16]byte, n)
 	topics := make([]string, n)
 	args := make([]string, n)
 	prios := make([]int16, n)
@@ -87,7 +87,7 @@ func (s *Store) Insert(ctx context.Context, jobs []NewJob) ([]Inserted, error) {
 	inserted := make(map[uuid.UUID]bool, n)
 	for rows.Next() {
 		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		if err := rows.Scan(uuidDest(&id)); err != nil {
 			rows.Close()
 			return nil, interpretError("insert jobs", err)
 		}
@@ -122,7 +122,7 @@ func (s *Store) Insert(ctx context.Context, jobs []NewJob) ([]Inserted, error) {
 	for krows.Next() {
 		var key string
 		var id uuid.UUID
-		if err := krows.Scan(&key, &id); err != nil {
+		if err := krows.Scan(&key, uuidDest(&id)); err != nil {
 			krows.Close()
 			return nil, interpretError("resolve idempotency keys", err)
 		}
