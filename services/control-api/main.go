@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pulsequeue/pulse/pkg/server/gogc"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/app"
@@ -18,6 +19,8 @@ import (
 )
 
 func main() {
+	// Before anything allocates: this service's GC target unless GOGC is set.
+	gogc.Apply(os.LookupEnv, gogc.ServiceDefault)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "control-api: %s\n", oneLine(err.Error()))
 		os.Exit(1)

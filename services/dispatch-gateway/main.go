@@ -10,12 +10,15 @@ import (
 	"syscall"
 
 	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/gogc"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/app"
 	gwconfig "github.com/pulsequeue/pulse/services/dispatch-gateway/internal/config"
 )
 
 func main() {
+	// Before anything allocates: this service's GC target unless GOGC is set.
+	gogc.Apply(os.LookupEnv, gogc.ServiceDefault)
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch-gateway:", err)
 		os.Exit(1)

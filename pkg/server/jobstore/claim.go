@@ -80,7 +80,7 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	out := make([]Claimed, 0, len(slots))
 	err := s.queryQueueHead(ctx, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
-		if err := rows.Scan(&c.ID, &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
+		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState); err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef,
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	ids := make([]uuid.UUID, len(refs))
+	ids := make([][16]byte, len(refs))
 	attempts := make([]int32, len(refs))
 	for i, r := range refs {
 		ids[i], attempts[i] = r.ID, r.Attempt
@@ -77,7 +77,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef,
 	for rows.Next() {
 		var b Beat
 		var until *time.Time
-		if err := rows.Scan(&b.Ref.ID, &b.Ref.Attempt, &until, &b.Canceled, &b.Topic, &b.Quiesced); err != nil {
+		if err := rows.Scan(uuidDest(&b.Ref.ID), &b.Ref.Attempt, &until, &b.Canceled, &b.Topic, &b.Quiesced); err != nil {
 			return nil, interpretError("heartbeat", err)
 		}
 		if until != nil {

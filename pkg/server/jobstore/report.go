@@ -100,7 +100,7 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 	}
 	n := len(results)
 	workers := make([]string, n)
-	ids := make([]uuid.UUID, n)
+	ids := make([][16]byte, n)
 	attempts := make([]int32, n)
 	outcomes := make([]int16, n)
 	errs := make([]string, n)
@@ -119,7 +119,7 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 	for rows.Next() {
 		var a Ack
 		var status string
-		if err := rows.Scan(&a.Ref.ID, &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {
+		if err := rows.Scan(uuidDest(&a.Ref.ID), &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {
 			rows.Close()
 			return nil, interpretError("report", err)
 		}
@@ -150,14 +150,14 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 		lockedBy string
 	}
 	cur := make(map[uuid.UUID]current, len(rejected))
-	crow, err := s.pool.Query(ctx, currentSQL, rejected)
+	crow, err := s.pool.Query(ctx, currentSQL, uuidArray(rejected))
 	if err != nil {
 		return nil, interpretError("report: read rejected", err)
 	}
 	for crow.Next() {
 		var id uuid.UUID
 		var c current
-		if err := crow.Scan(&id, &c.status, &c.attempts, &c.lockedBy); err != nil {
+		if err := crow.Scan(uuidDest(&id), &c.status, &c.attempts, &c.lockedBy); err != nil {
 			crow.Close()
 			return nil, interpretError("report: read rejected", err)
 		}

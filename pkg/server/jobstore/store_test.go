@@ -199,6 +199,23 @@ func TestInsert(t *testing.T) {
 		require.True(t, res[0].Duplicate)
 	})
 
+	t.Run("SameIDTwiceInOneBatchIsOneJob", func(t *testing.T) {
+		// A batch without idempotency keys first goes in as a plain INSERT;
+		// the repeated id makes that statement fail as a whole, and the
+		// ordinary ON CONFLICT path inserts the batch instead.
+		t.Parallel()
+		b := setup(t)
+		j, other := newJob("test.topic", 5), newJob("test.topic", 5)
+		res, err := b.store.Insert(ctx, []jobstore.NewJob{j, other, j})
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		require.Equal(t, []uuid.UUID{j.ID, other.ID, j.ID}, []uuid.UUID{res[0].ID, res[1].ID, res[2].ID})
+		require.False(t, res[1].Duplicate)
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n))
+		require.Equal(t, 2, n)
+	})
+
 	t.Run("BatchInsertNotifiesOncePerTopic", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -125,10 +125,23 @@ func (m *Metrics) Claimed(took time.Duration, _ int, jobs []jobstore.Claimed, er
 	}
 	m.ClaimBatch.Observe(float64(len(jobs)))
 	now := m.now()
-	for _, j := range jobs {
-		m.Dispatched.WithLabelValues(j.Topic).Inc()
+	// A claim's jobs mostly share a topic: look the labelled children up
+	// once per run of equal topics, not once per job (a hash of the label
+	// values and a map lookup under a lock each time).
+	var topic string
+	var dispatched prometheus.Counter
+	var wait prometheus.Observer
+	for i, j := range jobs {
+		if i == 0 || j.Topic != topic {
+			topic = j.Topic
+			dispatched, wait = m.Dispatched.WithLabelValues(topic), nil
+		}
+		dispatched.Inc()
 		if j.Attempt == 1 { // retries wait on their backoff, not the queue
-			observeWithTrace(m.QueueWait.WithLabelValues(j.Topic), now.Sub(j.SubmittedAt).Seconds(), j.TraceParent)
+			if wait == nil {
+				wait = m.QueueWait.WithLabelValues(topic)
+			}
+			observeWithTrace(wait, now.Sub(j.SubmittedAt).Seconds(), j.TraceParent)
 		}
 	}
 }
@@ -142,15 +155,22 @@ func (m *Metrics) Sent(n int) { m.SentJobs.Add(float64(n)) }
 // Reported records settled results.
 func (m *Metrics) Reported(acks []jobstore.Ack) {
 	now := m.now()
+	// As in Claimed: one lookup per run of equal (topic, outcome).
+	var topic, outcome string
+	var settled prometheus.Counter
+	var run prometheus.Observer
 	for _, a := range acks {
 		if !a.Accepted {
 			m.Rejected.Inc()
 			continue
 		}
-		outcome := outcomeLabel(a.Status)
-		m.Settled.WithLabelValues(a.Topic, outcome).Inc()
+		if o := outcomeLabel(a.Status); settled == nil || a.Topic != topic || o != outcome {
+			topic, outcome = a.Topic, o
+			settled, run = m.Settled.WithLabelValues(topic, outcome), m.RunDuration.WithLabelValues(topic, outcome)
+		}
+		settled.Inc()
 		if !a.StartedAt.IsZero() {
-			m.RunDuration.WithLabelValues(a.Topic, outcome).Observe(now.Sub(a.StartedAt).Seconds())
+			run.Observe(now.Sub(a.StartedAt).Seconds())
 		}
 	}
 }

@@ -47,3 +47,34 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 	require.Equal(t, []string{"trace_id=" + traceID}, exemplars)
 	require.False(t, strings.Contains(strings.Join(exemplars, ","), "00f067aa"), "the exemplar is the trace id, not the span id")
 }
+
+func TestCountsPerTopicAndOutcomeInMixedBatches(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, func() (int, int) { return 0, 0 })
+	now := time.Now()
+	claimed := func(topic string, attempt int32) jobstore.Claimed {
+		return jobstore.Claimed{ID: uuid.New(), Attempt: attempt, Topic: topic, SubmittedAt: now}
+	}
+	m.Claimed(time.Millisecond, 5, []jobstore.Claimed{
+		claimed("a", 1), claimed("a", 2), claimed("b", 1), claimed("a", 1), claimed("c", 3),
+	}, nil)
+	require.Equal(t, 3.0, testutil.ToFloat64(m.Dispatched.WithLabelValues("a")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Dispatched.WithLabelValues("b")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Dispatched.WithLabelValues("c")))
+	require.Equal(t, 2, testutil.CollectAndCount(m.QueueWait),
+		"queue wait is observed for first attempts only, so topic c (a retry) has no series")
+
+	ack := func(topic string, status jobstore.Status) jobstore.Ack {
+		return jobstore.Ack{Accepted: true, Topic: topic, Status: status, StartedAt: now}
+	}
+	m.Reported([]jobstore.Ack{
+		ack("a", jobstore.StatusCompleted), ack("a", jobstore.StatusRetrying), ack("a", jobstore.StatusCompleted),
+		{Accepted: false}, ack("b", jobstore.StatusCompleted), ack("a", jobstore.StatusCompleted),
+	})
+	require.Equal(t, 3.0, testutil.ToFloat64(m.Settled.WithLabelValues("a", "completed")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Settled.WithLabelValues("a", "retried")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Settled.WithLabelValues("b", "completed")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Rejected))
+	require.Equal(t, 3, testutil.CollectAndCount(m.RunDuration))
+}
