@@ -345,9 +345,26 @@ func TestClaimUnderPause(t *testing.T) {
 				require.NotContains(t, n, "Sort", "paused=%q: the claim must walk the index in order, not sort the backlog", paused)
 			}
 			// enable_seqscan=off prices any seq scan at 1e10; a plan that
-			// cheap has none, and stays below jit_above_cost.
-			require.Less(t, plan.cost, 100000.0, "paused=%q", paused)
+			// cheap has none.
+			require.Less(t, plan.cost, 1e9, "paused=%q", paused)
 		}
+	})
+
+	t.Run("NeverCompilesTheClaimWithJIT", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.store.Insert(ctx, []jobstore.NewJob{newJob("a", 5)})
+		require.NoError(t, err)
+		// A million-row backlog prices the claim above jit_above_cost;
+		// here a zero threshold stands in for it.
+		force := "SET LOCAL jit_above_cost = 0"
+		args := []any{[]string{"a"}, 100, slots("w", 100), "30 seconds"}
+		plan := explain(t, b, force, jobstore.ClaimSQL, args...)
+		if !strings.Contains(plan.text, `"JIT"`) {
+			t.Skip("this Postgres does not compile with JIT (no llvmjit); nothing to turn off")
+		}
+		plan = explain(t, b, force+"; "+jobstore.QueueHeadPlanSQL, jobstore.ClaimSQL, args...)
+		require.NotContains(t, plan.text, `"JIT"`, "the queue-head settings turn JIT off")
 	})
 }
 

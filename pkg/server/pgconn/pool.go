@@ -61,6 +61,13 @@ func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && opts.Service != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.Service
 	}
+	// Every pulse statement touches a handful of rows by index; a JIT
+	// compile (~15 ms) costs more than any of them runs, and the planner
+	// asks for one whenever stale queue statistics inflate an estimate past
+	// jit_above_cost (jobstore/queue_head.go). A URL that sets jit wins.
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	cfg.MaxConns = opts.MaxConns
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns

@@ -66,10 +66,12 @@ func TestOpen(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 
-		var name string
+		var name, jit string
 		require.NoError(t, pool.QueryRow(t.Context(), `SHOW application_name`).Scan(&name))
 		require.Equal(t, "reaper", name)
 		require.Equal(t, pgconn.DefaultMaxConns, pool.Config().MaxConns)
+		require.NoError(t, pool.QueryRow(t.Context(), `SHOW jit`).Scan(&jit))
+		require.Equal(t, "off", jit, "no statement of pulse earns back a JIT compile")
 	})
 
 	t.Run("KeepsAnApplicationNameAndMaxConnsTheCallerChose", func(t *testing.T) {
@@ -84,6 +86,13 @@ func TestOpen(t *testing.T) {
 		require.NoError(t, pool.QueryRow(t.Context(), `SHOW application_name`).Scan(&name))
 		require.Equal(t, "reaper-eu", name)
 		require.EqualValues(t, 3, pool.Config().MaxConns)
+
+		pool, err = pgconn.Open(t.Context(), pgconn.Options{URL: withParam(t, pgtest.URL(t), "jit", "on"), Service: "reaper"})
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		var jit string
+		require.NoError(t, pool.QueryRow(t.Context(), `SHOW jit`).Scan(&jit))
+		require.Equal(t, "on", jit)
 	})
 
 	t.Run("RefusesASchemaOlderThanItNeedsSayingWhichVersion", func(t *testing.T) {
