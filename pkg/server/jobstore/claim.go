@@ -78,7 +78,7 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 		return nil, nil
 	}
 	out := make([]Claimed, 0, len(slots))
-	err := s.queryQueueHead(ctx, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
 		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState); err != nil {

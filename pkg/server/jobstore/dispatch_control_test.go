@@ -335,7 +335,7 @@ func TestClaimUnderPause(t *testing.T) {
 				_, err := b.store.Pause(ctx, pauseReq(paused, jobstore.PauseDrain, "plan test", "alice"))
 				require.NoError(t, err)
 			}
-			plan := explain(t, b, jobstore.QueueHeadPlanSQL, jobstore.ClaimSQL,
+			plan := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimSQL,
 				[]string{"a", "b"}, 100, slots("w", 100), "30 seconds")
 			picked := plan.find("CTE picked")
 			require.NotNil(t, picked, plan.text)
@@ -363,7 +363,7 @@ func TestClaimUnderPause(t *testing.T) {
 		if !strings.Contains(plan.text, `"JIT"`) {
 			t.Skip("this Postgres does not compile with JIT (no llvmjit); nothing to turn off")
 		}
-		plan = explain(t, b, force+"; "+jobstore.QueueHeadPlanSQL, jobstore.ClaimSQL, args...)
+		plan = explain(t, b, force+"; "+jobstore.PinnedPlanSQL, jobstore.ClaimSQL, args...)
 		require.NotContains(t, plan.text, `"JIT"`, "the queue-head settings turn JIT off")
 	})
 }

@@ -26,7 +26,7 @@ func (c QueueCounts) Totals() (queued, running int64) {
 }
 
 // countsPlanSQL steers the counts onto the two partial indexes (the same
-// reasoning as queueHeadPlanSQL: stale statistics must not turn them into
+// reasoning as pinnedPlanSQL: stale statistics must not turn them into
 // scans of the whole table) and keeps JIT out: a count over a large backlog
 // has a cost high enough to trigger JIT compilation, which costs more than
 // it saves for one aggregate.

@@ -3,11 +3,13 @@ package jobstore
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
 const (
-	ClaimSQL         = claimSQL
-	QueueHeadPlanSQL = queueHeadPlanSQL
-	CountsPlanSQL    = countsPlanSQL
-	QueueCountsSQL   = queueCountsSQL
-	QueueDepthSQL    = queueDepthSQL
+	ClaimSQL       = claimSQL
+	PinnedPlanSQL  = pinnedPlanSQL
+	CountsPlanSQL  = countsPlanSQL
+	QueueCountsSQL = queueCountsSQL
+	QueueDepthSQL  = queueDepthSQL
+	ReportSQL      = reportSQL
+	HeartbeatSQL   = heartbeatSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // AttemptRef names one attempt of one job: the fence every worker call
@@ -32,7 +33,8 @@ type Beat struct {
 // worker) the stale attempt's beat matches nothing, so a zombie can never
 // push a job out of its new owner's hands. A miss is reported, not raised.
 // Each answer also says whether the job's scope is quiesced, read from
-// dispatch_control in the same statement.
+// dispatch_control in the same statement. The RUNNING fence is spelled as
+// in reportSQL, for the same reason: only the primary key may serve it.
 const heartbeatSQL = `
 WITH beats AS (
     SELECT * FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS b(id, attempt, ord)
@@ -42,7 +44,7 @@ WITH beats AS (
     FROM beats
     WHERE j.id = beats.id
       AND j.attempts = beats.attempt
-      AND j.status = 'RUNNING'
+      AND (j.status || '') = 'RUNNING'
       AND j.locked_by = $1
     RETURNING j.id, j.attempts, j.lease_until
 )
@@ -68,24 +70,20 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef,
 	for i, r := range refs {
 		ids[i], attempts[i] = r.ID, r.Attempt
 	}
-	rows, err := s.pool.Query(ctx, heartbeatSQL, worker, ids, attempts, intervalOf(leaseTTL))
-	if err != nil {
-		return nil, interpretError("heartbeat", err)
-	}
-	defer rows.Close()
 	out := make([]Beat, 0, len(refs))
-	for rows.Next() {
+	err := s.queryPinned(ctx, heartbeatSQL, []any{worker, ids, attempts, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var b Beat
 		var until *time.Time
 		if err := rows.Scan(uuidDest(&b.Ref.ID), &b.Ref.Attempt, &until, &b.Canceled, &b.Topic, &b.Quiesced); err != nil {
-			return nil, interpretError("heartbeat", err)
+			return err
 		}
 		if until != nil {
 			b.LeaseHeld, b.LeaseUntil = true, *until
 		}
 		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, interpretError("heartbeat", err)
 	}
 	return out, nil

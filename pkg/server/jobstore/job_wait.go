@@ -70,7 +70,7 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 	}
 	var now time.Time
 	w := &JobWait{}
-	err = s.queryQueueHead(ctx, jobAheadSQL,
+	err = s.queryPinned(ctx, jobAheadSQL,
 		[]any{job.Topic, job.Priority, job.SubmittedAt, job.ID, WaitAheadScanLimit},
 		func(rows pgx.Rows) error { return rows.Scan(&now, &w.Ahead, &w.AheadAtLeast) })
 	if err != nil {

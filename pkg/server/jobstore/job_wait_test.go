@@ -94,7 +94,7 @@ func TestExplainWait(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.pool.Exec(ctx, `ANALYZE jobs`)
 		require.NoError(t, err)
-		plan := explain(t, b, jobstore.QueueHeadPlanSQL, jobstore.JobAheadSQL,
+		plan := explain(t, b, jobstore.PinnedPlanSQL, jobstore.JobAheadSQL,
 			"a", 5, time.Now(), jobs[0].ID, jobstore.WaitAheadScanLimit)
 		nodes := strings.Join(plan.nodes(), ",")
 		require.Equal(t, 2, strings.Count(nodes, "Index Scan jobs_claim_idx"), nodes)

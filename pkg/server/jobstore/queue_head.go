@@ -6,8 +6,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// queueHeadPlanSQL pins the plan of a statement that reads the head of a
-// queue index (the claim, the reap). A queue table's statistics are stale
+// pinnedPlanSQL pins the plan of the hot statements: those that read the
+// head of a queue index (the claim, the reap, ExplainWait) and those that
+// settle jobs by id (report, heartbeat). A queue table's statistics are stale
 // by nature — the backlog goes from empty to a million rows between two
 // ANALYZEs — and with "one matching row" in the statistics the planner
 // prefers a bitmap scan plus a sort of every pending row (measured: 130 ms
@@ -23,14 +24,19 @@ import (
 // for a statement that runs in ~2 ms: measured as a 3-6x slower claim at a
 // 1,000,000-job backlog than at 10,000, where the same plan stays below the
 // threshold. An O(batch) statement never earns back a compile.
-const queueHeadPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
+//
+// Report and heartbeat look jobs up by id. pgx prepares them, and a generic
+// plan made while the table was small (a hash join over a seq scan of
+// jobs) would stay with the connection until the next ANALYZE; with seq
+// scans off the primary-key lookup per result is the plan at any size.
+const pinnedPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
-// queryQueueHead runs sql with the queue-head plan settings, in one round
+// queryPinned runs sql with the pinned plan settings, in one round
 // trip (a pipelined batch is one implicit transaction, so the settings are
 // local to it), and hands each row to scan.
-func (s *Store) queryQueueHead(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+func (s *Store) queryPinned(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue(queueHeadPlanSQL)
+	b.Queue(pinnedPlanSQL)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

@@ -53,7 +53,7 @@ RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, ''),
 // Reap settles up to limit expired leases in one statement.
 func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped, error) {
 	var out []Reaped
-	err := s.queryQueueHead(ctx, reapSQL, []any{limit, intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, reapSQL, []any{limit, intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {

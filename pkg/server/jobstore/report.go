@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // Outcome is what a worker says happened to one attempt.
@@ -60,6 +61,15 @@ var DefaultBackoff = Backoff{Unit: time.Second, Max: time.Hour}
 //	or fail permanently              → DEAD_LETTERED
 //
 // Failures append {attempt, error, worker, at} to the error history.
+//
+// The RUNNING fence is written (status || ”) = 'RUNNING' on purpose: it is
+// the same test, but the planner cannot match it to the partial index
+// jobs_expired_lease_idx (WHERE status = 'RUNNING'). With statistics taken
+// while no job ran, that index looks like "one row" and the planner walked
+// every RUNNING row once per result instead of looking each id up in the
+// primary key: measured at 20-25 ms per 100-result report instead of 3 ms,
+// for as long as the connection kept the prepared plan. The id lookup is
+// now the only index the statement can use.
 const reportSQL = `
 UPDATE jobs AS j
 SET status = CASE
@@ -82,7 +92,7 @@ SET status = CASE
 FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[]) AS r(worker, id, attempt, outcome, error)
 WHERE j.id = r.id
   AND j.attempts = r.attempt
-  AND j.status = 'RUNNING'
+  AND (j.status || '') = 'RUNNING'
   AND j.locked_by = r.worker
 RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at`
 
@@ -110,23 +120,19 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 		}
 		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
 	}
-	rows, err := s.pool.Query(ctx, reportSQL, workers, ids, attempts, outcomes, errs,
-		intervalOf(backoff.Unit), intervalOf(backoff.Max))
-	if err != nil {
-		return nil, interpretError("report", err)
-	}
 	settled := make(map[AttemptRef]Ack, n)
-	for rows.Next() {
+	err := s.queryPinned(ctx, reportSQL, []any{workers, ids, attempts, outcomes, errs,
+		intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
 		var a Ack
 		var status string
 		if err := rows.Scan(uuidDest(&a.Ref.ID), &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {
-			rows.Close()
-			return nil, interpretError("report", err)
+			return err
 		}
 		a.Accepted, a.Status = true, Status(status)
 		settled[a.Ref] = a
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, interpretError("report", err)
 	}
 
