@@ -6,6 +6,7 @@ package pausewire
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -35,6 +36,23 @@ func ModeFromWire(m pulsev1.PauseMode) (jobstore.PauseMode, bool) {
 		return jobstore.PauseQuiesce, true
 	}
 	return "", false
+}
+
+// ModeName is a wire mode as operators write it: "drain" (also for unset)
+// or "quiesce"; "" for a value no mode has.
+func ModeName(m pulsev1.PauseMode) string {
+	mode, _ := ModeFromWire(m)
+	return string(mode)
+}
+
+// ModeNamed maps an operator's "drain" or "quiesce" (any case) to the wire
+// enum; ok is false for any other name.
+func ModeNamed(name string) (pulsev1.PauseMode, bool) {
+	m := jobstore.PauseMode(strings.ToLower(name))
+	if !m.Valid() {
+		return pulsev1.PauseMode_PAUSE_MODE_UNSPECIFIED, false
+	}
+	return ModeToWire(m), true
 }
 
 // ScopeToWire converts one dispatch_control row.

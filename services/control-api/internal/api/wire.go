@@ -67,6 +67,16 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 	return out
 }
 
+// TimeFromWire is a wire timestamp as a time, nil when unset: the JSON
+// transport and the dashboard show unset times as null and "—".
+func TimeFromWire(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}
+
 func timestampOrNil(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/pausewire"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
@@ -128,14 +129,12 @@ func (d *dispatchRoutes) pause(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req := &pulsev1.PauseDispatchRequest{Reason: in.Reason, Topic: in.Topic}
-	switch strings.ToLower(in.Mode) {
-	case "":
-	case "drain":
-		req.Mode = pulsev1.PauseMode_PAUSE_MODE_DRAIN
-	case "quiesce":
-		req.Mode = pulsev1.PauseMode_PAUSE_MODE_QUIESCE
-	default:
-		return apierr.Invalid("mode", "%q is not a pause mode; use drain (the default) or quiesce", in.Mode)
+	if in.Mode != "" {
+		mode, ok := pausewire.ModeNamed(in.Mode)
+		if !ok {
+			return apierr.Invalid("mode", "%q is not a pause mode; use drain (the default) or quiesce", in.Mode)
+		}
+		req.Mode = mode
 	}
 	if in.For != "" {
 		dur, err := time.ParseDuration(in.For)
@@ -197,8 +196,8 @@ func (d *dispatchRoutes) events(w http.ResponseWriter, r *http.Request) error {
 	for i, e := range resp.GetEvents() {
 		out.Events[i] = eventJSON{
 			ID: e.GetId(), Scope: e.GetScope(), Action: strings.ToLower(strings.TrimPrefix(e.GetAction().String(), "DISPATCH_ACTION_")),
-			Mode: modeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
-			At: timeOrNil(e.GetAt()), Until: timeOrNil(e.GetUntil()), Version: e.GetVersion(),
+			Mode: pausewire.ModeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
+			At: api.TimeFromWire(e.GetAt()), Until: api.TimeFromWire(e.GetUntil()), Version: e.GetVersion(),
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -219,15 +218,8 @@ func readControlBody(w http.ResponseWriter, r *http.Request, v any) error {
 
 func scopeToJSON(s *pulsev1.ScopeState) scopeJSON {
 	return scopeJSON{
-		Scope: s.GetScope(), Paused: s.GetPaused(), Mode: modeName(s.GetMode()), Reason: s.GetReason(), Actor: s.GetActor(),
-		PausedAt: timeOrNil(s.GetPausedAt()), Until: timeOrNil(s.GetUntil()), UpdatedAt: timeOrNil(s.GetUpdatedAt()),
+		Scope: s.GetScope(), Paused: s.GetPaused(), Mode: pausewire.ModeName(s.GetMode()), Reason: s.GetReason(), Actor: s.GetActor(),
+		PausedAt: api.TimeFromWire(s.GetPausedAt()), Until: api.TimeFromWire(s.GetUntil()), UpdatedAt: api.TimeFromWire(s.GetUpdatedAt()),
 		Version: s.GetVersion(),
 	}
-}
-
-func modeName(m pulsev1.PauseMode) string {
-	if m == pulsev1.PauseMode_PAUSE_MODE_QUIESCE {
-		return "quiesce"
-	}
-	return "drain"
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // jobWithWaitJSON is GET /v1/jobs/{id}: the job and, when it is PENDING or
@@ -31,7 +32,7 @@ func waitToJSON(w *pulsev1.JobWait) *waitJSON {
 	}
 	out := &waitJSON{
 		Reason:       strings.ToLower(strings.TrimPrefix(w.GetReason().String(), "JOB_WAIT_REASON_")),
-		NotBefore:    timeOrNil(w.GetNotBefore()),
+		NotBefore:    api.TimeFromWire(w.GetNotBefore()),
 		Ahead:        w.GetAhead(),
 		AheadAtLeast: w.GetAheadAtLeast(),
 	}

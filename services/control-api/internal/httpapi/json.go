@@ -15,6 +15,8 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // jobSpecJSON is the body of POST /v1/jobs and each entry of a batch.
@@ -105,11 +107,11 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		MaxAttempts:    j.GetMaxAttempts(),
 		Errors:         make([]attemptErrorJSON, len(j.GetErrors())),
 		LockedBy:       j.GetLockedBy(),
-		LeaseUntil:     timeOrNil(j.GetLeaseUntil()),
-		NextRunAt:      timeOrNil(j.GetNextRunAt()),
-		SubmittedAt:    timeOrNil(j.GetSubmittedAt()),
-		StartedAt:      timeOrNil(j.GetStartedAt()),
-		FinishedAt:     timeOrNil(j.GetFinishedAt()),
+		LeaseUntil:     api.TimeFromWire(j.GetLeaseUntil()),
+		NextRunAt:      api.TimeFromWire(j.GetNextRunAt()),
+		SubmittedAt:    api.TimeFromWire(j.GetSubmittedAt()),
+		StartedAt:      api.TimeFromWire(j.GetStartedAt()),
+		FinishedAt:     api.TimeFromWire(j.GetFinishedAt()),
 		ScheduleID:     j.GetScheduleId(),
 		IdempotencyKey: j.GetIdempotencyKey(),
 		Traceparent:    j.GetTraceparent(),
@@ -119,17 +121,9 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		out.Args = json.RawMessage(`{}`)
 	}
 	for i, e := range j.GetErrors() {
-		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: timeOrNil(e.GetAt())}
+		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}
 	return out
-}
-
-func timeOrNil(ts *timestamppb.Timestamp) *time.Time {
-	if ts == nil {
-		return nil
-	}
-	t := ts.AsTime()
-	return &t
 }
 
 type errorEnvelope struct {

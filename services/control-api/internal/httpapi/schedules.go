@@ -94,8 +94,8 @@ func scheduleToJSON(s *pulsev1.Schedule) scheduleJSON {
 			MaxAttempts: d.GetMaxAttempts(), Kind: d.GetKind(), Expression: d.GetExpression(),
 			TimeZone: d.GetTimeZone(), Enabled: &enabled,
 		},
-		NextRunAt: timeOrNil(s.GetNextRunAt()), LastFiredAt: timeOrNil(s.GetLastFiredAt()),
-		CreatedAt: timeOrNil(s.GetCreatedAt()), UpdatedAt: timeOrNil(s.GetUpdatedAt()),
+		NextRunAt: api.TimeFromWire(s.GetNextRunAt()), LastFiredAt: api.TimeFromWire(s.GetLastFiredAt()),
+		CreatedAt: api.TimeFromWire(s.GetCreatedAt()), UpdatedAt: api.TimeFromWire(s.GetUpdatedAt()),
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage(`{}`)

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // eventRow is one entry of the pause audit log.
@@ -41,10 +44,10 @@ func (d *Dashboard) audit(w http.ResponseWriter, r *http.Request) error {
 			scope = "all topics"
 		}
 		view.Events = append(view.Events, eventRow{
-			ID: e.GetId(), At: timeOf(e.GetAt()), Scope: scope,
+			ID: e.GetId(), At: api.TimeFromWire(e.GetAt()), Scope: scope,
 			Action: strings.ToLower(strings.TrimPrefix(e.GetAction().String(), "DISPATCH_ACTION_")),
-			Mode:   modeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
-			Until: timeOf(e.GetUntil()), Version: e.GetVersion(),
+			Mode:   pausewire.ModeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
+			Until: api.TimeFromWire(e.GetUntil()), Version: e.GetVersion(),
 		})
 	}
 	if tok != "" {

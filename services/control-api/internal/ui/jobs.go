@@ -12,6 +12,9 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // pageSize is how many rows a list page shows.
@@ -46,8 +49,8 @@ func jobRowOf(j *pulsev1.Job) jobRow {
 	row := jobRow{
 		ID: j.GetId(), Topic: j.GetTopic(), Status: statusName(st), Priority: j.GetPriority(),
 		Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
-		Submitted: timeOf(j.GetSubmittedAt()), Started: timeOf(j.GetStartedAt()),
-		Finished: timeOf(j.GetFinishedAt()), NextRun: timeOf(j.GetNextRunAt()),
+		Submitted: api.TimeFromWire(j.GetSubmittedAt()), Started: api.TimeFromWire(j.GetStartedAt()),
+		Finished: api.TimeFromWire(j.GetFinishedAt()), NextRun: api.TimeFromWire(j.GetNextRunAt()),
 		// The schema's transitions: a live job may be canceled, a dead or
 		// canceled one retried (jobstore/operator.go).
 		CanCancel: st == pulsev1.JobStatus_JOB_STATUS_PENDING || st == pulsev1.JobStatus_JOB_STATUS_RETRYING ||
@@ -176,7 +179,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 	j := resp.GetJob()
 	view := jobDetailView{
 		jobRow: jobRowOf(j), Args: prettyJSON(j.GetArgs()),
-		LockedBy: j.GetLockedBy(), LeaseUntil: timeOf(j.GetLeaseUntil()),
+		LockedBy: j.GetLockedBy(), LeaseUntil: api.TimeFromWire(j.GetLeaseUntil()),
 		ScheduleID: j.GetScheduleId(), IdempotencyKey: j.GetIdempotencyKey(),
 		TraceID: traceID(j.GetTraceparent()),
 		Waiting: d.waiting(resp.GetWait(), j.GetTopic()),
@@ -186,7 +189,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, e := range j.GetErrors() {
 		view.Errors = append(view.Errors, attemptErrorView{
-			Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: timeOf(e.GetAt()),
+			Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt()),
 		})
 	}
 	d.render(w, r, http.StatusOK, "job", view)
@@ -203,16 +206,16 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 		if p.GetScope() != "*" {
 			scope = "topic " + p.GetScope()
 		}
-		s := fmt.Sprintf("Dispatch is paused for %s (%s) by %s: %s", scope, modeName(p.GetMode()), p.GetActor(), p.GetReason())
-		if u := timeOf(p.GetUntil()); u != nil {
+		s := fmt.Sprintf("Dispatch is paused for %s (%s) by %s: %s", scope, pausewire.ModeName(p.GetMode()), p.GetActor(), p.GetReason())
+		if u := api.TimeFromWire(p.GetUntil()); u != nil {
 			s += fmt.Sprintf("; it resumes by itself at %s (%s)", absTime(u), relTime(u, now))
 		}
 		return s + "."
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED:
-		t := timeOf(wait.GetNotBefore())
+		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Scheduled: it becomes due at %s (%s).", absTime(t), relTime(t, now))
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF:
-		t := timeOf(wait.GetNotBefore())
+		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Waiting out its retry backoff until %s (%s).", absTime(t), relTime(t, now))
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED:
 		ahead := strconv.FormatInt(wait.GetAhead(), 10)

@@ -10,6 +10,9 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // scopeView is one pause scope with its drain progress.
@@ -74,22 +77,15 @@ func scopeViewOf(s *pulsev1.ScopeStatus) scopeView {
 	st := s.GetState()
 	v := scopeView{
 		Scope: st.GetScope(), Name: st.GetScope(), Global: st.GetScope() == "*",
-		Paused: st.GetPaused(), Mode: modeName(st.GetMode()),
+		Paused: st.GetPaused(), Mode: pausewire.ModeName(st.GetMode()),
 		Reason: st.GetReason(), Actor: st.GetActor(),
-		Since: timeOf(st.GetPausedAt()), Until: timeOf(st.GetUntil()),
+		Since: api.TimeFromWire(st.GetPausedAt()), Until: api.TimeFromWire(st.GetUntil()),
 		Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained(),
 	}
 	if v.Global {
 		v.Name = "all topics"
 	}
 	return v
-}
-
-func modeName(m pulsev1.PauseMode) string {
-	if m == pulsev1.PauseMode_PAUSE_MODE_QUIESCE {
-		return "quiesce"
-	}
-	return "drain"
 }
 
 func titleCase(s string) string {
@@ -153,13 +149,12 @@ func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) error {
 
 func pauseRequest(f pauseForm) (*pulsev1.PauseDispatchRequest, error) {
 	req := &pulsev1.PauseDispatchRequest{Reason: f.Reason, Topic: f.Topic}
-	switch f.Mode {
-	case "", "drain":
-		req.Mode = pulsev1.PauseMode_PAUSE_MODE_DRAIN
-	case "quiesce":
-		req.Mode = pulsev1.PauseMode_PAUSE_MODE_QUIESCE
-	default:
-		return nil, apierr.Invalid("mode", "%q is not a pause mode; use drain or quiesce", f.Mode)
+	if f.Mode != "" {
+		mode, ok := pausewire.ModeNamed(f.Mode)
+		if !ok {
+			return nil, apierr.Invalid("mode", "%q is not a pause mode; use drain or quiesce", f.Mode)
+		}
+		req.Mode = mode
 	}
 	if f.For != "" {
 		dur, err := time.ParseDuration(f.For)
@@ -181,8 +176,8 @@ func pausedMessage(resp *pulsev1.PauseDispatchResponse) string {
 	if !resp.GetChanged() {
 		verb = "Already paused:"
 	}
-	msg := fmt.Sprintf("%s %s (%s): %s", verb, scope, modeName(st.GetMode()), st.GetReason())
-	if u := timeOf(st.GetUntil()); u != nil {
+	msg := fmt.Sprintf("%s %s (%s): %s", verb, scope, pausewire.ModeName(st.GetMode()), st.GetReason())
+	if u := api.TimeFromWire(st.GetUntil()); u != nil {
 		msg += "; resumes by itself at " + absTime(u)
 	}
 	return msg

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
@@ -205,15 +203,6 @@ func relTime(t *time.Time, now time.Time) string {
 		return "in " + s
 	}
 	return s + " ago"
-}
-
-// timeOf converts a wire timestamp; unset is nil.
-func timeOf(ts *timestamppb.Timestamp) *time.Time {
-	if ts == nil {
-		return nil
-	}
-	t := ts.AsTime()
-	return &t
 }
 
 // statusName is a job status as the API spells it: "DEAD_LETTERED".

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // scheduleRow is one schedule in the list.
@@ -39,7 +40,7 @@ func (d *Dashboard) scheduleList(w http.ResponseWriter, r *http.Request) error {
 		view.Schedules = append(view.Schedules, scheduleRow{
 			ID: s.GetId(), Name: def.GetName(), Topic: def.GetTopic(),
 			Kind: def.GetKind(), Expression: def.GetExpression(), TimeZone: def.GetTimeZone(),
-			Enabled: s.GetEnabled(), NextRun: timeOf(s.GetNextRunAt()), LastFired: timeOf(s.GetLastFiredAt()),
+			Enabled: s.GetEnabled(), NextRun: api.TimeFromWire(s.GetNextRunAt()), LastFired: api.TimeFromWire(s.GetLastFiredAt()),
 		})
 	}
 	if tok != "" {
