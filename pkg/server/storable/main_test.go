@@ -1,0 +1,10 @@
+package storable_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.MainLeakChecked(m)) }
