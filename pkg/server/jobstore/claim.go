@@ -70,6 +70,24 @@ RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
           j.submitted_at, j.lease_until, j.locked_by,
           COALESCE(j.traceparent, ''), COALESCE(j.tracestate, '')`
 
+// claimPlanSQL is pinnedPlanSQL plus the claim's side of the pause
+// barrier: a shared advisory lock on PauseBarrierKey, held until the claim
+// commits. Every pause and resume takes the same lock exclusively before it
+// writes (controlTx), so:
+//
+//   - a claim already running when a Pause begins holds the lock; the Pause
+//     waits for it to commit, so it commits before the Pause does, and
+//     before Pause returns;
+//   - a claim that arrives while a Pause holds or awaits the lock waits for
+//     the Pause to commit, and its statement — a separate statement in the
+//     same transaction, so with a snapshot taken after the lock was granted
+//     — sees the pause and takes nothing of the paused scope.
+//
+// No claim of a paused scope commits after the Pause commits. Shared
+// advisory locks live in the lock manager's memory (no row is written, no
+// WAL): on the happy path the barrier costs one lock-table entry per claim.
+const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
+
 // Claim leases up to len(slots) claimable jobs of topics, the i-th claimed
 // job to the worker slots[i]. It returns what it claimed, which may be
 // fewer than the slots (or none).
@@ -78,7 +96,7 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 		return nil, nil
 	}
 	out := make([]Claimed, 0, len(slots))
-	err := s.queryPinned(ctx, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
+	err := s.queryPinnedAs(ctx, claimPlanSQL, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
 		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState); err != nil {

@@ -153,8 +153,21 @@ ORDER BY scope = '` + GlobalScope + `' DESC, scope`
 // lockControlSQL serialises every change to dispatch_control on the global
 // row, so versions are drawn in commit order and an idempotency check
 // cannot race the write it guards. Claims only read the table, so they
-// never wait on it.
+// never wait on it; they wait only on a Pause's barrier (pauseBarrierSQL).
 const lockControlSQL = `SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' FOR UPDATE`
+
+// PauseBarrierKey is the advisory lock that orders claims against pause
+// changes (claimPlanSQL): claims hold it shared until they commit, and
+// every change to dispatch_control takes it exclusively before writing. It
+// is one key for every scope: a topic pause waits out the claims in flight
+// on every topic, which is a few milliseconds, and keeps the claim's side
+// to a single lock whatever the number of topics it serves. Applications
+// sharing pulse's database must not use this advisory lock key.
+const PauseBarrierKey = "483006378853" // 0x70756c7365, "pulse"
+
+// pauseBarrierSQL waits for every claim in flight to commit and holds new
+// claims back until this transaction commits.
+const pauseBarrierSQL = `SELECT pg_advisory_xact_lock(` + PauseBarrierKey + `)`
 
 // pauseSQL pauses a scope (creating a topic's row on its first pause) and
 // records the event in the same statement. paused_at moves only when the
@@ -271,6 +284,11 @@ func (s *Store) Pause(ctx context.Context, req PauseRequest) (PauseResult, error
 		if found && cur.Paused && cur.Mode == req.Mode && cur.Reason == req.Reason && sameTime(cur.Until, req.Until) {
 			res = PauseResult{State: cur}
 			return nil
+		}
+		// Wait out the claims in flight and hold back new ones until this
+		// commits: once Pause returns, no claim of the scope can commit.
+		if _, err := tx.Exec(ctx, pauseBarrierSQL); err != nil {
+			return err
 		}
 		st, err := scanScope(tx.QueryRow(ctx, pauseSQL, req.Scope, string(req.Mode), req.Reason, req.Actor, req.Until))
 		if err != nil {

@@ -35,8 +35,14 @@ const pinnedPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_con
 // trip (a pipelined batch is one implicit transaction, so the settings are
 // local to it), and hands each row to scan.
 func (s *Store) queryPinned(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	return s.queryPinnedAs(ctx, pinnedPlanSQL, sql, args, scan)
+}
+
+// queryPinnedAs is queryPinned with its own first statement (planSQL),
+// which must set at least what pinnedPlanSQL sets.
+func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []any, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue(pinnedPlanSQL)
+	b.Queue(planSQL)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

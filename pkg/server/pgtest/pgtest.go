@@ -80,7 +80,9 @@ func setup(tb testing.TB) {
 		defer cancel()
 		serverURL = os.Getenv(EnvURL)
 		if serverURL == "" {
-			cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{Fast: true, MaxConnections: 400})
+			cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{Fast: true, MaxConnections: 400,
+				// Pause exactness is judged by commit time (claimwitness).
+				Settings: map[string]string{"track_commit_timestamp": "on"}})
 			if startErr != nil {
 				return
 			}
