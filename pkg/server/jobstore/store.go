@@ -49,13 +49,13 @@ func interpretError(op string, err error) error {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "23514" && (pgErr.ConstraintName == "jobs_status_transition" || pgErr.ConstraintName == "jobs_attempts_fence"):
-			return apierr.InvalidTransition("%s: %s", op, pgErr.Message)
+			return withCause(apierr.InvalidTransition("%s: %s", op, pgErr.Message), pgErr)
 		case pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_idempotency_key_live_idx":
-			return apierr.InvalidTransition("%s: another live job holds this idempotency key", op)
+			return withCause(apierr.InvalidTransition("%s: another live job holds this idempotency key", op), pgErr)
 		case pgErr.Code == "23514":
-			return apierr.Invalid(constraintField(pgErr.ConstraintName), "%s", pgErr.Message)
+			return withCause(apierr.Invalid(constraintField(pgErr.ConstraintName), "%s", pgErr.Message), pgErr)
 		case pgErr.Code == "22P02" || pgErr.Code == "22023":
-			return apierr.Invalid("", "%s: %s", op, pgErr.Message)
+			return withCause(apierr.Invalid("", "%s: %s", op, pgErr.Message), pgErr)
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown), insufficient resources
 			return apierr.Unavailable(op, err)
@@ -72,6 +72,22 @@ func interpretError(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// causedError is a typed error made from a Postgres error that keeps the
+// Postgres error in its chain: callers see the typed error's kind and
+// message (apierr), and IsDataError still sees what Postgres refused, so a
+// batch refused by a CHECK constraint can be split (Isolate).
+type causedError struct {
+	typed error
+	cause *pgconn.PgError
+}
+
+func withCause(typed error, cause *pgconn.PgError) error {
+	return &causedError{typed: typed, cause: cause}
+}
+
+func (e *causedError) Error() string   { return e.typed.Error() }
+func (e *causedError) Unwrap() []error { return []error{e.typed, e.cause} }
 
 func constraintField(name string) string {
 	switch name {

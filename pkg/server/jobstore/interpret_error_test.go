@@ -1,0 +1,44 @@
+package jobstore
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+// A CHECK violation becomes a typed error for the caller and stays a data
+// error for IsDataError: a batch refused by a constraint can still be split.
+func TestInterpretErrorKeepsThePostgresCause(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		pg   *pgconn.PgError
+		kind apierr.Kind
+	}{
+		{&pgconn.PgError{Code: "23514", ConstraintName: "jobs_priority_range", Message: "violates"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "23514", ConstraintName: "jobs_status_transition", Message: "illegal"}, apierr.KindInvalidTransition},
+		{&pgconn.PgError{Code: "22P02", Message: "bad input"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, apierr.KindInternal},
+	}
+	for _, tc := range cases {
+		err := interpretError("report", tc.pg)
+		if got := apierr.KindOf(err); got != tc.kind {
+			t.Errorf("%s: kind %v, want %v", tc.pg.Code, got, tc.kind)
+		}
+		if !IsDataError(err) {
+			t.Errorf("%s: IsDataError false after interpretError (%v)", tc.pg.Code, err)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr != tc.pg {
+			t.Errorf("%s: the Postgres error is not in the chain", tc.pg.Code)
+		}
+	}
+	if err := interpretError("claim", &pgconn.PgError{Code: "23514", ConstraintName: "jobs_priority_range", Message: "m"}); err.Error() != "priority: m" {
+		t.Errorf("message changed: %q", err.Error())
+	}
+	if IsDataError(interpretError("claim", &pgconn.PgError{Code: "57P01", Message: "terminating"})) {
+		t.Error("a shutdown is not a data error")
+	}
+}
