@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
@@ -136,18 +136,10 @@ func (e *executor) idle() <-chan struct{} {
 	return done
 }
 
-// errorText renders err for the wire: valid UTF-8 (protobuf requires it)
-// and at most maxErrorBytes, cut on a character boundary.
+// errorText renders err for the wire and for storage: NUL and invalid
+// UTF-8 become U+FFFD (protobuf requires valid UTF-8; Postgres refuses NUL)
+// and the text is at most maxErrorBytes, cut on a character boundary and
+// marked. The gateway sanitizes again on receipt.
 func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	if len(s) <= maxErrorBytes {
-		return s
-	}
-	cut := maxErrorBytes
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return errtext.Sanitize(err.Error(), maxErrorBytes)
 }
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

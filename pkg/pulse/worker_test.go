@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
@@ -151,8 +152,10 @@ func TestWorker(t *testing.T) {
 				pulsev1.Outcome_OUTCOME_FAIL_PERMANENT, "bad address"},
 			{"panic fails with its value", func(context.Context, *Job) error { panic("boom") },
 				pulsev1.Outcome_OUTCOME_FAIL, "panic: boom"},
-			{"long error is truncated", func(context.Context, *Job) error { return errors.New(strings.Repeat("é", 3000)) },
-				pulsev1.Outcome_OUTCOME_FAIL, strings.Repeat("é", maxErrorBytes/2)},
+			{"long error is cut on a character boundary and marked", func(context.Context, *Job) error { return errors.New(strings.Repeat("é", 3000)) },
+				pulsev1.Outcome_OUTCOME_FAIL, strings.Repeat("é", (maxErrorBytes-len(errtext.TruncatedMark))/2) + errtext.TruncatedMark},
+			{"NUL and invalid UTF-8 become U+FFFD", func(context.Context, *Job) error { return errors.New("bad\x00byte\xff") },
+				pulsev1.Outcome_OUTCOME_FAIL, "bad\uFFFDbyte\uFFFD"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
