@@ -17,6 +17,10 @@ func upFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	if opts.PostgresSettings == nil {
+		// Pause exactness is judged by commit time (claimwitness).
+		opts.PostgresSettings = map[string]string{"track_commit_timestamp": "on"}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f, err := localfleet.Up(ctx, opts)
