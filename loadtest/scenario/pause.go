@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -14,26 +15,38 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/server/claimwitness"
 )
 
 // PauseParams shape the pause run.
 type PauseParams struct {
 	Workers     int
 	Concurrency int
-	Busy        time.Duration // each run of the fleet before and after the pause
+	Busy        time.Duration // the fleet's warm-up before the first pause
+	// Pauses is how many pause/resume rounds to run: the scope (global or
+	// one of two topics) and the mode (drain or quiesce) drawn at random.
+	Pauses int
+	Seed   uint64
 }
 
-// PauseUnderLoad keeps every gateway busy (producers submitting, workers
-// with 1–3 ms handlers), calls POST /v1/dispatch/pause, and counts jobs
-// whose started_at is later than the moment the call returned — on any
-// replica. The answer must be zero.
+// PauseUnderLoad keeps every gateway busy (producers submitting to two
+// topics, workers with 1–3 ms handlers) and runs p.Pauses rounds of
+// POST /v1/dispatch/pause, a short random hold, and resume. It judges by
+// commit order (claimwitness): a claim of a paused scope that committed
+// after the pause committed, before the scope was resumed, is a late
+// commit. The answer must be zero. It also reports how long the Pause call
+// took, which includes waiting out the claims in flight.
 func PauseUnderLoad(ctx context.Context, t Target, p PauseParams) (Result, error) {
 	pool, err := pgxpool.New(ctx, t.DatabaseURL)
 	if err != nil {
 		return Result{}, err
 	}
 	defer pool.Close()
-	topic := fmt.Sprintf("load.pause.%d", time.Now().UnixNano())
+	if err := claimwitness.Install(ctx, pool); err != nil {
+		return Result{}, err
+	}
+	base := fmt.Sprintf("load.pause.%d", time.Now().UnixNano())
+	topics := []string{base + ".a", base + ".b"}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	workCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -45,11 +58,13 @@ func PauseUnderLoad(ctx context.Context, t Target, p PauseParams) (Result, error
 		if err != nil {
 			return Result{}, err
 		}
-		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
-			ran.Add(1)
-			time.Sleep(time.Millisecond + time.Duration(len(job.ID)%3)*time.Millisecond)
-			return nil
-		})
+		for _, topic := range topics {
+			w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
+				ran.Add(1)
+				time.Sleep(time.Millisecond + time.Duration(len(job.ID)%3)*time.Millisecond)
+				return nil
+			})
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = w.Run(workCtx) }()
 	}
@@ -58,46 +73,79 @@ func PauseUnderLoad(ctx context.Context, t Target, p PauseParams) (Result, error
 		return Result{}, err
 	}
 	defer client.Close()
-	wg.Add(1)
-	go func() { // producer: keep the queue full for the whole run
-		defer wg.Done()
-		for workCtx.Err() == nil {
-			reqs := make([]pulse.JobRequest, 200)
-			for i := range reqs {
-				reqs[i] = pulse.JobRequest{Topic: topic}
+	for _, topic := range topics {
+		wg.Add(1)
+		go func() { // producer: keep the queue full for the whole run
+			defer wg.Done()
+			for workCtx.Err() == nil {
+				reqs := make([]pulse.JobRequest, 100)
+				for i := range reqs {
+					reqs[i] = pulse.JobRequest{Topic: topic}
+				}
+				if _, err := client.EnqueueMany(workCtx, reqs); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			if _, err := client.EnqueueMany(workCtx, reqs); err != nil {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+		}()
+	}
 
 	time.Sleep(p.Busy)
 	before := ran.Load()
-	if err := post(ctx, t.ControlHTTP+"/v1/dispatch/pause", `{"reason":"loadtest: pause under load"}`); err != nil {
+	rng := rand.New(rand.NewPCG(p.Seed, 2))
+	scopes := []string{"", topics[0], topics[1]}
+	modes := []string{"drain", "quiesce"}
+	var took []time.Duration
+	perScope := map[string]int{}
+	for i := range p.Pauses {
+		scope, mode := scopes[rng.IntN(len(scopes))], modes[rng.IntN(2)]
+		topicField := ""
+		if scope != "" {
+			topicField = fmt.Sprintf(`,"topic":%q`, scope)
+		}
+		start := time.Now()
+		if err := post(ctx, t.ControlHTTP+"/v1/dispatch/pause",
+			fmt.Sprintf(`{"reason":"loadtest: pause %d","mode":%q%s}`, i, mode, topicField)); err != nil {
+			return Result{}, err
+		}
+		took = append(took, time.Since(start))
+		perScope[map[bool]string{true: "global", false: "topic"}[scope == ""]+"_"+mode]++
+		time.Sleep(time.Duration(5+rng.IntN(25)) * time.Millisecond)
+		resume := "{}"
+		if scope != "" {
+			resume = fmt.Sprintf(`{"topic":%q}`, scope)
+		}
+		if err := post(ctx, t.ControlHTTP+"/v1/dispatch/resume", resume); err != nil {
+			return Result{}, err
+		}
+		time.Sleep(time.Duration(5+rng.IntN(25)) * time.Millisecond)
+	}
+	stop()
+	late, err := claimwitness.LateClaims(ctx, pool)
+	if err != nil {
 		return Result{}, err
 	}
-	returned := time.Now()
-	time.Sleep(p.Busy)
-	var late, pending int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE topic = $1 AND started_at > $2`, topic, returned).Scan(&late); err != nil {
+	claims, pauses, err := claimwitness.Counts(ctx, pool)
+	if err != nil {
 		return Result{}, err
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE topic = $1 AND status = 'PENDING'`, topic).Scan(&pending); err != nil {
-		return Result{}, err
+	p50, _, p99, worst := Percentiles(took)
+	metrics := map[string]float64{
+		"jobs_run_before_pauses": float64(before),
+		"claims_witnessed":       float64(claims),
+		"pauses":                 float64(pauses),
+		"late_commits":           float64(len(late)),
+		"pause_call_p50_ms":      p50,
+		"pause_call_p99_ms":      p99,
+		"pause_call_max_ms":      worst,
 	}
-	if err := post(ctx, t.ControlHTTP+"/v1/dispatch/resume", `{}`); err != nil {
-		return Result{}, err
+	for k, n := range perScope {
+		metrics["pauses_"+k] = float64(n)
 	}
 	return Result{
 		Scenario: "pause",
-		Params:   map[string]any{"workers": p.Workers, "concurrency": p.Concurrency, "gateways": len(t.GatewayAddrs), "busy": p.Busy.String()},
-		Metrics: map[string]float64{
-			"jobs_run_before_pause":        float64(before),
-			"jobs_started_after_pause_ret": float64(late),
-			"pending_while_paused":         float64(pending),
-		},
+		Params:   map[string]any{"workers": p.Workers, "concurrency": p.Concurrency, "gateways": len(t.GatewayAddrs), "pauses": p.Pauses, "seed": p.Seed},
+		Metrics:  metrics,
 	}, nil
 }
 

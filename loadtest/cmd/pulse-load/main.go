@@ -41,6 +41,7 @@ func run() error {
 		workers     = flag.Int("workers", 4, "throughput: SDK worker processes (in this process)")
 		concurrency = flag.Int("concurrency", 256, "throughput: handler slots per worker")
 		samples     = flag.Int("samples", 300, "latency: jobs submitted one at a time")
+		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
 		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
@@ -68,8 +69,13 @@ func run() error {
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
 	opts.DurablePostgres = !*fast
+	opts.PostgresSettings = map[string]string{}
 	if *statements {
-		opts.PostgresSettings = map[string]string{"shared_preload_libraries": "'pg_stat_statements'"}
+		opts.PostgresSettings["shared_preload_libraries"] = "'pg_stat_statements'"
+	}
+	if strings.Contains(*which, "pause") || *which == "all" {
+		// The pause scenario judges by commit time (claimwitness).
+		opts.PostgresSettings["track_commit_timestamp"] = "on"
 	}
 	fleet, err := localfleet.Up(ctx, opts)
 	if err != nil {
@@ -123,7 +129,7 @@ func run() error {
 		}
 	}
 	if all || want["pause"] {
-		r, err := scenario.PauseUnderLoad(ctx, target, scenario.PauseParams{Workers: 4, Concurrency: 32, Busy: 3 * time.Second})
+		r, err := scenario.PauseUnderLoad(ctx, target, scenario.PauseParams{Workers: 4, Concurrency: 32, Busy: 3 * time.Second, Pauses: *pauses, Seed: uint64(time.Now().UnixNano())})
 		r.Scenario = "pause"
 		if err := emit(r, err); err != nil {
 			return err
