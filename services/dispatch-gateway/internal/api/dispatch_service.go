@@ -15,10 +15,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
@@ -41,6 +43,8 @@ const (
 	MaxWorkerIDBytes = 200
 	MaxTopics        = 100
 	MaxBatch         = 10000
+	// MaxErrorBytes bounds a result's error text (errtext.Sanitize).
+	MaxErrorBytes = 8192
 )
 
 // Store is what the service needs from jobstore.
@@ -249,7 +253,9 @@ func validateWorkerID(field, id string) error {
 	if len(id) > MaxWorkerIDBytes {
 		return apierr.Invalid(field, "is %d bytes; the limit is %d", len(id), MaxWorkerIDBytes)
 	}
-	return nil
+	// The id joins shared statements (every claim of this gateway, folded
+	// reports): one Postgres cannot store would fail them all.
+	return storable.Text(field, id)
 }
 
 // parseRef reads the i-th entry of the request list named list. The field
@@ -332,24 +338,25 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		default:
 			return nil, apierr.Invalid(entryField("results", i, "outcome"), "must be COMPLETE, FAIL or FAIL_PERMANENT")
 		}
-		msg := r.GetError()
-		if len(msg) > 8192 {
-			msg = msg[:8192]
-		}
+		msg := errtext.Sanitize(r.GetError(), MaxErrorBytes)
 		if outcome != jobstore.OutcomeComplete && msg == "" {
 			msg = "(no error message)"
 		}
 		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: req.GetWorkerId()}
 	}
-	acks, err := s.reports.Report(ctx, results)
+	acks, refused, err := s.reports.Report(ctx, results)
 	if err != nil {
 		return nil, err
 	}
 	if s.observer != nil {
-		s.observer.Reported(acks)
+		s.observer.Reported(settledAcks(acks, refused))
 	}
 	resp := &pulsev1.ReportResultResponse{Acks: make([]*pulsev1.ResultAck, len(acks))}
 	for i, a := range acks {
+		if refused != nil && refused[i] != nil {
+			resp.Acks[i] = s.refusedAck(results[i], refused[i])
+			continue
+		}
 		ack := &pulsev1.ResultAck{JobId: a.Ref.ID.String(), Attempt: a.Ref.Attempt}
 		if a.Accepted {
 			ack.Code = int32(codes.OK)

@@ -3,11 +3,47 @@ package dispatch
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
+
+// A failed claim backs off only what failed — the group, or after a data
+// error the one topic — exponentially from claimBackoffMin to
+// claimBackoffMax; every other group is served in the same pass.
+const (
+	claimBackoffMin = 100 * time.Millisecond
+	claimBackoffMax = 5 * time.Second
+)
+
+// Reasons a claim statement failed, for logs and the
+// pulse_gateway_claim_errors_total metric: few and fixed.
+const (
+	// ClaimErrorData: Postgres refused the statement's data (SQLSTATE
+	// class 22 or 23), e.g. a row it cannot move to RUNNING.
+	ClaimErrorData = "data"
+	// ClaimErrorUnavailable: the database could not be reached or is
+	// shutting down.
+	ClaimErrorUnavailable = "unavailable"
+	// ClaimErrorOther: anything else.
+	ClaimErrorOther = "other"
+)
+
+// ClaimErrorReason classifies a claim error as one of the ClaimError
+// reasons.
+func ClaimErrorReason(err error) string {
+	switch {
+	case jobstore.IsDataError(err):
+		return ClaimErrorData
+	case apierr.KindOf(err) == apierr.KindUnavailable:
+		return ClaimErrorUnavailable
+	}
+	return ClaimErrorOther
+}
 
 // Claimer is the claim statement (jobstore.Store.Claim).
 type Claimer interface {
@@ -48,6 +84,13 @@ type DispatcherConfig struct {
 // the group's queue is empty, so later credits from that group's workers do
 // not cause claims until the next NOTIFY or tick; that is what keeps a
 // thousand idle workers from costing a thousand queries.
+//
+// A claim that fails costs only its own group: it is logged, counted and
+// backed off (claimBackoffMin doubling to claimBackoffMax) while the other
+// groups are served in the same pass. When Postgres refuses the data of a
+// multi-topic group's claim (one row it cannot move to RUNNING fails every
+// statement reaching it), the group's topics are claimed one by one, so
+// only the topic holding that row backs off — in every group that has it.
 type Dispatcher struct {
 	cfg      DispatcherConfig
 	registry *Registry
@@ -65,8 +108,16 @@ type Dispatcher struct {
 	// claim started in. The group is idle only while no newer event came:
 	// a NOTIFY that lands during a claim is never lost.
 	drained map[string]uint64
-	// backoffUntil pauses claiming after a claim error.
-	backoffUntil time.Time
+	// backoff holds, per claim key, when claiming may resume after an
+	// error: a group's key, or a topic's name after a data error on that
+	// topic alone (a one-topic group's key is its topic). An entry stays
+	// until a claim of its key succeeds, so its delay keeps doubling.
+	backoff map[string]claimBackoff
+}
+
+type claimBackoff struct {
+	until time.Time
+	delay time.Duration
 }
 
 // NewDispatcher builds the loop; call Run to start it.
@@ -78,6 +129,7 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 		logger:   logger.With("loop", "dispatcher"),
 		wake:     make(chan struct{}, 1),
 		drained:  map[string]uint64{},
+		backoff:  map[string]claimBackoff{},
 	}
 	d.registry = NewRegistry(d.slotsFreed)
 	return d
@@ -138,13 +190,106 @@ func (d *Dispatcher) signal() {
 func (d *Dispatcher) mayHaveWork(groupKey string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return !d.isDrained(groupKey) && time.Now().After(d.backoffUntil)
+	if d.isDrained(groupKey) {
+		return false
+	}
+	if len(d.backoff) == 0 {
+		return true
+	}
+	now := time.Now()
+	if d.backedOff(groupKey, now) {
+		return false
+	}
+	for _, t := range strings.Split(groupKey, "\x00") {
+		if !d.backedOff(t, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// backedOff must be called with mu held.
+func (d *Dispatcher) backedOff(key string, now time.Time) bool {
+	b, ok := d.backoff[key]
+	return ok && now.Before(b.until)
+}
+
+// claimable returns the topics of g not backed off right now.
+func (d *Dispatcher) claimable(g Group) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.backoff) == 0 {
+		return g.Topics
+	}
+	now := time.Now()
+	var out []string
+	for _, t := range g.Topics {
+		if !d.backedOff(t, now) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// failed backs key off and returns for how long.
+func (d *Dispatcher) failed(key string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	b, ok := d.backoff[key]
+	switch {
+	case !ok || now.Sub(b.until) > claimBackoffMax:
+		// First failure, or the first after a long quiet: start over.
+		b.delay = claimBackoffMin
+	default:
+		b.delay = min(2*b.delay, claimBackoffMax)
+	}
+	b.until = now.Add(b.delay)
+	d.backoff[key] = b
+	return b.delay
+}
+
+// succeeded clears the backoff of a claim that went through: its key's
+// and its topics'.
+func (d *Dispatcher) succeeded(key string, topics []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.backoff) == 0 {
+		return
+	}
+	delete(d.backoff, key)
+	for _, t := range topics {
+		delete(d.backoff, t)
+	}
+}
+
+// nextRetry is when the earliest backoff ends, if any is running. Entries
+// long expired (their key no longer claimed) are dropped here.
+func (d *Dispatcher) nextRetry() (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for k, b := range d.backoff {
+		switch {
+		case now.Sub(b.until) > claimBackoffMax:
+			delete(d.backoff, k)
+		case b.until.After(now) && (next.IsZero() || b.until.Before(next)):
+			next = b.until
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // Run claims until ctx is done.
 func (d *Dispatcher) Run(ctx context.Context) {
 	ticker := time.NewTicker(d.cfg.PollInterval)
 	defer ticker.Stop()
+	// retry fires when a claim backoff ends, so a backed-off group or topic
+	// is claimed again then, not at the next tick.
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,13 +297,23 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		case <-d.wake:
 		case <-ticker.C:
 			d.forgetDrained()
+		case <-retry.C:
+			// A group may have been marked drained while one of its topics
+			// was backed off: let every group look again.
+			d.forgetDrained()
 		}
 		d.drain(ctx)
+		if next, ok := d.nextRetry(); ok {
+			retry.Reset(time.Until(next))
+		} else {
+			retry.Stop()
+		}
 	}
 }
 
 // drain claims for every group with free slots and possible work, again
-// and again while claims come back full.
+// and again while claims come back full. A group whose claim fails is
+// backed off and the pass goes on with the others.
 func (d *Dispatcher) drain(ctx context.Context) {
 	for ctx.Err() == nil {
 		if d.gate != nil && d.gate.GloballyPaused() {
@@ -183,31 +338,19 @@ func (d *Dispatcher) drain(ctx context.Context) {
 				d.mu.Unlock()
 				continue
 			}
-			start := time.Now()
-			claimed, err := d.claimer.Claim(ctx, g.Topics, g.Slots, d.cfg.LeaseTTL)
-			took := time.Since(start)
-			if d.observer != nil {
-				d.observer.Claimed(took, len(g.Slots), claimed, err)
-			}
+			claimed := d.claimGroup(ctx, g)
 			if lost := d.registry.Settle(g, claimed); len(lost) > 0 {
 				d.logger.Warn("claimed jobs whose stream closed before delivery; their leases will lapse and the reaper retries them", "jobs", len(lost))
 				if d.observer != nil {
 					d.observer.Undeliverable(lost)
 				}
 			}
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				// A claim error keeps every stream (seed ADR-0005): back off
-				// and let the next poll tick try again.
-				d.logger.Error("claim failed; retrying on the next poll", "error", err)
-				d.mu.Lock()
-				d.backoffUntil = time.Now().Add(d.cfg.PollInterval / 2)
-				d.mu.Unlock()
+			if ctx.Err() != nil {
 				return
 			}
 			if len(claimed) < len(g.Slots) {
+				// Short (or failed: then backed off, and the end of the
+				// backoff lets every group look again).
 				d.mu.Lock()
 				d.drained[g.Key] = epoch
 				d.mu.Unlock()
@@ -219,4 +362,80 @@ func (d *Dispatcher) drain(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// claimGroup claims for g's slots from its topics that are not backed off.
+// A claim error keeps every stream (seed ADR-0005): it is logged, counted
+// (the observer) and backed off for g alone — or, when Postgres refused
+// the data of a multi-topic claim, the topics are claimed one by one and
+// only a topic whose own claim fails backs off.
+func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed {
+	topics := d.claimable(g)
+	if len(topics) == 0 {
+		return nil
+	}
+	claimed, err := d.claim(ctx, topics, g.Slots)
+	if err == nil {
+		d.succeeded(g.Key, topics)
+		return claimed
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	reason := ClaimErrorReason(err)
+	if reason != ClaimErrorData || len(topics) == 1 {
+		key := g.Key
+		if len(topics) == 1 {
+			key = topics[0]
+		}
+		delay := d.failed(key)
+		d.logger.Error("claim failed; backing off these topics, serving the others", "topics", topics, "reason", reason,
+			"retry_in", delay, "error", err)
+		return nil
+	}
+	d.logger.Warn("claim refused by the database; claiming these topics one by one to find the one at fault",
+		"topics", topics, "error", err)
+	claimed, slots := nil, g.Slots
+	// A random first topic: when the first claim fills every slot, the
+	// topics after it stay untested, and the group's next claim fails and
+	// splits again.
+	start := rand.IntN(len(topics))
+	for i := range topics {
+		if len(slots) == 0 {
+			break
+		}
+		t := topics[(start+i)%len(topics)]
+		got, err := d.claim(ctx, []string{t}, slots)
+		if err != nil {
+			if ctx.Err() != nil {
+				return claimed
+			}
+			reason := ClaimErrorReason(err)
+			key := t
+			if reason != ClaimErrorData {
+				key = g.Key // not this topic's fault: back the group off
+			}
+			delay := d.failed(key)
+			d.logger.Error("claim failed; backing off, serving the others", "topics", []string{t}, "reason", reason,
+				"retry_in", delay, "error", err)
+			if reason != ClaimErrorData {
+				return claimed
+			}
+			continue
+		}
+		d.succeeded(t, nil)
+		claimed = append(claimed, got...)
+		slots = slots[len(got):]
+	}
+	return claimed
+}
+
+// claim runs one claim statement and tells the observer.
+func (d *Dispatcher) claim(ctx context.Context, topics, slots []string) ([]jobstore.Claimed, error) {
+	start := time.Now()
+	claimed, err := d.claimer.Claim(ctx, topics, slots, d.cfg.LeaseTTL)
+	if d.observer != nil && (err == nil || ctx.Err() == nil) {
+		d.observer.Claimed(time.Since(start), len(slots), claimed, err)
+	}
+	return claimed, err
 }

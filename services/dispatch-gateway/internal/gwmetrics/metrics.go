@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
 // Buckets that resolve both milliseconds and minutes.
@@ -28,6 +29,9 @@ type Metrics struct {
 	SentJobs        prometheus.Counter
 	Workers         prometheus.GaugeFunc
 	FreeSlots       prometheus.GaugeFunc
+	// ClaimErrorsByReason counts failed claim statements by
+	// dispatch.ClaimErrorReason (data, unavailable, other).
+	ClaimErrorsByReason *prometheus.CounterVec
 	// Pause (internal/pause): the gate's view of dispatch_control.
 	DispatchPaused    *prometheus.GaugeVec
 	GateRefreshErrors prometheus.Counter
@@ -61,6 +65,10 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		ClaimErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_claim_errors_total", Help: "Claim statements that failed.",
 		}),
+		ClaimErrorsByReason: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_gateway_claim_errors_total",
+			Help: "Claim statements that failed, by reason: data (Postgres refused a row or value; that group or topic backs off), unavailable (database unreachable), other.",
+		}, []string{"reason"}),
 		ClaimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pulse_claim_batch_jobs", Help: "Jobs returned by one claim statement.", Buckets: []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
 		}),
@@ -91,8 +99,12 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		now: time.Now,
 	}
 	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration,
-		m.ClaimErrors, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
+		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
 		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups)
+	// Every reason from the start, so a rate over it is 0, not absent.
+	for _, r := range []string{dispatch.ClaimErrorData, dispatch.ClaimErrorUnavailable, dispatch.ClaimErrorOther} {
+		m.ClaimErrorsByReason.WithLabelValues(r)
+	}
 	return m
 }
 
@@ -121,6 +133,7 @@ func (m *Metrics) Claimed(took time.Duration, _ int, jobs []jobstore.Claimed, er
 	m.ClaimDuration.Observe(took.Seconds())
 	if err != nil {
 		m.ClaimErrors.Inc()
+		m.ClaimErrorsByReason.WithLabelValues(dispatch.ClaimErrorReason(err)).Inc()
 		return
 	}
 	m.ClaimBatch.Observe(float64(len(jobs)))

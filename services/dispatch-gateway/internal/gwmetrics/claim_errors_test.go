@@ -1,0 +1,37 @@
+package gwmetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+)
+
+func TestClaimErrorsAreCountedByReason(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, func() (int, int) { return 0, 0 })
+	require.Equal(t, 3, testutil.CollectAndCount(reg, "pulse_gateway_claim_errors_total"),
+		"every reason is exported from the start, at 0")
+
+	refused := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "23514", ConstraintName: "a_check"})
+	m.Claimed(time.Millisecond, 3, nil, refused)
+	m.Claimed(time.Millisecond, 3, nil, refused)
+	m.Claimed(time.Millisecond, 3, nil, apierr.Unavailable("claim", errors.New("connection refused")))
+	m.Claimed(time.Millisecond, 3, nil, context.DeadlineExceeded)
+	m.Claimed(time.Millisecond, 3, nil, nil)
+
+	require.Equal(t, 2.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("data")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("unavailable")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("other")))
+	require.Equal(t, 4.0, testutil.ToFloat64(m.ClaimErrors), "the unlabelled total still counts every failed claim")
+	require.Equal(t, 3, testutil.CollectAndCount(reg, "pulse_gateway_claim_errors_total"))
+}
