@@ -9,13 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // Limits and defaults. The schema's CHECK constraints hold the same ranges.
@@ -73,8 +73,11 @@ func ValidateArgs(field string, args []byte, maxBytes int) ([]byte, error) {
 	if trimmed[0] != '{' {
 		return nil, apierr.Invalid(field, "must be a JSON object")
 	}
-	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return nil, apierr.Invalid(field, "contains a NUL character (\\u0000), which Postgres cannot store")
+	// What Postgres's jsonb refuses (a string or key decoding to NUL, a
+	// lone surrogate, invalid UTF-8, a number outside numeric's range) is
+	// refused here, naming the field, before the job joins a batch.
+	if err := storable.JSON(field, trimmed); err != nil {
+		return nil, err
 	}
 	return trimmed, nil
 }
@@ -116,8 +119,8 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 	if len(key) > MaxIdempotencyKeyBytes {
 		return jobstore.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyBytes)
 	}
-	if !utf8.ValidString(key) || bytes.IndexByte([]byte(key), 0) >= 0 {
-		return jobstore.NewJob{}, apierr.Invalid(f("idempotency_key"), "must be valid UTF-8 without NUL characters")
+	if err := storable.Text(f("idempotency_key"), key); err != nil {
+		return jobstore.NewJob{}, err
 	}
 	job := jobstore.NewJob{
 		Topic:          spec.GetTopic(),
@@ -131,6 +134,9 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 			return jobstore.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
 		}
 		job.RunAt = ts.AsTime()
+		if err := storable.Time(f("run_at"), job.RunAt); err != nil {
+			return jobstore.NewJob{}, err
+		}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

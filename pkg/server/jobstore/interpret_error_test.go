@@ -20,7 +20,11 @@ func TestInterpretErrorKeepsThePostgresCause(t *testing.T) {
 		{&pgconn.PgError{Code: "23514", ConstraintName: "jobs_priority_range", Message: "violates"}, apierr.KindInvalidArgument},
 		{&pgconn.PgError{Code: "23514", ConstraintName: "jobs_status_transition", Message: "illegal"}, apierr.KindInvalidTransition},
 		{&pgconn.PgError{Code: "22P02", Message: "bad input"}, apierr.KindInvalidArgument},
-		{&pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, apierr.KindInternal},
+		{&pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "22P05", Message: "unsupported Unicode escape sequence"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "22003", Message: "value overflows numeric format"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "22008", Message: "timestamp out of range"}, apierr.KindInvalidArgument},
+		{&pgconn.PgError{Code: "22012", Message: "division by zero"}, apierr.KindInternal},
 	}
 	for _, tc := range cases {
 		err := interpretError("report", tc.pg)

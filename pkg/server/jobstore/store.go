@@ -56,6 +56,11 @@ func interpretError(op string, err error) error {
 			return withCause(apierr.Invalid(constraintField(pgErr.ConstraintName), "%s", pgErr.Message), pgErr)
 		case pgErr.Code == "22P02" || pgErr.Code == "22023":
 			return withCause(apierr.Invalid("", "%s: %s", op, pgErr.Message), pgErr)
+		case unstorable(pgErr.Code):
+			// A value Postgres cannot store (package storable refuses these
+			// at the edge; this is the backstop): the caller's data, not a
+			// server fault.
+			return withCause(apierr.Invalid(pgErr.ColumnName, "%s: %s", op, pgErr.Message), pgErr)
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown), insufficient resources
 			return apierr.Unavailable(op, err)
@@ -71,6 +76,18 @@ func interpretError(op string, err error) error {
 		return apierr.ErrNotFound
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unstorable reports whether code is Postgres refusing a value it cannot
+// store: 22021 invalid byte sequence (bad UTF-8, NUL in text), 22P05
+// untranslatable character (\u0000 or a lone surrogate in jsonb), 22003
+// numeric value out of range, 22008 datetime field overflow.
+func unstorable(code string) bool {
+	switch code {
+	case "22021", "22P05", "22003", "22008":
+		return true
+	}
+	return false
 }
 
 // causedError is a typed error made from a Postgres error that keeps the

@@ -9,7 +9,9 @@
 //     ("*/5 * * * *", "0 30 9 * * MON-FRI"), or a descriptor (@hourly,
 //     @daily, @weekly, @monthly, @yearly). It is read in TimeZone, an IANA
 //     name loaded with time.LoadLocation ("UTC" when empty). @every is
-//     rejected: use the every kind.
+//     rejected: use the every kind. An expression with no occurrence in the
+//     next five years ("0 0 30 2 *", February 30th) is rejected: it would
+//     never fire.
 //
 // DST (robfig/cron's rule, pinned by this package's tests): a local time
 // skipped by a spring-forward transition does not occur that day (a daily
@@ -42,6 +44,11 @@ const (
 
 // MinEvery is the shortest interval an every schedule may have.
 const MinEvery = time.Second
+
+// cronHorizonYears is how far ahead robfig/cron looks for a cron
+// expression's next occurrence; an expression with none in that span is
+// refused.
+const cronHorizonYears = 5
 
 // Schedule computes occurrences.
 type Schedule interface {
@@ -107,6 +114,12 @@ func Parse(kind, expression, timeZone string) (Schedule, error) {
 			return nil, apierr.Invalid("expression", "unsupported cron expression %q", expression)
 		}
 		spec.Location = loc
+		// A day that never comes ("0 0 30 2 *", February 30th) parses but
+		// never fires: Next would answer the zero time, and a schedule
+		// whose cursor is the zero time would fire at once, once.
+		if spec.Next(time.Now()).IsZero() {
+			return nil, apierr.Invalid("expression", "cron expression %q never fires: it has no occurrence in the next %d years", expression, cronHorizonYears)
+		}
 		return cronSchedule{spec: spec}, nil
 	default:
 		return nil, apierr.Invalid("kind", "kind %q is not one of at, every, cron", kind)

@@ -21,6 +21,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"at", "tomorrow", "", "expression"},
 		{"hourly", "x", "", "kind"},
 		{"cron", "", "", "expression"},
+		{"cron", "0 0 30 2 *", "", "expression"},        // February 30th never comes
+		{"cron", "0 0 31 4,6,9,11 *", "", "expression"}, // nor a 31st of these months
 	} {
 		_, err := schedule.Parse(tc.kind, tc.expr, tc.tz)
 		require.Error(t, err, "%+v", tc)
@@ -98,4 +100,15 @@ func TestEveryAndLatest(t *testing.T) {
 	occ, next = schedule.Latest(as, as.First(c), c.Add(time.Hour))
 	require.Equal(t, c, occ)
 	require.True(t, next.IsZero(), "an at schedule fires once")
+}
+
+// A cron expression that never fires is refused rather than stored with a
+// zero cursor (which would fire at once, once); one that fires rarely, on
+// February 29th, is accepted.
+func TestCronThatNeverFiresIsRefused(t *testing.T) {
+	_, err := schedule.Parse("cron", "0 0 30 2 *", "Europe/Paris")
+	require.ErrorContains(t, err, "never fires")
+	s, err := schedule.Parse("cron", "0 0 29 2 *", "")
+	require.NoError(t, err)
+	require.False(t, s.First(time.Now()).IsZero())
 }

@@ -11,10 +11,12 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
-// Inserter writes validated jobs in one statement; *jobstore.Store is the
-// real one.
+// Inserter writes validated jobs, one statement on the happy path, and
+// answers each job on its own: when Postgres refuses one job's data, only
+// that job fails (jobstore.Store.InsertEach splits the batch with
+// jobstore.Isolate). *jobstore.Store is the real one.
 type Inserter interface {
-	Insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error)
+	InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error)
 }
 
 // Options tune a Coalescer.
@@ -31,8 +33,10 @@ type Options struct {
 // Stats counts what a Coalescer has done, for metrics and for tests that
 // prove coalescing happens.
 type Stats struct {
-	Submits    int64 // jobs accepted by Submit
-	Statements int64 // INSERT statements issued
+	Submits int64 // jobs accepted by Submit
+	// Statements counts coalesced batches handed to the store: one INSERT
+	// statement each, unless Postgres refused a job and the batch was split.
+	Statements int64
 	Queued     int   // jobs waiting for a flusher right now
 }
 
@@ -43,11 +47,13 @@ type Stats struct {
 // is inserted at once, and under load a batch grows by itself while the
 // previous INSERTs run.
 //
-// Failure semantics. Jobs are validated before they are queued, so a batch
-// INSERT rarely fails for one row's sake. When it fails with an error that
-// can be specific to a row (a constraint), the batch is retried row by row
-// so each waiter gets its own answer; any other failure (database
-// unreachable, shutdown) is returned to every waiter of that batch.
+// Failure semantics. Jobs are validated before they are queued, including
+// every value Postgres cannot store (package storable), so a batch INSERT
+// rarely fails for one job's sake. When it does (a data error: a CHECK
+// constraint, a value validation missed), the store splits the batch
+// (jobstore.Isolate): every other job is inserted and only the culprit
+// fails, with its own error. Any other failure (database unreachable,
+// shutdown) is returned to every waiter of the batch it hit.
 //
 // Cancellation. Submit returns when its caller's ctx ends, but a job
 // already taken by a flusher is still inserted: a caller that gave up may
@@ -179,48 +185,69 @@ func (c *Coalescer) flush(batch []*request) {
 	for i, r := range batch {
 		jobs[i] = r.job
 	}
-	res, err := c.insert(ctx, jobs)
-	if err == nil {
+	res, errs := c.insert(ctx, jobs)
+	if errs == nil {
 		for i, r := range batch {
 			r.done <- result{ins: res[i]}
 		}
 		return
 	}
-	if len(batch) > 1 && rowSpecific(err) {
-		c.logger.Warn("coalesced insert refused; retrying its rows one by one", "rows", len(batch), logging.Error, err)
-		for _, r := range batch {
-			one, err := c.insert(ctx, []jobstore.NewJob{r.job})
-			if err != nil {
-				r.done <- result{err: err}
-				continue
+	refused, failed := 0, 0
+	var firstFailure error
+	for i, r := range batch {
+		err := errs[i]
+		switch {
+		case err == nil:
+			r.done <- result{ins: res[i]}
+			continue
+		case rowSpecific(err):
+			refused++
+		default:
+			failed++
+			if firstFailure == nil {
+				firstFailure = err
 			}
-			r.done <- result{ins: one[0]}
 		}
-		return
-	}
-	c.logger.Error("coalesced insert failed", "rows", len(batch), logging.Error, err)
-	for _, r := range batch {
 		r.done <- result{err: err}
+	}
+	if failed > 0 {
+		c.logger.Error("coalesced insert failed", "rows", len(batch), "failed", failed, logging.Error, firstFailure)
+	}
+	if refused > 0 {
+		c.logger.Warn("coalesced insert: the database refused rows; only they failed", "rows", len(batch), "refused", refused)
 	}
 }
 
-func (c *Coalescer) insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error) {
+func (c *Coalescer) insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error) {
 	if err := ctx.Err(); err != nil {
-		return nil, apierr.Unavailable("control-api is shutting down", err)
+		return nil, fill(len(jobs), apierr.Unavailable("control-api is shutting down", err))
 	}
 	c.statements.Add(1)
 	if c.opts.OnFlush != nil {
 		c.opts.OnFlush(len(jobs))
 	}
-	res, err := c.store.Insert(ctx, jobs)
-	if err != nil && ctx.Err() != nil {
-		return nil, apierr.Unavailable("control-api is shutting down", err)
+	res, errs := c.store.InsertEach(ctx, jobs)
+	if errs != nil && ctx.Err() != nil {
+		for i, err := range errs {
+			if err != nil {
+				errs[i] = apierr.Unavailable("control-api is shutting down", err)
+			}
+		}
 	}
-	return res, err
+	return res, errs
 }
 
-// rowSpecific reports whether err may be caused by one row of a batch
-// rather than by the database as a whole.
+// fill is n copies of err.
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// rowSpecific reports whether err is about one job's data rather than the
+// database as a whole.
 func rowSpecific(err error) bool {
 	switch apierr.KindOf(err) {
 	case apierr.KindInvalidArgument, apierr.KindInvalidTransition:

@@ -1,0 +1,59 @@
+package jobspec_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+)
+
+// ValidateArgs refuses exactly what Postgres's jsonb refuses (package
+// storable), naming the field; an escaped backslash before "u0000" is an
+// ordinary string and stays valid.
+func TestValidateArgsRefusesWhatPostgresCannotStore(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{
+		`{"path":"C:\\u0000dir"}`, `{"a":"\ud83d\ude00"}`, `{"n":12345678901234567890}`, `{"a":1e131071}`, `  {} `,
+	} {
+		got, err := jobspec.ValidateArgs("args", []byte(ok), 0)
+		require.NoError(t, err, ok)
+		require.Equal(t, strings.TrimSpace(ok), string(got))
+	}
+	for _, bad := range []string{
+		`{"a":"\u0000"}`, `{"\u0000":1}`, "{\"a\":\"\xff\"}", "{\"\xc3\":1}", `{"a":1e1000000}`,
+		`{"a":-1e1000000}`, `{"a":"\ud83d"}`, `{"a":"\ude00x"}`, `{"a":1e-1000000}`,
+	} {
+		_, err := jobspec.ValidateArgs("jobs[2].args", []byte(bad), 0)
+		require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%q", bad)
+		require.Equal(t, "jobs[2].args", apierr.FieldOf(err), "%q", bad)
+	}
+}
+
+func TestValidateRefusesUnstorableKeysAndTimes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec  *pulsev1.JobSpec
+		field string
+	}{
+		{&pulsev1.JobSpec{Topic: "t", IdempotencyKey: "a\x00b"}, "job.idempotency_key"},
+		{&pulsev1.JobSpec{Topic: "t", IdempotencyKey: "a\xffb"}, "job.idempotency_key"},
+		{&pulsev1.JobSpec{Topic: "t", RunAt: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))}, "job.run_at"},
+		{&pulsev1.JobSpec{Topic: "t", RunAt: timestamppb.New(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))}, "job.run_at"},
+		{&pulsev1.JobSpec{Topic: "t", RunAt: &timestamppb.Timestamp{Seconds: 1 << 60}}, "job.run_at"},
+		{&pulsev1.JobSpec{Topic: "t\xff"}, "job.topic"},
+		{&pulsev1.JobSpec{Topic: "t\x00"}, "job.topic"},
+	} {
+		_, err := jobspec.Validate("job", tc.spec, jobspec.Limits{})
+		require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%v", tc.spec)
+		require.Equal(t, tc.field, apierr.FieldOf(err), "%v", err)
+	}
+	job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", IdempotencyKey: "é日本", RunAt: timestamppb.New(time.Now())}, jobspec.Limits{})
+	require.NoError(t, err)
+	require.Equal(t, "é日本", job.IdempotencyKey)
+}
