@@ -28,7 +28,13 @@ const (
 	// every UPDATE of a job. Nothing needs it to be correct, so no service
 	// requires it.
 	VersionCheapTopicCheck int64 = 4
+	// VersionWorkerPresence adds worker_presence (the connected workers, by
+	// topic and identity, refreshed by the gateways) and worker_topic_seen
+	// (when each topic last had a worker). Gateways write it and refuse a
+	// worker id streaming under another identity; control-api reads it to
+	// explain a job nobody serves.
+	VersionWorkerPresence int64 = 6
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionCheapTopicCheck
+const Latest = VersionWorkerPresence
