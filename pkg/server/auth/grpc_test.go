@@ -193,6 +193,40 @@ func TestIdentity(t *testing.T) {
 		require.True(t, roleless.Allowed([]auth.Role{auth.Public}))
 	})
 
+	t.Run("OnlyAdmitsItsRolesAndNoOperator", func(t *testing.T) {
+		t.Parallel()
+		worker := auth.Identity{Name: "w", Role: auth.RoleWorker}
+		operator := auth.Identity{Name: "o", Role: auth.RoleOperator}
+		producer := auth.Identity{Name: "p", Role: auth.RoleProducer}
+		only := auth.Only(auth.RoleWorker)
+		require.True(t, worker.Allowed(only))
+		require.False(t, operator.Allowed(only), "an operator cannot act in a worker's name")
+		require.False(t, producer.Allowed(only))
+		require.False(t, auth.Identity{Name: "x"}.Allowed(only))
+
+		const reportMethod = "/pulse.v1.DispatchService/ReportResult"
+		policy := auth.Policy{reportMethod: only}
+		a := users(t)
+		for header, want := range map[string]codes.Code{
+			authtest.Basic("wk", "ww"):   codes.OK,
+			authtest.Basic("op", "oo"):   codes.PermissionDenied,
+			authtest.Basic("prod", "pp"): codes.PermissionDenied,
+		} {
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", header))
+			_, err := auth.UnaryInterceptor(a, policy)(ctx, nil, &grpc.UnaryServerInfo{FullMethod: reportMethod},
+				func(context.Context, any) (any, error) { return nil, nil })
+			require.Equal(t, want, status.Code(err), header)
+			if want != codes.OK {
+				require.Contains(t, status.Convert(err).Message(), "it needs worker")
+				require.NotContains(t, status.Convert(err).Message(), "or operator")
+			}
+		}
+		// Open mode stays open: every caller is the anonymous operator.
+		_, err := auth.UnaryInterceptor(nil, policy)(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: reportMethod},
+			func(context.Context, any) (any, error) { return nil, nil })
+		require.NoError(t, err)
+	})
+
 	t.Run("ParseRoleKnowsTheThreeRoles", func(t *testing.T) {
 		t.Parallel()
 		for _, r := range []auth.Role{auth.RoleProducer, auth.RoleWorker, auth.RoleOperator} {
@@ -200,7 +234,7 @@ func TestIdentity(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, r, got)
 		}
-		for _, s := range []string{"", "public", "Operator", "admin"} {
+		for _, s := range []string{"", "public", "Operator", "admin", "!exclusive"} {
 			_, err := auth.ParseRole(s)
 			require.Error(t, err, s)
 		}

@@ -48,9 +48,41 @@ func Middleware(a *Authenticator, policy func(r *http.Request) []Role, writers .
 	}
 }
 
-// ErrorWriter answers a request the middleware refuses with code (401 or
-// 403; err says why) and reports true, or reports false, writing nothing,
-// to leave the request to the JSON answer.
+// CrossOrigin refuses every state-changing request (any method but GET,
+// HEAD and OPTIONS) that a browser sends from another origin, judged by
+// http.CrossOriginProtection: Sec-Fetch-Site when the browser sends it,
+// else the Origin header against Host. A browser attaches an operator's
+// Basic credentials to any request aimed at the host, so without it a page
+// on another site could pause dispatch or cancel jobs in the operator's
+// name. Requests with neither header — curl, the CLI, the SDK, any
+// non-browser client — and same-origin requests pass. A refusal is 403
+// with the JSON error body (code permission_denied), unless an ErrorWriter
+// answers it (the dashboard's pages); nothing behind the middleware runs.
+// Put it outside Middleware, so a cross-site request is refused before
+// its credentials are even checked.
+func CrossOrigin(writers ...ErrorWriter) func(http.Handler) http.Handler {
+	protect := http.NewCrossOriginProtection()
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if cerr := protect.Check(r); cerr != nil {
+				err := apierr.PermissionDenied("cross-origin request refused (" + cerr.Error() + "): " +
+					r.Method + " " + r.URL.Path + " must come from this origin or from a non-browser client")
+				for _, write := range writers {
+					if write(w, r, http.StatusForbidden, err) {
+						return
+					}
+				}
+				writeError(w, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// ErrorWriter answers a request Middleware or CrossOrigin refuses with
+// code (401 or 403; err says why) and reports true, or reports false,
+// writing nothing, to leave the request to the JSON answer.
 type ErrorWriter func(w http.ResponseWriter, r *http.Request, code int, err error) bool
 
 type errorBody struct {

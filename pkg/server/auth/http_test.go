@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -215,4 +216,74 @@ func TestMiddlewareErrorWriters(t *testing.T) {
 	rec = do(http.MethodGet, "/ui/x", authtest.Basic("prod", "pw"))
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Len(t, asked, 3, "an admitted request never reaches a writer")
+}
+
+func TestCrossOrigin(t *testing.T) {
+	t.Parallel()
+	send := func(t *testing.T, method string, header http.Header, writers ...auth.ErrorWriter) (*httptest.ResponseRecorder, bool) {
+		t.Helper()
+		ran := false
+		h := auth.CrossOrigin(writers...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran = true
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		req := httptest.NewRequest(method, "http://pulse.example:8080/v1/dispatch/pause", strings.NewReader(`{"reason":"x"}`))
+		maps.Copy(req.Header, header)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec, ran
+	}
+
+	t.Run("BrowsersFromAnotherOriginAreRefusedWithJSON", func(t *testing.T) {
+		t.Parallel()
+		for name, header := range map[string]http.Header{
+			"CrossSite":     {"Sec-Fetch-Site": {"cross-site"}},
+			"SameSite":      {"Sec-Fetch-Site": {"same-site"}},
+			"ForeignOrigin": {"Origin": {"https://evil.example"}},
+		} {
+			for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+				rec, ran := send(t, method, header)
+				require.Equal(t, http.StatusForbidden, rec.Code, name+" "+method)
+				require.False(t, ran, name+" "+method)
+				require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+				var body struct {
+					Error struct{ Code, Message string }
+				}
+				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+				require.Equal(t, "permission_denied", body.Error.Code)
+				require.Contains(t, body.Error.Message, "cross-origin request refused")
+			}
+		}
+	})
+
+	t.Run("NonBrowsersSameOriginAndReadsPass", func(t *testing.T) {
+		t.Parallel()
+		for name, c := range map[string]struct {
+			method string
+			header http.Header
+		}{
+			"NoHeaders (curl, CLI, SDK)": {http.MethodPost, nil},
+			"SameOrigin":                 {http.MethodPost, http.Header{"Sec-Fetch-Site": {"same-origin"}}},
+			"UserTypedIt":                {http.MethodPost, http.Header{"Sec-Fetch-Site": {"none"}}},
+			"OriginMatchesHost":          {http.MethodPost, http.Header{"Origin": {"http://pulse.example:8080"}}},
+			"CrossSiteRead":              {http.MethodGet, http.Header{"Sec-Fetch-Site": {"cross-site"}}},
+		} {
+			rec, ran := send(t, c.method, c.header)
+			require.Equal(t, http.StatusNoContent, rec.Code, name)
+			require.True(t, ran, name)
+		}
+	})
+
+	t.Run("AnErrorWriterMayAnswerInstead", func(t *testing.T) {
+		t.Parallel()
+		rec, ran := send(t, http.MethodPost, http.Header{"Sec-Fetch-Site": {"cross-site"}},
+			func(w http.ResponseWriter, r *http.Request, code int, err error) bool {
+				w.WriteHeader(code)
+				_, _ = w.Write([]byte("<p>" + err.Error()))
+				return true
+			})
+		require.False(t, ran)
+		require.Equal(t, http.StatusForbidden, rec.Code)
+		require.True(t, strings.HasPrefix(rec.Body.String(), "<p>"))
+	})
 }

@@ -26,6 +26,10 @@ const (
 	Public Role = "public"
 )
 
+// exclusive marks a Policy entry built by Only: no operator override. It
+// is not a role anyone can hold (ParseRole refuses it).
+const exclusive Role = "!exclusive"
+
 // ParseRole accepts the role names used in PULSE_AUTH_USERS and
 // PULSE_AUTH_TOKENS.
 func ParseRole(s string) (Role, error) {
@@ -53,13 +57,17 @@ var Anonymous = Identity{Name: "anonymous", Role: RoleOperator}
 var unauthenticated = Identity{Name: "anonymous"}
 
 // Allowed reports whether id may call something the policy admits roles
-// to. Operators are always allowed; an empty list admits nobody else.
+// to. Operators are allowed everywhere except where the entry was built
+// by Only; an empty list admits nobody else.
 func (id Identity) Allowed(roles []Role) bool {
 	if slices.Contains(roles, Public) {
 		return true
 	}
 	if id.Role == "" {
 		return false
+	}
+	if slices.Contains(roles, exclusive) {
+		return slices.Contains(roles, id.Role)
 	}
 	return id.Role == RoleOperator || slices.Contains(roles, id.Role)
 }
@@ -93,6 +101,15 @@ func Require(roles ...Role) []Role {
 	return out
 }
 
+// Only lists the roles a method or route admits with no operator
+// override, for calls made in a role's own name: a worker's heartbeat and
+// report act on the leases of the identity that calls, so an operator's
+// credentials must not make them (ADR-0012). Operators keep their own
+// routes.
+func Only(roles ...Role) []Role {
+	return append(slices.Clone(roles), exclusive)
+}
+
 // describe names the roles admitted, for a PermissionDenied message.
 func describe(roles []Role) string {
 	if len(roles) == 0 {
@@ -100,9 +117,11 @@ func describe(roles []Role) string {
 	}
 	names := make([]string, 0, len(roles)+1)
 	for _, r := range roles {
-		names = append(names, string(r))
+		if r != exclusive {
+			names = append(names, string(r))
+		}
 	}
-	if !slices.Contains(roles, RoleOperator) {
+	if !slices.Contains(roles, RoleOperator) && !slices.Contains(roles, exclusive) {
 		names = append(names, string(RoleOperator))
 	}
 	return strings.Join(names, " or ")
