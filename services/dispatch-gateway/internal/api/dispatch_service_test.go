@@ -27,9 +27,13 @@ import (
 type testBundle struct {
 	store  *jobstore.Store
 	client pulsev1.DispatchServiceClient
+	// svc is the service behind client, for calls the Go client cannot
+	// make (invalid UTF-8 in a string field) and for fuzz targets.
+	svc      *api.DispatchService
+	registry *dispatch.Registry
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := jobstore.New(pgtest.Pool(t))
@@ -57,7 +61,7 @@ func setup(t *testing.T) *testBundle {
 		cancel()
 		<-loopDone
 	})
-	return &testBundle{store: store, client: pulsev1.NewDispatchServiceClient(conn)}
+	return &testBundle{store: store, client: pulsev1.NewDispatchServiceClient(conn), svc: svc, registry: d.Registry()}
 }
 
 func insert(t *testing.T, store *jobstore.Store, n int) {
