@@ -152,6 +152,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	admin := adminhttp.New(cfg.HTTPAddr, reg, logger)
 	// The dashboard answers its own refusals with a page; the API with JSON.
 	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy()), dashboard.WriteAuthError))
+	// Outermost: a browser's state-changing request from another origin is
+	// refused before anything else runs, on every route (the JSON API's as
+	// well as the dashboard's), so a foreign page cannot act with an
+	// operator's Basic credentials.
+	admin.Use(auth.CrossOrigin(dashboard.WriteAuthError))
 	admin.SetTLS(tlsCfg)
 	jsonAPI.Register(admin)
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
