@@ -67,6 +67,9 @@ func TestNew(t *testing.T) {
 			{"TwoParts", "a:" + secret, "", auth.UsersVar, "entry 1 is not name:role:secret"},
 			{"EmptyName", ":producer:" + secret, "", auth.UsersVar, "entry 1: the name"},
 			{"BadNameChar", "a b:producer:" + secret, "", auth.UsersVar, "entry 1: the name"},
+			// A slash would let a name forge another's lease holder prefix.
+			{"SlashInName", "a/b:worker:" + secret, "", auth.UsersVar, "entry 1: the name"},
+			{"SlashInTokenName", "", "a/b:worker:" + secret, auth.TokensVar, "entry 1: the name"},
 			{"UnknownRole", "a:admin:" + secret, "", auth.UsersVar, `entry 1 (a): role "admin" is not producer, worker or operator`},
 			{"EmptySecret", "a:producer:", "", auth.UsersVar, "entry 1 (a): the secret is empty"},
 			{"DuplicateUser", "a:producer:" + secret + ",a:worker:x", "", auth.UsersVar, "entry 2: user a is listed twice"},

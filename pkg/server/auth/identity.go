@@ -47,6 +47,14 @@ type Identity struct {
 	Role Role
 }
 
+// LeaseHolder is what a worker's leases are held as (jobs.locked_by) when
+// authentication is on: the name of the identity it authenticated as, a
+// slash, and the worker id it chose, "alice/worker-1". A name cannot
+// contain a slash (PULSE_AUTH_* entries are checked), so the first slash
+// ends the name, and no identity can hold or name another's leases,
+// whatever worker id it sends (ADR-0012).
+func LeaseHolder(name, workerID string) string { return name + "/" + workerID }
+
 // Anonymous is every caller in open mode: an operator, so a local fleet
 // started without credentials is fully usable.
 var Anonymous = Identity{Name: "anonymous", Role: RoleOperator}
