@@ -24,10 +24,10 @@ import (
 // A handler that never calls Checkpoint simply runs on through a quiesce,
 // exactly as under drain.
 //
-// The worker learns of a quiesce from its heartbeat answers, and checks at
-// once when the gateway announces a pause or resume on its stream, so a
-// checkpoint reacts within moments, and at worst within one heartbeat
-// interval.
+// The gateway announces every pause and resume on the worker's stream as
+// soon as it learns of it (within milliseconds of the commit), and a
+// Checkpoint reacts to that at once, also for jobs that arrive after the
+// announcement; heartbeat answers carry the same state as the fallback.
 func Checkpoint(ctx context.Context) error {
 	cp, ok := ctx.Value(checkpointKey{}).(checkpoint)
 	for {
@@ -86,6 +86,26 @@ func (r *runningJobs) setQuiesced(k jobKey, quiesced bool) {
 	r.quiesceChanged = make(chan struct{})
 }
 
+// applyQuiesce sets every held attempt's flag from a pause state's
+// quiesced scopes, wakes the Checkpoints whose flag changed, and keeps the
+// scopes for attempts that arrive later.
+func (r *runningJobs) applyQuiesce(scopes map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.quiesced = scopes
+	changed := false
+	for _, j := range r.jobs {
+		q := scopes["*"] || scopes[j.topic]
+		if j.quiesced != q {
+			j.quiesced, changed = q, true
+		}
+	}
+	if changed {
+		close(r.quiesceChanged)
+		r.quiesceChanged = make(chan struct{})
+	}
+}
+
 // quiesceState reports whether the attempt is quiesced, and a channel
 // closed at the next change of any attempt's flag.
 func (r *runningJobs) quiesceState(k jobKey) (bool, <-chan struct{}) {
@@ -96,12 +116,15 @@ func (r *runningJobs) quiesceState(k jobKey) (bool, <-chan struct{}) {
 }
 
 // dispatchWatch follows the pause state the gateways report, on streams
-// and in heartbeat answers: it logs it once per version (a paused worker
-// is idle on purpose, which is not an error) and, when a stream announces
-// a change, asks the heartbeater to beat now so running jobs' quiesce flags
-// follow at once rather than at the next interval.
+// and in heartbeat answers. It logs it once per version (a paused worker
+// is idle on purpose, which is not an error), applies a newer state's
+// quiesced scopes to every held attempt at once — including attempts that
+// arrive after the state, such as a job claimed just before a quiesce — and,
+// when a stream announces a change, asks the heartbeater to beat now, so
+// the gateway's per-job answer confirms it.
 type dispatchWatch struct {
-	log *slog.Logger
+	log     *slog.Logger
+	running *runningJobs
 
 	mu        sync.Mutex
 	version   int64
@@ -109,19 +132,32 @@ type dispatchWatch struct {
 	beatNow   chan struct{}
 }
 
-func newDispatchWatch(log *slog.Logger) *dispatchWatch {
-	return &dispatchWatch{log: log.With(logKeyComponent, "dispatch"), beatNow: make(chan struct{}, 1)}
+func newDispatchWatch(log *slog.Logger, running *runningJobs) *dispatchWatch {
+	return &dispatchWatch{log: log.With(logKeyComponent, "dispatch"), running: running, beatNow: make(chan struct{}, 1)}
 }
 
-// observe takes a state; fromStream says a gateway pushed it.
-func (d *dispatchWatch) observe(st *pulsev1.DispatchState, fromStream bool) {
+// observe takes a state; fromStream says a gateway pushed it. It reports
+// whether the state is current (no older than the newest seen), so a
+// heartbeat answer read before a newer push does not undo it; a missing
+// state counts as current.
+func (d *dispatchWatch) observe(st *pulsev1.DispatchState, fromStream bool) (current bool) {
 	if st == nil {
-		return
+		return true
 	}
 	d.mu.Lock()
 	newer := st.GetVersion() > d.version
+	current = st.GetVersion() >= d.version
 	if newer {
 		d.version = st.GetVersion()
+		scopes := map[string]bool{}
+		for _, s := range st.GetPausedScopes() {
+			if s.GetPaused() && s.GetMode() == pulsev1.PauseMode_PAUSE_MODE_QUIESCE {
+				scopes[s.GetScope()] = true
+			}
+		}
+		if d.running != nil {
+			d.running.applyQuiesce(scopes)
+		}
 	}
 	paused := len(st.GetPausedScopes()) > 0
 	logResume := newer && !paused && d.wasPaused
@@ -146,6 +182,7 @@ func (d *dispatchWatch) observe(st *pulsev1.DispatchState, fromStream bool) {
 	case logResume:
 		d.log.Info("dispatch resumed", logKeyVersion, st.GetVersion())
 	}
+	return current
 }
 
 func modeName(m pulsev1.PauseMode) string {

@@ -3,6 +3,7 @@ package pulse
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,4 +174,55 @@ func TestCheckpoint(t *testing.T) {
 		err := Checkpoint(ctx)
 		require.True(t, errors.Is(err, ErrWorkerShutdown) && errors.Is(err, context.Canceled), err)
 	})
+}
+
+// TestPushedQuiesceReachesEveryAttemptAtOnce: a pause state pushed on the
+// stream sets the quiesce flag of every held attempt without waiting for a
+// heartbeat answer — including an attempt that arrives after the push (a
+// job claimed just before the pause) — and a heartbeat answer read before
+// the push cannot undo it.
+func TestPushedQuiesceReachesEveryAttemptAtOnce(t *testing.T) {
+	t.Parallel()
+	running := newRunningJobs()
+	watch := newDispatchWatch(slog.New(slog.DiscardHandler), running)
+	noop := func(error) {}
+	before, after, other := jobKey{"before", 1}, jobKey{"after", 1}, jobKey{"other", 1}
+	now := time.Now()
+	require.True(t, running.add(before, "t.a", noop, now.Add(time.Minute), now))
+	require.True(t, running.add(other, "t.b", noop, now.Add(time.Minute), now))
+	quiesced := func(k jobKey) bool { q, _ := running.quiesceState(k); return q }
+
+	pause := &pulsev1.DispatchState{Version: 7, PausedScopes: []*pulsev1.ScopeState{
+		{Scope: "t.a", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_QUIESCE},
+	}}
+	_, changed := running.quiesceState(before)
+	require.True(t, watch.observe(pause, true))
+	require.True(t, quiesced(before), "a held attempt of the quiesced topic holds at once")
+	require.False(t, quiesced(other), "another topic runs on")
+	select {
+	case <-changed:
+	default:
+		t.Fatal("waiting Checkpoints were not woken")
+	}
+	require.True(t, running.add(after, "t.a", noop, now.Add(time.Minute), now))
+	require.True(t, quiesced(after), "an attempt arriving after the push starts quiesced")
+
+	// A heartbeat answer read before the push says nothing is paused.
+	require.False(t, watch.observe(&pulsev1.DispatchState{Version: 6}, false), "an older state is not current")
+	require.True(t, quiesced(before))
+
+	// A global quiesce, then resume.
+	require.True(t, watch.observe(&pulsev1.DispatchState{Version: 8, PausedScopes: []*pulsev1.ScopeState{
+		{Scope: "*", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_QUIESCE},
+	}}, true))
+	require.True(t, quiesced(other))
+	require.True(t, watch.observe(&pulsev1.DispatchState{Version: 9}, true))
+	for _, k := range []jobKey{before, after, other} {
+		require.False(t, quiesced(k), "resume lifts %v", k)
+	}
+	// A drain pause does not hold checkpoints.
+	require.True(t, watch.observe(&pulsev1.DispatchState{Version: 10, PausedScopes: []*pulsev1.ScopeState{
+		{Scope: "*", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_DRAIN},
+	}}, true))
+	require.False(t, quiesced(before))
 }

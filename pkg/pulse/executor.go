@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -29,6 +30,11 @@ type executor struct {
 	baseCtx     context.Context // values of Run's ctx, never canceled by it
 	log         *slog.Logger
 	wg          sync.WaitGroup
+	// confirmLease asks a gateway whether the attempt's lease is still
+	// held (renewing it if so); leaseTTL is the gateway's lease TTL. Both
+	// are set by Worker.Run; without them every attempt is startable.
+	confirmLease func(context.Context, jobKey) bool
+	leaseTTL     func() time.Duration
 }
 
 func newExecutor(baseCtx context.Context, handlers map[string]Handler, concurrency int,
@@ -52,7 +58,7 @@ func newExecutor(baseCtx context.Context, handlers map[string]Handler, concurren
 func (e *executor) start(a *pulsev1.Assignment) {
 	k := jobKey{id: a.GetJobId(), attempt: a.GetAttempt()}
 	ctx, cancel := context.WithCancelCause(extractTraceContext(e.baseCtx, a))
-	if !e.running.add(k, cancel, timeOf(a.GetLeaseUntil()), time.Now()) {
+	if !e.running.add(k, a.GetTopic(), cancel, timeOf(a.GetLeaseUntil()), time.Now()) {
 		cancel(nil)
 		e.log.Error("gateway sent an attempt that is already running; ignoring the copy",
 			logKeyJobID, k.id, logKeyAttempt, k.attempt)
@@ -72,10 +78,18 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		err := e.execute(ctx, job)
+		err := e.execute(ctx, job, k)
 		endSpan(span, err)
 		cancel(nil)
 		e.running.remove(k)
+		if errors.Is(err, errAbandoned) {
+			// Nothing ran and the lease is gone: there is nothing to
+			// report; the reaper retries the job (or already has).
+			e.log.Warn("abandoned an attempt whose lease expired before its handler started; this worker was stalled (stopped, frozen, or starved) for longer than the lease",
+				logKeyJobID, k.id, logKeyAttempt, k.attempt)
+			e.ledger.finished()
+			return
+		}
 		// The slot goes back to the gateway once the result is settled, not
 		// when the handler returns: until then the row is still RUNNING and
 		// leased to this worker.
@@ -83,14 +97,18 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	}()
 }
 
-// execute waits for a slot and runs the job's handler.
-func (e *executor) execute(ctx context.Context, job *Job) error {
+// execute waits for a slot and runs the job's handler, unless the
+// attempt's lease lapsed before it got one (startable).
+func (e *executor) execute(ctx context.Context, job *Job, k jobKey) error {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx))
 	}
 	defer func() { <-e.sem }()
+	if !e.startable(ctx, k) {
+		return errAbandoned
+	}
 	h, ok := e.handlers[job.Topic]
 	if !ok {
 		return fmt.Errorf("pulse: no handler registered for topic %q", job.Topic)

@@ -78,7 +78,7 @@ func (h *heartbeater) beat(ctx context.Context) {
 // apply acts on the gateway's answer for each attempt; a nil response (the
 // RPC failed) renews nothing.
 func (h *heartbeater) apply(resp *pulsev1.HeartbeatResponse, sentAt time.Time) {
-	h.dispatch.observe(resp.GetDispatchState(), false)
+	current := h.dispatch.observe(resp.GetDispatchState(), false)
 	for _, r := range resp.GetResults() {
 		k := jobKey{id: r.GetJobId(), attempt: r.GetAttempt()}
 		switch {
@@ -92,7 +92,9 @@ func (h *heartbeater) apply(resp *pulsev1.HeartbeatResponse, sentAt time.Time) {
 			}
 		default:
 			h.running.renewed(k, timeOf(r.GetLeaseUntil()), sentAt)
-			h.running.setQuiesced(k, r.GetQuiesced())
+			if current { // an answer older than a pushed state must not undo it
+				h.running.setQuiesced(k, r.GetQuiesced())
+			}
 		}
 	}
 }

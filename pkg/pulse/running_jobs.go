@@ -16,6 +16,7 @@ type jobKey struct {
 
 // runningJob is the lease bookkeeping for one held attempt.
 type runningJob struct {
+	topic      string
 	cancel     context.CancelCauseFunc
 	leaseUntil time.Time // as last reported by a gateway
 	renewedAt  time.Time // local time of the last confirmed lease
@@ -32,6 +33,9 @@ type runningJobs struct {
 	// quiesceChanged is closed and replaced whenever a quiesced flag
 	// changes (checkpoint.go).
 	quiesceChanged chan struct{}
+	// quiesced is the newest pause state's quiesced scopes ("*" or a
+	// topic): an attempt added later starts with its flag already set.
+	quiesced map[string]bool
 }
 
 func newRunningJobs() *runningJobs {
@@ -40,14 +44,27 @@ func newRunningJobs() *runningJobs {
 
 // add records a new attempt; it returns false if the attempt is already
 // held, which means the gateway sent it twice.
-func (r *runningJobs) add(k jobKey, cancel context.CancelCauseFunc, leaseUntil, now time.Time) bool {
+func (r *runningJobs) add(k jobKey, topic string, cancel context.CancelCauseFunc, leaseUntil, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.jobs[k]; ok {
 		return false
 	}
-	r.jobs[k] = &runningJob{cancel: cancel, leaseUntil: leaseUntil, renewedAt: now}
+	r.jobs[k] = &runningJob{topic: topic, cancel: cancel, leaseUntil: leaseUntil, renewedAt: now,
+		quiesced: r.quiesced["*"] || r.quiesced[topic]}
 	return true
+}
+
+// lease reports what the worker knows of the attempt's lease: the
+// gateway's expiry, and the local time it was last confirmed.
+func (r *runningJobs) lease(k jobKey) (leaseUntil, renewedAt time.Time, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[k]
+	if !ok || j.given {
+		return time.Time{}, time.Time{}, false
+	}
+	return j.leaseUntil, j.renewedAt, true
 }
 
 func (r *runningJobs) remove(k jobKey) {

@@ -128,8 +128,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	ledger := newSlotLedger()
 	rep := newReporter(pool, terms, w.cfg.workerID, w.cfg.maxReportBatch, log)
 	exec := newExecutor(context.WithoutCancel(ctx), handlers, w.cfg.concurrency, running, ledger, rep, log)
-	dispatch := newDispatchWatch(log)
+	dispatch := newDispatchWatch(log, running)
 	hb := newHeartbeater(pool, terms, running, dispatch, w.cfg.workerID, log)
+	exec.confirmLease, exec.leaseTTL = hb.confirm, terms.leaseTTL
 	stream := newStreamLoop(pool, terms, ledger, exec, dispatch, w.cfg.workerID, topics, w.cfg.concurrency, log)
 
 	// The reporter and heartbeater outlive ctx: handlers keep running, and

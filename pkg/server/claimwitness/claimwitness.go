@@ -29,14 +29,17 @@ type DB interface {
 
 const installSQL = `
 CREATE TABLE IF NOT EXISTS pulse_claim_witness (
-    job_id uuid   NOT NULL,
-    topic  text   NOT NULL,
-    xid    bigint NOT NULL DEFAULT txid_current()
+    job_id    uuid    NOT NULL,
+    topic     text    NOT NULL,
+    attempt   integer NOT NULL,
+    locked_by text    NOT NULL,
+    xid       bigint  NOT NULL DEFAULT txid_current()
 );
 CREATE OR REPLACE FUNCTION pulse_claim_witness_record() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pulse_claim_witness (job_id, topic) VALUES (NEW.id, NEW.topic);
+    INSERT INTO pulse_claim_witness (job_id, topic, attempt, locked_by)
+    VALUES (NEW.id, NEW.topic, NEW.attempts, NEW.locked_by);
     RETURN NULL;
 END
 $$;
@@ -128,4 +131,32 @@ SELECT (SELECT count(*) FROM pulse_claim_witness),
 		err = fmt.Errorf("claimwitness: counts: %w", err)
 	}
 	return claims, pauses, err
+}
+
+// Claim is one recorded claim.
+type Claim struct {
+	JobID     string
+	Attempt   int
+	LockedBy  string
+	Committed time.Time
+}
+
+// Claims returns every recorded claim, oldest commit first.
+func Claims(ctx context.Context, db DB) ([]Claim, error) {
+	rows, err := db.Query(ctx, `
+SELECT job_id::text, attempt, locked_by, pg_xact_commit_timestamp((xid % 4294967296)::text::xid)
+FROM pulse_claim_witness ORDER BY 4`)
+	if err != nil {
+		return nil, fmt.Errorf("claimwitness: claims: %w", err)
+	}
+	defer rows.Close()
+	var out []Claim
+	for rows.Next() {
+		var c Claim
+		if err := rows.Scan(&c.JobID, &c.Attempt, &c.LockedBy, &c.Committed); err != nil {
+			return nil, fmt.Errorf("claimwitness: claims: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
