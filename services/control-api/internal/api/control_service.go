@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -13,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // Paging bounds for ListJobs.
@@ -81,14 +83,17 @@ func (s *ControlService) Submit(ctx context.Context, prefix string, spec *pulsev
 	withTraceContext(ctx, &job)
 	ins, err := s.submitter.Submit(ctx, job)
 	if err != nil {
-		return nil, err
+		// The store names a refused job's field bare ("args").
+		return nil, underField(prefix, err)
 	}
 	s.opts.Metrics.submitted(job.Topic, ins.Duplicate)
 	return resultToWire(ins), nil
 }
 
 // SubmitJobs validates every spec, then inserts them all in one statement:
-// one bad spec rejects the whole batch and nothing is written.
+// one bad spec rejects the whole batch and nothing is written. A spec that
+// passes validation yet is refused by Postgres (a constraint validation
+// does not know) is named as validation would name it ("jobs[3].args").
 func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobsRequest) (*pulsev1.SubmitJobsResponse, error) {
 	specs := req.GetJobs()
 	switch {
@@ -108,6 +113,10 @@ func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobs
 	}
 	ins, err := s.store.Insert(ctx, jobs)
 	if err != nil {
+		var refused *jobstore.MemberError
+		if errors.As(err, &refused) {
+			return nil, underField(fmt.Sprintf("jobs[%d]", refused.Index), refused.Err)
+		}
 		return nil, err
 	}
 	out := &pulsev1.SubmitJobsResponse{Results: make([]*pulsev1.SubmitResult, len(ins))}
@@ -227,11 +236,22 @@ func encodePageToken(id uuid.UUID) string {
 }
 
 func decodePageToken(tok string) (uuid.UUID, error) {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || len(b) != len(uuid.UUID{}) {
+	b, ok := decodeToken(tok)
+	if !ok || len(b) != len(uuid.UUID{}) {
 		return uuid.Nil, apierr.Invalid("page_token", "%q is not a page token from an earlier ListJobs answer", tok)
 	}
 	return uuid.UUID(b), nil
+}
+
+// decodeToken decodes a page token strictly: only the one spelling this
+// service hands out (unpadded base64url, no line breaks, no stray bits)
+// decodes, so junk is refused here and never reaches SQL.
+func decodeToken(tok string) ([]byte, bool) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(tok)
+	if err != nil || base64.RawURLEncoding.EncodeToString(b) != tok {
+		return nil, false
+	}
+	return b, true
 }
 
 // withTraceContext stores the caller's W3C trace context on the job, so the
@@ -239,8 +259,30 @@ func decodePageToken(tok string) (uuid.UUID, error) {
 func withTraceContext(ctx context.Context, job *jobstore.NewJob) {
 	carrier := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, carrier)
-	job.TraceParent = carrier.Get("traceparent")
-	job.TraceState = carrier.Get("tracestate")
+	tp, ts := carrier.Get("traceparent"), carrier.Get("tracestate")
+	// The propagator already drops malformed headers; a trace context
+	// Postgres could not store is dropped too, as the propagator would, rather
+	// than refuse the job for its caller's tracing.
+	if storable.Text("traceparent", tp) != nil || storable.Text("tracestate", ts) != nil {
+		return
+	}
+	job.TraceParent, job.TraceState = tp, ts
+}
+
+// underField names err's field as the request spells it. The store names
+// a refused job's field bare ("args"); a request holds the job under
+// prefix ("job", "jobs[3]"; "" for an HTTP body that is the job itself).
+func underField(prefix string, err error) error {
+	var ae *apierr.Error
+	if prefix == "" || !errors.As(err, &ae) || ae.Kind != apierr.KindInvalidArgument {
+		return err
+	}
+	out := *ae
+	out.Field = prefix
+	if ae.Field != "" {
+		out.Field = prefix + "." + ae.Field
+	}
+	return &out
 }
 
 func resultToWire(r jobstore.Inserted) *pulsev1.SubmitResult {

@@ -32,7 +32,13 @@ type testBundle struct {
 // control-api builds it, on a fresh database.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := apitest.New(t, apitest.Options{MaxArgsBytes: maxArgsBytes, MaxBatchJobs: 10})
+	return setupWith(t, apitest.Options{MaxArgsBytes: maxArgsBytes, MaxBatchJobs: 10})
+}
+
+// setupWith is setup with the bundle's options spelled out.
+func setupWith(t testing.TB, opts apitest.Options) *testBundle {
+	t.Helper()
+	b := apitest.New(t, opts)
 	srv := grpcserver.New(grpcserver.Options{})
 	pulsev1.RegisterControlServiceServer(srv.GRPC(), b.Service)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // Paging bounds for ListDispatchEvents.
@@ -101,6 +102,9 @@ func (s *DispatchControl) Pause(ctx context.Context, req *pulsev1.PauseDispatchR
 		return nil, err
 	}
 	preq.Actor = actorOf(ctx)
+	if err := storable.Text("actor", preq.Actor); err != nil {
+		return nil, err
+	}
 	res, err := s.store.Pause(ctx, preq)
 	if err != nil {
 		return nil, err
@@ -121,6 +125,9 @@ func (s *DispatchControl) ResumeDispatch(ctx context.Context, req *pulsev1.Resum
 		return nil, err
 	}
 	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
 	res, err := s.store.Resume(ctx, scope, actor)
 	if err != nil {
 		return nil, err
@@ -169,11 +176,12 @@ func (s *DispatchControl) ListDispatchEvents(ctx context.Context, req *pulsev1.L
 // validatePause checks every field, naming the first bad one.
 func (s *DispatchControl) validatePause(req *pulsev1.PauseDispatchRequest, forField string) (jobstore.PauseRequest, error) {
 	reason := req.GetReason()
+	unstorable := storable.Text("reason", reason) // NUL or invalid UTF-8
 	switch {
 	case strings.TrimSpace(reason) == "":
 		return jobstore.PauseRequest{}, apierr.Invalid("reason", "is required: say why dispatch is paused")
-	case !utf8.ValidString(reason):
-		return jobstore.PauseRequest{}, apierr.Invalid("reason", "is not valid UTF-8")
+	case unstorable != nil:
+		return jobstore.PauseRequest{}, unstorable
 	case utf8.RuneCountInString(reason) > jobstore.MaxPauseReasonChars:
 		return jobstore.PauseRequest{}, apierr.Invalid("reason", "is %d characters; the limit is %d",
 			utf8.RuneCountInString(reason), jobstore.MaxPauseReasonChars)
@@ -197,6 +205,10 @@ func (s *DispatchControl) validatePause(req *pulsev1.PauseDispatchRequest, forFi
 			return jobstore.PauseRequest{}, apierr.Invalid(forField, "is %s; it must be a positive duration", d.AsDuration())
 		}
 		until := now.Add(d.AsDuration())
+		if storable.Time(forField, until) != nil {
+			return jobstore.PauseRequest{}, apierr.Invalid(forField, "is %s, which ends the pause after %s; give a shorter pause or none",
+				d.AsDuration(), storable.MaxTime.Format(time.RFC3339))
+		}
 		out.Until = &until
 	case req.GetUntil() != nil:
 		u := req.GetUntil()
@@ -206,6 +218,9 @@ func (s *DispatchControl) validatePause(req *pulsev1.PauseDispatchRequest, forFi
 		until := u.AsTime()
 		if !until.After(now) {
 			return jobstore.PauseRequest{}, apierr.Invalid("until", "is %s, which is not in the future", until.Format(time.RFC3339))
+		}
+		if err := storable.Time("until", until); err != nil {
+			return jobstore.PauseRequest{}, err
 		}
 		out.Until = &until
 	}
@@ -238,9 +253,10 @@ func encodeEventToken(id int64) string {
 }
 
 func decodeEventToken(tok string) (int64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err == nil {
-		if id, perr := strconv.ParseInt(string(b), 10, 64); perr == nil && id > 0 {
+	if b, ok := decodeToken(tok); ok {
+		// Only the canonical decimal an earlier answer carried: no sign, no
+		// leading zeros.
+		if id, perr := strconv.ParseInt(string(b), 10, 64); perr == nil && id > 0 && strconv.FormatInt(id, 10) == string(b) {
 			return id, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/schedule"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // Paging bounds for ListSchedules and ListScheduleJobs.
@@ -87,6 +88,13 @@ func validDefinition(d *pulsev1.ScheduleDefinition) (jobstore.Schedule, schedule
 	if maxAttempts < jobspec.MinMaxAttempts || maxAttempts > jobspec.MaxMaxAttempts {
 		return sc, nil, apierr.Invalid("max_attempts", "is %d; it must be %d..%d", maxAttempts, jobspec.MinMaxAttempts, jobspec.MaxMaxAttempts)
 	}
+	for _, f := range []struct{ name, value string }{
+		{"kind", d.GetKind()}, {"expression", d.GetExpression()}, {"time_zone", d.GetTimeZone()},
+	} {
+		if err := storable.Text(f.name, f.value); err != nil {
+			return sc, nil, err
+		}
+	}
 	tz := d.GetTimeZone()
 	if tz == "" {
 		tz = "UTC"
@@ -102,6 +110,22 @@ func validDefinition(d *pulsev1.ScheduleDefinition) (jobstore.Schedule, schedule
 	return sc, s, nil
 }
 
+// firstOccurrence is where a new (or re-expressed, or re-enabled)
+// schedule's cursor starts. A schedule with no first occurrence, or one
+// outside the times pulse stores, is refused naming its expression: a zero
+// cursor would fire at once, with a zero time.
+func firstOccurrence(parsed schedule.Schedule, now time.Time) (time.Time, error) {
+	first := parsed.First(now)
+	if first.IsZero() {
+		return time.Time{}, apierr.Invalid("expression", "never fires: it has no occurrence after %s", now.UTC().Format(time.RFC3339))
+	}
+	if err := storable.Time("expression", first); err != nil {
+		return time.Time{}, apierr.Invalid("expression", "first fires at %s; it must fire between %s and %s",
+			first.UTC().Format(time.RFC3339), storable.MinTime.Format(time.RFC3339), storable.MaxTime.Format(time.RFC3339))
+	}
+	return first, nil
+}
+
 // CreateSchedule validates and stores a schedule.
 func (s *Schedules) CreateSchedule(ctx context.Context, req *pulsev1.CreateScheduleRequest) (*pulsev1.Schedule, error) {
 	sc, parsed, err := validDefinition(req.GetDefinition())
@@ -112,7 +136,10 @@ func (s *Schedules) CreateSchedule(ctx context.Context, req *pulsev1.CreateSched
 	if err != nil {
 		return nil, err
 	}
-	first := parsed.First(s.now())
+	first, err := firstOccurrence(parsed, s.now())
+	if err != nil {
+		return nil, err
+	}
 	sc.ID, sc.Enabled, sc.NextRunAt = id, !req.GetDisabled(), &first
 	out, err := s.store.CreateSchedule(ctx, sc)
 	if err != nil {
@@ -152,8 +179,10 @@ func (s *Schedules) ListSchedules(ctx context.Context, req *pulsev1.ListSchedule
 	if err != nil {
 		return nil, err
 	}
-	after, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
-	if err != nil {
+	// The token is the last listed name: it must decode strictly to a name
+	// a schedule can have, or it never reaches SQL.
+	after, ok := decodeToken(req.GetPageToken())
+	if !ok || (len(after) > 0 && !jobspec.TopicPattern.Match(after)) {
 		return nil, apierr.Invalid("page_token", "%q is not a page token from an earlier ListSchedules answer", req.GetPageToken())
 	}
 	list, err := s.store.ListSchedules(ctx, string(after), limit)
@@ -187,7 +216,10 @@ func (s *Schedules) UpdateSchedule(ctx context.Context, req *pulsev1.UpdateSched
 	}
 	sc.ID, sc.Enabled, sc.NextRunAt = id, cur.Enabled, cur.NextRunAt
 	if sc.Kind != cur.Kind || sc.Expression != cur.Expression || sc.TimeZone != cur.TimeZone {
-		first := parsed.First(s.now())
+		first, err := firstOccurrence(parsed, s.now())
+		if err != nil {
+			return nil, err
+		}
 		sc.NextRunAt = &first
 	}
 	out, err := s.store.UpdateSchedule(ctx, sc)
@@ -217,7 +249,10 @@ func (s *Schedules) EnableSchedule(ctx context.Context, req *pulsev1.EnableSched
 	if cur.Kind == schedule.KindAt {
 		next = cur.NextRunAt // an at schedule that fired stays fired
 	} else {
-		first := parsed.First(s.now())
+		first, err := firstOccurrence(parsed, s.now())
+		if err != nil {
+			return nil, err
+		}
 		next = &first
 	}
 	out, err := s.store.SetScheduleEnabled(ctx, id, true, next)
@@ -267,11 +302,15 @@ func (s *Schedules) ListScheduleJobs(ctx context.Context, req *pulsev1.ListSched
 	}
 	var after *jobstore.HistoryCursor
 	if tok := req.GetPageToken(); tok != "" {
-		b, err := base64.RawURLEncoding.DecodeString(tok)
-		if err != nil || len(b) != 24 {
+		b, ok := decodeToken(tok)
+		var at time.Time
+		if ok && len(b) == 24 {
+			at = time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8])))
+		}
+		if !ok || len(b) != 24 || storable.Time("page_token", at) != nil {
 			return nil, apierr.Invalid("page_token", "%q is not a page token from an earlier ListScheduleJobs answer", tok)
 		}
-		after = &jobstore.HistoryCursor{SubmittedAt: time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8]))), ID: uuid.UUID(b[8:])}
+		after = &jobstore.HistoryCursor{SubmittedAt: at, ID: uuid.UUID(b[8:])}
 	}
 	if _, err := s.store.GetSchedule(ctx, id); err != nil && apierr.KindOf(err) != apierr.KindNotFound {
 		return nil, err

@@ -5,6 +5,7 @@ package apitest
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +23,10 @@ import (
 type Options struct {
 	MaxArgsBytes int // default jobspec.DefaultMaxArgsBytes
 	MaxBatchJobs int // default 1000
+	Flushers     int // the coalescer's; default 4
+	// Inserter, when set, wraps the store the coalescer inserts through
+	// (a gate that lines submits up into one batch).
+	Inserter func(submit.Inserter) submit.Inserter
 }
 
 // Bundle is one wired service on its own database.
@@ -44,8 +49,18 @@ func New(t testing.TB, opts Options) *Bundle {
 	}
 	pool := pgtest.Pool(t)
 	store := jobstore.New(pool)
-	c := submit.NewCoalescer(store, submit.Options{MaxBatch: 1000, Flushers: 4})
+	if opts.Flushers == 0 {
+		opts.Flushers = 4
+	}
+	var ins submit.Inserter = store
+	if opts.Inserter != nil {
+		ins = opts.Inserter(store)
+	}
+	c := submit.NewCoalescer(ins, submit.Options{MaxBatch: 1000, Flushers: opts.Flushers})
 	t.Cleanup(func() { require.NoError(t, c.Close(context.Background())) })
+	if g, ok := ins.(interface{ Open() }); ok {
+		t.Cleanup(g.Open) // runs first: a shut gate would hold Close forever
+	}
 	svc := api.NewControlService(store, c, api.Options{
 		Limits:       jobspec.Limits{MaxArgsBytes: opts.MaxArgsBytes},
 		MaxBatchJobs: opts.MaxBatchJobs,
@@ -60,4 +75,56 @@ func (b *Bundle) CountJobs(t testing.TB) int {
 	var n int
 	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs`).Scan(&n))
 	return n
+}
+
+// Rows counts what control-api writes: jobs, schedules, pause state and
+// the pause audit log. A refused request leaves it unchanged.
+type Rows struct{ Jobs, Schedules, DispatchControl, ControlEvents int }
+
+// CountRows reads Rows.
+func (b *Bundle) CountRows(t testing.TB) Rows {
+	t.Helper()
+	var r Rows
+	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM jobs), (SELECT count(*) FROM schedules),
+		(SELECT count(*) FROM dispatch_control), (SELECT count(*) FROM control_events)`).
+		Scan(&r.Jobs, &r.Schedules, &r.DispatchControl, &r.ControlEvents))
+	return r
+}
+
+// PoisonArgs makes this test's database refuse, with a CHECK violation of
+// jobs_args_object, args holding a "poison" key: a data error no
+// validation knows about, so a poisoned submit joins its batch and
+// Postgres refuses the batch.
+func (b *Bundle) PoisonArgs(t testing.TB) {
+	t.Helper()
+	_, err := b.Pool.Exec(context.Background(), `ALTER TABLE jobs DROP CONSTRAINT jobs_args_object,
+		ADD CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object' AND NOT args ? 'poison')`)
+	require.NoError(t, err)
+}
+
+// Gate holds the coalescer's first INSERT until Open, so a test can line
+// submits up behind it into one batch without relying on timing.
+type Gate struct {
+	inner  submit.Inserter
+	opened chan struct{}
+	once   sync.Once
+}
+
+// NewGate returns a shut gate; pass its Wrap as Options.Inserter.
+func NewGate() *Gate { return &Gate{opened: make(chan struct{})} }
+
+// Wrap is an Options.Inserter.
+func (g *Gate) Wrap(inner submit.Inserter) submit.Inserter {
+	g.inner = inner
+	return g
+}
+
+// Open lets every INSERT through, now and from now on.
+func (g *Gate) Open() { g.once.Do(func() { close(g.opened) }) }
+
+// InsertEach waits for Open, then inserts.
+func (g *Gate) InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error) {
+	<-g.opened
+	return g.inner.InsertEach(ctx, jobs)
 }

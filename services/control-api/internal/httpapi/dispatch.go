@@ -213,7 +213,7 @@ func readControlBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	return decodeObject(body, "", v)
+	return decodeStorable(body, "", v)
 }
 
 func scopeToJSON(s *pulsev1.ScopeState) scopeJSON {

@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
@@ -111,7 +112,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var in jobSpecJSON
-	if err := decodeObject(body, "", &in); err != nil {
+	if err := decodeStorable(body, "", &in); err != nil {
 		return err
 	}
 	spec, err := in.toWire("")
@@ -144,7 +145,7 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 	for i, raw := range in.Jobs {
 		prefix := "jobs[" + strconv.Itoa(i) + "]"
 		var js jobSpecJSON
-		if err := decodeObject(raw, prefix, &js); err != nil {
+		if err := decodeStorable(raw, prefix, &js); err != nil {
 			return err
 		}
 		spec, err := js.toWire(prefix)
@@ -244,6 +245,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBigField, 
 	return body, nil
 }
 
+// onlyParams refuses a query parameter the route does not know, and a
+// value Postgres could not store (NUL, invalid UTF-8) in one it does.
 func onlyParams(q url.Values, allowed []string) error {
 	for name := range q {
 		ok := false
@@ -251,7 +254,17 @@ func onlyParams(q url.Values, allowed []string) error {
 			ok = ok || name == a
 		}
 		if !ok {
+			if storable.Text("name", name) != nil {
+				name = strconv.Quote(name) // shown, not stored, but kept readable
+			}
 			return apierr.Invalid(name, "is not a query parameter here; use %s", strings.Join(allowed, ", "))
+		}
+	}
+	for _, name := range allowed {
+		for _, v := range q[name] {
+			if err := storable.Text(name, v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
@@ -151,6 +152,37 @@ func decodeObject(data []byte, prefix string, v any) error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return apierr.Invalid(whole, "has data after the JSON object")
+	}
+	return nil
+}
+
+// decodeStorable is decodeObject for a body whose values reach Postgres:
+// once the object decodes, each of its members is held to what Postgres
+// can store (storable.JSON), naming the member. Go's decoder would
+// otherwise turn invalid UTF-8 and lone surrogates into U+FFFD without a
+// word, and \u0000 into a NUL that Postgres refuses; a string that means
+// something else than what was sent, or a 500, is worse than a 400.
+func decodeStorable(data []byte, prefix string, v any) error {
+	if err := decodeObject(data, prefix, v); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return nil // decodeObject accepted it; nothing more to see
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var raw json.RawMessage // the member's bytes as sent
+		if err := dec.Decode(&raw); err != nil {
+			return nil
+		}
+		name, _ := key.(string)
+		if err := storable.JSON(join(prefix, name), raw); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -109,7 +109,7 @@ func (s *scheduleRoutes) decode(w http.ResponseWriter, r *http.Request) (schedul
 	if err != nil {
 		return d, err
 	}
-	return d, decodeObject(body, "", &d)
+	return d, decodeStorable(body, "", &d)
 }
 
 func (s *scheduleRoutes) create(w http.ResponseWriter, r *http.Request) error {

@@ -37,7 +37,7 @@ type Stats struct {
 	// Statements counts coalesced batches handed to the store: one INSERT
 	// statement each, unless Postgres refused a job and the batch was split.
 	Statements int64
-	Queued     int   // jobs waiting for a flusher right now
+	Queued     int // jobs waiting for a flusher right now
 }
 
 // Coalescer batches concurrent single submits with natural batching: a
