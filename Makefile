@@ -39,3 +39,7 @@ lint: ## go vet + gofmt check + buf lint
 .PHONY: tidy
 tidy: ## go mod tidy every module
 	@for d in $$(go list -m -f '{{.Dir}}'); do (cd $$d && GOWORK=off GOFLAGS=-mod=mod go mod tidy) || exit 1; done
+
+.PHONY: chaos
+chaos: ## the long randomized chaos test (kill -9, SIGSTOP, Postgres crash, pauses; CHAOS_DURATION=5m, CHAOS_SEED to replay)
+	PULSE_CHAOS_DURATION=$${CHAOS_DURATION:-5m} PULSE_CHAOS_SEED=$${CHAOS_SEED:-} go test -count=1 -timeout 30m -run '^TestChaos$$' -v ./e2e

@@ -178,6 +178,16 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return c.waitReady(ctx)
 }
 
+// Crash stops the server the way a crash does (pg_ctl stop -m
+// immediate: no checkpoint, every connection cut); Restart brings it back
+// through crash recovery.
+func (c *Cluster) Crash(ctx context.Context) error {
+	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-t", "60", "-m", "immediate"); err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl stop -m immediate: %w: %s", err, out)
+	}
+	return nil
+}
+
 func (c *Cluster) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
