@@ -243,7 +243,8 @@ type Fire struct {
 	// expression no longer parses) and only moves the cursor.
 	Job  NewJob
 	Skip bool
-	// Occurrence is recorded as last_fired_at.
+	// Occurrence is recorded as last_fired_at; the zero time (a skipped
+	// schedule with no occurrence) leaves last_fired_at as it was.
 	Occurrence time.Time
 	// Next is the new cursor; nil stops the schedule (an at schedule).
 	Next *time.Time
@@ -306,8 +307,12 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, plan func
 			}
 			fired.Inserted = tag.RowsAffected() == 1
 		}
-		tag, err := tx.Exec(ctx, `UPDATE schedules SET next_run_at = $3, last_fired_at = $4
-			WHERE id = $1 AND next_run_at = $2`, sc.ID, sc.NextRunAt, f.Next, f.Occurrence)
+		var occurrence *time.Time
+		if !f.Occurrence.IsZero() {
+			occurrence = &f.Occurrence
+		}
+		tag, err := tx.Exec(ctx, `UPDATE schedules SET next_run_at = $3, last_fired_at = COALESCE($4, last_fired_at)
+			WHERE id = $1 AND next_run_at = $2`, sc.ID, sc.NextRunAt, f.Next, occurrence)
 		if err != nil {
 			return nil, interpretError("advance schedule "+sc.Name, err)
 		}

@@ -179,7 +179,18 @@ func (l *Loop) plan(ctx context.Context, sc *jobstore.Schedule, now time.Time) j
 		l.logger.Error("schedule does not parse; stopping it", "schedule", sc.Name, logging.Error, err)
 		return jobstore.Fire{Skip: true, Occurrence: *sc.NextRunAt}
 	}
+	if sc.NextRunAt == nil || sc.NextRunAt.IsZero() {
+		// A cursor at the zero time (a cron expression that never fires,
+		// stored before such expressions were refused) would fire at once
+		// with a zero occurrence; stop the schedule instead.
+		l.logger.Error("schedule has no next occurrence; stopping it", "schedule", sc.Name, "expression", sc.Expression)
+		return jobstore.Fire{Skip: true}
+	}
 	occ, next := schedule.Latest(s, *sc.NextRunAt, now)
+	if occ.IsZero() {
+		l.logger.Error("schedule has no occurrence; stopping it", "schedule", sc.Name, "expression", sc.Expression)
+		return jobstore.Fire{Skip: true}
+	}
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "scheduler.fire")
 	span.SetAttributes(attribute.String("pulse.schedule_id", sc.ID.String()), attribute.String("pulse.topic", sc.Topic))
 	defer span.End()

@@ -198,3 +198,33 @@ func TestFiresWhileDispatchIsPaused(t *testing.T) {
 	require.Len(t, jobs, 1)
 	require.Equal(t, jobstore.StatusPending, jobs[0].Status, "the job queues behind the pause")
 }
+
+// TestAScheduleWithoutAnOccurrenceNeverFires: rows stored before such
+// expressions were refused (a cron that never fires, whose cursor was the
+// zero time; an every schedule on a zero cursor) are stopped, not fired at
+// once with a zero occurrence, and the good schedule in the same pass
+// still fires.
+func TestAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := jobstore.New(pgtest.Pool(t))
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := &manualClock{now: t0}
+	loop := fire.New(fire.Config{Clock: clk}, store, nil, discard)
+
+	never := create(t, store, schedule.KindCron, "0 0 30 2 *", time.Time{})
+	zeroEvery := create(t, store, schedule.KindEvery, "1h", time.Time{})
+	good := create(t, store, schedule.KindEvery, "1s", t0.Add(time.Second))
+	clk.Advance(time.Second)
+	n, err := loop.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the good schedule fired")
+	require.Len(t, jobsOf(t, store, good.ID), 1)
+	for _, sc := range []*jobstore.Schedule{never, zeroEvery} {
+		require.Empty(t, jobsOf(t, store, sc.ID), sc.Expression)
+		got, err := store.GetSchedule(ctx, sc.ID)
+		require.NoError(t, err)
+		require.Nil(t, got.NextRunAt, "%s is stopped", sc.Expression)
+		require.Nil(t, got.LastFiredAt, "%s never fired", sc.Expression)
+	}
+}
