@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,10 +19,12 @@ import (
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/presence"
 )
 
 // Report folding: at most reportFlushers report statements in flight per
@@ -68,6 +71,14 @@ type Config struct {
 	// Pause is the gate whose state streams and heartbeat answers carry;
 	// nil sends none.
 	Pause PauseState
+	// BindLeases holds a worker's leases as its authenticated identity
+	// plus its worker id (auth.LeaseHolder) instead of the worker id
+	// alone, so no other identity's heartbeat or report can match them
+	// (ADR-0012). On whenever authentication is.
+	BindLeases bool
+	// Presence records the streams in worker_presence and refuses a worker
+	// id another identity streams as; nil records none.
+	Presence *presence.Tracker
 }
 
 // PauseState is the pause gate as the API reads it (pause.Gate).
@@ -115,6 +126,14 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 	if err := validateOpen(open); err != nil {
 		return err
 	}
+	// Presence first: it refuses a worker id live under another identity,
+	// on any replica, before this stream is welcomed.
+	who := auth.IdentityFrom(stream.Context()).Name
+	session, err := s.cfg.Presence.Open(stream.Context(), open.GetWorkerId(), who, open.GetTopics())
+	if err != nil {
+		return err
+	}
+	defer session.Close()
 	if err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Welcome{Welcome: &pulsev1.Welcome{
 		GatewayId:         s.cfg.GatewayID,
 		LeaseTtl:          durationpb.New(s.cfg.LeaseTTL),
@@ -123,8 +142,9 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 		return err
 	}
 
-	w := s.registry.Add(open.GetWorkerId(), open.GetTopics(), int(open.GetConcurrency()-open.GetInFlight()))
-	logger := s.logger.With("worker_id", w.ID)
+	// The registry's id is what the claim writes to locked_by.
+	w := s.registry.Add(s.leaseHolder(stream.Context(), open.GetWorkerId()), open.GetTopics(), int(open.GetConcurrency()-open.GetInFlight()))
+	logger := s.logger.With("worker_id", open.GetWorkerId(), "principal", who)
 	logger.Debug("worker stream opened", "topics", w.Topics, "concurrency", open.GetConcurrency(), "in_flight", open.GetInFlight())
 	defer func() {
 		if left := s.registry.Remove(w); len(left) > 0 {
@@ -178,6 +198,9 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 			}
 		case <-s.draining:
 			return apierr.Unavailable("gateway shutting down; reconnect to another replica", nil)
+		case <-session.Lost():
+			return &apierr.Error{Kind: apierr.KindAlreadyExists,
+				Msg: "worker id " + strconv.Quote(open.GetWorkerId()) + " is now streaming under another identity"}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -289,7 +312,7 @@ func (s *DispatchService) Heartbeat(ctx context.Context, req *pulsev1.HeartbeatR
 		}
 		refs[i] = r
 	}
-	beats, err := s.store.Heartbeat(ctx, req.GetWorkerId(), refs, s.cfg.LeaseTTL)
+	beats, err := s.store.Heartbeat(ctx, s.leaseHolder(ctx, req.GetWorkerId()), refs, s.cfg.LeaseTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -321,6 +344,7 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 	if len(req.GetResults()) > MaxBatch {
 		return nil, apierr.Invalid("results", "has %d entries; the limit is %d", len(req.GetResults()), MaxBatch)
 	}
+	worker := s.leaseHolder(ctx, req.GetWorkerId())
 	results := make([]jobstore.Result, len(req.GetResults()))
 	for i, r := range req.GetResults() {
 		ref, err := parseRef("results", i, r.GetJobId(), r.GetAttempt())
@@ -342,7 +366,7 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		if outcome != jobstore.OutcomeComplete && msg == "" {
 			msg = "(no error message)"
 		}
-		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: req.GetWorkerId()}
+		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker}
 	}
 	acks, refused, err := s.reports.Report(ctx, results)
 	if err != nil {
@@ -368,6 +392,18 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		resp.Acks[i] = ack
 	}
 	return resp, nil
+}
+
+// leaseHolder is the locked_by that the caller's leases carry, and that
+// its heartbeats and reports are fenced by: with BindLeases, composed from
+// the identity the call authenticated as, so a worker id alone (which
+// producers can read from a job) names nobody's leases. Hot-path cost: one
+// string concatenation, no query.
+func (s *DispatchService) leaseHolder(ctx context.Context, workerID string) string {
+	if !s.cfg.BindLeases {
+		return workerID
+	}
+	return auth.LeaseHolder(auth.IdentityFrom(ctx).Name, workerID)
 }
 
 func statusToProto(s jobstore.Status) pulsev1.JobStatus {

@@ -27,13 +27,15 @@ import (
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/gwmetrics"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/pause"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/presence"
 )
 
 // Service is the name in logs, traces and application_name.
 const Service = "dispatch-gateway"
 
-// MinSchemaVersion is the oldest schema this build can run against.
-const MinSchemaVersion = migrations.VersionDispatchControl
+// MinSchemaVersion is the oldest schema this build can run against: it
+// records its streams in worker_presence.
+const MinSchemaVersion = migrations.VersionWorkerPresence
 
 // Run serves until ctx is done, then shuts down in order: stop taking
 // streams and end the open ones (workers reconnect elsewhere), stop
@@ -87,12 +89,19 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	}, dispatcher.JobsReady, logger)
 
+	// Presence: this replica's streams in worker_presence (ADR-0012).
+	tracker := presence.New(store, presence.Config{
+		Gateway: cfg.GatewayID, Interval: cfg.PresenceInterval, TTL: cfg.PresenceTTL, OnError: m.PresenceFailed,
+	}, logger)
+
 	svc := api.NewDispatchService(api.Config{
 		GatewayID:         cfg.GatewayID,
 		LeaseTTL:          cfg.LeaseTTL,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Backoff:           jobstore.Backoff{Unit: cfg.RetryBackoffUnit, Max: cfg.RetryBackoffMax},
 		Pause:             gate,
+		BindLeases:        authn != nil,
+		Presence:          tracker,
 	}, store, dispatcher.Registry(), m, logger)
 
 	grpcSrv := grpcserver.New(grpcserver.Options{
@@ -128,6 +137,11 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	go func() { defer loops.Done(); dispatcher.Run(loopCtx) }()
 	go func() { defer loops.Done(); listener.Run(loopCtx) }()
 	go func() { defer loops.Done(); refresher.Run(loopCtx) }()
+	// Presence outlives the streams: it deletes their rows as they close
+	// on shutdown, so it stops after them.
+	presenceCtx, stopPresence := context.WithCancel(context.Background())
+	presenceDone := make(chan struct{})
+	go func() { defer close(presenceDone); tracker.Run(presenceCtx) }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- grpcSrv.Serve(lis) }()
@@ -154,6 +168,8 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err := grpcSrv.Stop(shutdownCtx); err != nil {
 		logger.Warn("grpc stop", "error", err)
 	}
+	stopPresence()
+	<-presenceDone
 	if err := admin.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.Canceled) {
 		logger.Warn("admin http stop", "error", err)
 	}

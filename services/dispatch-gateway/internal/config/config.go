@@ -39,11 +39,16 @@ type Config struct {
 	// PauseRefreshInterval is the pause gate's reconciling poll behind the
 	// pulse_dispatch_control NOTIFY (docs/pause.md).
 	PauseRefreshInterval time.Duration `envconfig:"PAUSE_REFRESH_INTERVAL" default:"1s"`
-	ClaimBatch           int           `envconfig:"CLAIM_BATCH" default:"500"`
-	RetryBackoffUnit     time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
-	RetryBackoffMax      time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
-	DBMaxConns           int32         `envconfig:"DB_MAX_CONNS" default:"10"`
-	ShutdownTimeout      time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// PresenceInterval is how often the gateway refreshes worker_presence
+	// for all its streams; PresenceTTL is when an unrefreshed row expires
+	// (ADR-0012, docs/operations.md).
+	PresenceInterval time.Duration `envconfig:"PRESENCE_INTERVAL" default:"10s"`
+	PresenceTTL      time.Duration `envconfig:"PRESENCE_TTL" default:"30s"`
+	ClaimBatch       int           `envconfig:"CLAIM_BATCH" default:"500"`
+	RetryBackoffUnit time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
+	RetryBackoffMax  time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
+	DBMaxConns       int32         `envconfig:"DB_MAX_CONNS" default:"10"`
+	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
 	// Credentials (name:role:secret,...) and the TLS keypair; all unset
 	// is open, plaintext local development.
 	AuthUsers  string `envconfig:"AUTH_USERS"`
@@ -63,6 +68,10 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_POLL_INTERVAL", "is %s; it must be between 10ms and 1m", c.PollInterval)
 	case c.PauseRefreshInterval < 10*time.Millisecond || c.PauseRefreshInterval > time.Minute:
 		return config.Invalid("PULSE_PAUSE_REFRESH_INTERVAL", "is %s; it must be between 10ms and 1m", c.PauseRefreshInterval)
+	case c.PresenceInterval < 10*time.Millisecond || c.PresenceInterval > 5*time.Minute:
+		return config.Invalid("PULSE_PRESENCE_INTERVAL", "is %s; it must be between 10ms and 5m", c.PresenceInterval)
+	case c.PresenceTTL < 2*c.PresenceInterval || c.PresenceTTL > time.Hour:
+		return config.Invalid("PULSE_PRESENCE_TTL", "is %s; it must be at least twice PULSE_PRESENCE_INTERVAL (%s), so one failed refresh never expires a connected worker, and at most 1h", c.PresenceTTL, c.PresenceInterval)
 	case c.ClaimBatch < 1 || c.ClaimBatch > 10000:
 		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
 	case c.RetryBackoffUnit < 0:

@@ -37,7 +37,10 @@ type Metrics struct {
 	GateRefreshErrors prometheus.Counter
 	GateFlip          prometheus.Histogram
 	PausedWakeups     prometheus.Counter
-	now               func() time.Time
+	// PresenceErrors counts failed worker_presence statements
+	// (internal/presence).
+	PresenceErrors prometheus.Counter
+	now            func() time.Time
 }
 
 // New registers the gateway metrics on reg. stats reports connected
@@ -96,17 +99,23 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		PausedWakeups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_dispatch_paused_wakeups_total", Help: "Dispatcher wake-ups (poll ticks, NOTIFYs, credits) that issued no claim query because dispatch is globally paused.",
 		}),
+		PresenceErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_gateway_presence_errors_total", Help: "Failed worker_presence refreshes and deletes; the rows expire after PULSE_PRESENCE_TTL unless a later refresh succeeds.",
+		}),
 		now: time.Now,
 	}
 	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration,
 		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
-		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups)
+		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors)
 	// Every reason from the start, so a rate over it is 0, not absent.
 	for _, r := range []string{dispatch.ClaimErrorData, dispatch.ClaimErrorUnavailable, dispatch.ClaimErrorOther} {
 		m.ClaimErrorsByReason.WithLabelValues(r)
 	}
 	return m
 }
+
+// PresenceFailed counts a failed worker_presence statement.
+func (m *Metrics) PresenceFailed() { m.PresenceErrors.Inc() }
 
 // ClaimsPaused counts a wake-up the pause gate kept from claiming.
 func (m *Metrics) ClaimsPaused() { m.PausedWakeups.Inc() }

@@ -1,0 +1,43 @@
+package config_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/config"
+	gwconfig "github.com/pulsequeue/pulse/services/dispatch-gateway/internal/config"
+)
+
+func TestPresenceSettings(t *testing.T) {
+	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+
+	t.Run("DefaultsAreTenAndThirtySeconds", func(t *testing.T) {
+		var cfg gwconfig.Config
+		require.NoError(t, config.Load(&cfg))
+		require.Equal(t, 10*time.Second, cfg.PresenceInterval)
+		require.Equal(t, 30*time.Second, cfg.PresenceTTL)
+	})
+
+	t.Run("RefusesValuesNamingTheVariable", func(t *testing.T) {
+		for _, c := range []struct{ interval, ttl, bad string }{
+			{"5ms", "1s", "PULSE_PRESENCE_INTERVAL"},
+			{"6m", "1h", "PULSE_PRESENCE_INTERVAL"},
+			{"10s", "15s", "PULSE_PRESENCE_TTL"},
+			{"10s", "2h", "PULSE_PRESENCE_TTL"},
+		} {
+			t.Setenv("PULSE_PRESENCE_INTERVAL", c.interval)
+			t.Setenv("PULSE_PRESENCE_TTL", c.ttl)
+			var cfg gwconfig.Config
+			err := config.Load(&cfg)
+			var ce *config.Error
+			require.ErrorAs(t, err, &ce, "%+v", c)
+			require.Equal(t, c.bad, ce.Var, "%+v", c)
+		}
+		t.Setenv("PULSE_PRESENCE_INTERVAL", "50ms")
+		t.Setenv("PULSE_PRESENCE_TTL", "100ms")
+		var cfg gwconfig.Config
+		require.NoError(t, config.Load(&cfg), "twice the interval is enough")
+	})
+}
