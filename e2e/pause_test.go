@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -516,13 +517,24 @@ func (f *pauseFleet) topStarted(since time.Time, n int) []int {
 }
 
 // insertOrphan writes a RUNNING job whose worker vanished: its lease has
-// already lapsed.
+// already lapsed. A job is born PENDING (migration 00005), so it is
+// inserted and claimed in one transaction: no gateway sees it unclaimed.
 func (f *pauseFleet) insertOrphan(topic string) uuid.UUID {
 	f.t.Helper()
 	id := uuid.Must(uuid.NewV7())
-	_, err := f.pool.Exec(context.Background(), `
-		INSERT INTO jobs (id, topic, status, attempts, max_attempts, locked_by, lease_until, started_at, submitted_at)
-		VALUES ($1, $2, 'RUNNING', 1, 3, 'gone-worker', now() - interval '1 minute', now() - interval '2 minutes', now() - interval '2 minutes')`, id, topic)
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO jobs (id, topic, max_attempts, submitted_at, next_run_at)
+			VALUES ($1, $2, 3, now() - interval '2 minutes', now() - interval '2 minutes')`, id, topic); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE jobs SET status = 'RUNNING', attempts = 1, locked_by = 'gone-worker',
+			       lease_until = now() - interval '1 minute', started_at = now() - interval '2 minutes'
+			WHERE id = $1`, id)
+		return err
+	})
 	require.NoError(f.t, err)
 	return id
 }

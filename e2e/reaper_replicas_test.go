@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -21,7 +22,7 @@ var reaperEnv = map[string]string{"PULSE_SWEEP_BATCH": "10", "PULSE_SWEEP_INTERV
 
 // TestReaperReplicasReapEachLapseOnce runs two, then three reaper processes
 // over the same expired leases: 300 RUNNING jobs, written straight into the
-// table, whose leases lapse at one instant while every replica sweeps in
+// table (born and claimed in one transaction), whose leases lapse at one instant while every replica sweeps in
 // small batches. Each lapse must be settled exactly once: attempts are not
 // touched by the reap, the history gains one "worker lease expired" entry
 // naming the worker, and the replicas' counters add up to the set.
@@ -45,11 +46,22 @@ func TestReaperReplicasReapEachLapseOnce(t *testing.T) {
 			}
 			topic := fmt.Sprintf("reap.replicas-%d", replicas)
 			// One job in ten is on its last attempt, so its lapse dead-letters it.
-			_, err := pool.Exec(ctx, `
-				INSERT INTO jobs (id, topic, status, attempts, max_attempts, locked_by, lease_until, started_at)
-				SELECT gen_random_uuid(), $1, 'RUNNING', 1, CASE WHEN i % 10 = 0 THEN 1 ELSE 5 END,
-				       'ghost-' || (i % 7), now() + interval '300 milliseconds', now()
-				FROM generate_series(1, $2::int) AS i`, topic, jobs)
+			// A job is born PENDING (migration 00005), so each is inserted and
+			// claimed by its ghost in one transaction: nothing sees it unclaimed.
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `
+					INSERT INTO jobs (id, topic, max_attempts)
+					SELECT gen_random_uuid(), $1, CASE WHEN i % 10 = 0 THEN 1 ELSE 5 END
+					FROM generate_series(1, $2::int) AS i`, topic, jobs); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `
+					UPDATE jobs AS j SET status = 'RUNNING', attempts = 1, locked_by = 'ghost-' || (n.i % 7),
+					       lease_until = now() + interval '300 milliseconds', started_at = now()
+					FROM (SELECT id, row_number() OVER () AS i FROM jobs WHERE topic = $1) AS n
+					WHERE j.id = n.id`, topic)
+				return err
+			})
 			require.NoError(t, err)
 			awaitReaped(t, ctx, pool, topic)
 			requireReapedOnce(t, ctx, pool, topic, jobs, 1)

@@ -28,6 +28,15 @@ const (
 	// every UPDATE of a job. Nothing needs it to be correct, so no service
 	// requires it.
 	VersionCheapTopicCheck int64 = 4
+	// VersionLifecycleGuards makes the schema guard a job's birth, life and
+	// death (ADR-0002, amended): born PENDING and fresh, identity immutable,
+	// error history append-only, finished jobs frozen but for a retry,
+	// locked_by set only by a claim, finite and ordered timestamps, a queued
+	// job always claimable, only finished jobs deleted. It repairs existing
+	// rows that break the new CHECKs first. This release's statements keep
+	// the rules with or without it, so no service requires it; a control-api
+	// older than it clears locked_by on retry, which it refuses.
+	VersionLifecycleGuards int64 = 5
 	// VersionWorkerPresence adds worker_presence (the connected workers, by
 	// topic and identity, refreshed by the gateways) and worker_topic_seen
 	// (when each topic last had a worker). Gateways write it and refuse a

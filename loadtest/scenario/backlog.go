@@ -69,7 +69,14 @@ func ClaimVsBacklog(ctx context.Context, databaseURL string, p BacklogParams) (R
 				cycles = append(cycles, time.Since(t0))
 			}
 		}
-		// Leave the table as we found it for the next size.
+		// Leave the table as we found it for the next size. Only a finished
+		// job may be deleted (migration 00005), so the rest of the backlog is
+		// canceled first.
+		if _, err := pool.Exec(ctx, `
+			UPDATE jobs SET status = 'CANCELED', finished_at = now(), lease_until = NULL
+			WHERE topic = $1 AND status IN ('PENDING', 'RETRYING', 'RUNNING')`, topic); err != nil {
+			return nil, nil, err
+		}
 		if _, err := pool.Exec(ctx, `DELETE FROM jobs WHERE topic = $1`, topic); err != nil {
 			return nil, nil, err
 		}

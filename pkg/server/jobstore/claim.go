@@ -36,6 +36,13 @@ type Claimed struct {
 // locked_by and lease_until change in one UPDATE, so a RUNNING row without
 // a lease cannot exist.
 //
+// started_at is never before submitted_at (jobs_timestamps_ordered,
+// migration 00005). now() is when the claim's transaction began, which can
+// precede the snapshot its UPDATE reads by the wait on the pause barrier:
+// a job submitted with a past run_at (a schedule's occurrence) and committed
+// during that wait would otherwise start before it was submitted, and the
+// schema would refuse the whole claim.
+//
 // The claim is also where pause is enforced (ADR-0007): it takes no job
 // while the global scope or the job's topic is paused in dispatch_control,
 // so once a Pause commits no claim on any gateway can start a job. Both
@@ -63,7 +70,7 @@ SET status      = 'RUNNING',
     attempts    = j.attempts + 1,
     locked_by   = ($3::text[])[slotted.slot],
     lease_until = now() + $4::interval,
-    started_at  = now()
+    started_at  = GREATEST(now(), j.submitted_at)
 FROM slotted
 WHERE j.id = slotted.id
 RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,

@@ -87,10 +87,48 @@ func scanJob(row rowScanner) (*Job, error) {
 		return nil, err
 	}
 	j.Status = Status(status)
-	if len(errs) > 0 {
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
-			return nil, err
-		}
-	}
+	j.Errors = decodeErrors(errs)
 	return &j, nil
+}
+
+// decodeErrors renders a job's error history without ever failing: the
+// schema admits any JSON array (jobs_errors_array, append-only), not just
+// the entries pulse writes, and a job must stay readable whatever was
+// appended to it by hand. An entry that is an object has each field that
+// fits decoded; if one does not fit (an attempt of 1.5, an "at" that is not
+// RFC 3339), or the entry is not an object, Error carries the entry's JSON
+// text, so nothing in the history goes unseen.
+func decodeErrors(b []byte) []AttemptError {
+	if len(b) == 0 {
+		return nil
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return []AttemptError{{Error: string(b)}}
+	}
+	out := make([]AttemptError, 0, len(entries))
+	for _, raw := range entries {
+		var e AttemptError
+		if json.Unmarshal(raw, &e) == nil {
+			out = append(out, e)
+			continue
+		}
+		e = AttemptError{}
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(raw, &fields) != nil {
+			out = append(out, AttemptError{Error: string(raw)})
+			continue
+		}
+		fits := true
+		for key, dst := range map[string]any{"attempt": &e.Attempt, "error": &e.Error, "worker": &e.Worker, "at": &e.At} {
+			if v, ok := fields[key]; ok && json.Unmarshal(v, dst) != nil {
+				fits = false
+			}
+		}
+		if !fits {
+			e.Error = string(raw)
+		}
+		out = append(out, e)
+	}
+	return out
 }

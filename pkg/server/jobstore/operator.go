@@ -11,21 +11,24 @@ import (
 )
 
 // cancelSQL ends a live job. A running attempt learns it on its next
-// heartbeat; its late report no longer matches status RUNNING.
+// heartbeat; its late report no longer matches status RUNNING. finished_at
+// is never before submitted_at (jobs_timestamps_ordered), even for a job
+// whose insert committed after this statement's clock was read.
 const cancelSQL = `
 UPDATE jobs
-SET status = 'CANCELED', finished_at = now(), lease_until = NULL
+SET status = 'CANCELED', finished_at = GREATEST(now(), submitted_at), lease_until = NULL
 WHERE id = $1 AND status IN ('PENDING', 'RETRYING', 'RUNNING')
 RETURNING ` + jobColumns
 
 // retrySQL gives a dead-lettered or canceled job a fresh attempt budget and
-// makes it claimable now. The error history stays. The NOTIFY wakes the
-// gateways as an insert would.
+// makes it claimable now. The error history stays, and so does locked_by
+// (the worker of the last attempt): the schema lets it change only in a
+// claim (migration 00005). The NOTIFY wakes the gateways as an insert would.
 const retrySQL = `
 WITH retried AS (
     UPDATE jobs
     SET status = 'PENDING', attempts = 0, finished_at = NULL,
-        lease_until = NULL, locked_by = NULL, next_run_at = now()
+        lease_until = NULL, next_run_at = now()
     WHERE id = $1 AND status IN ('DEAD_LETTERED', 'CANCELED')
     RETURNING ` + jobColumns + `
 ), notified AS (

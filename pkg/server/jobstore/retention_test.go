@@ -10,22 +10,23 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 )
 
-// insertFinished writes a terminal row that finished ago before now. It
-// inserts directly because a COMPLETED row is final: not even its
-// finished_at may be backdated by UPDATE.
+// insertFinished builds a terminal row that finished ago before now. A
+// finished row is frozen (migration 00005), so the job is born backdated and
+// every step of its life carries its own past time.
 func insertFinished(t *testing.T, pool *pgxpool.Pool, status jobstore.Status, ago time.Duration) uuid.UUID {
 	t.Helper()
 	require.True(t, status.Terminal())
-	id := uuid.Must(uuid.NewV7())
-	_, err := pool.Exec(ctx, `
-		INSERT INTO jobs (id, topic, status, attempts, max_attempts, submitted_at, next_run_at, finished_at)
-		VALUES ($1, 'test.topic', $2, 1, 3, now() - make_interval(secs => $3) - interval '1 minute',
-		        now() - make_interval(secs => $3) - interval '1 minute', now() - make_interval(secs => $3))`,
-		id, string(status), ago.Seconds())
-	require.NoError(t, err)
-	return id
+	finished := time.Now().Add(-ago)
+	return jobstoretest.MustCreate(t, pool, jobstoretest.Spec{
+		Status:      status,
+		Attempts:    1,
+		SubmittedAt: finished.Add(-time.Minute),
+		StartedAt:   finished.Add(-30 * time.Second),
+		FinishedAt:  finished,
+	})
 }
 
 func remaining(t *testing.T, pool *pgxpool.Pool) map[uuid.UUID]bool {

@@ -32,8 +32,10 @@ func New(pool *pgxpool.Pool) *Store {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // interpretError is the one boundary where database errors become pulse's
-// typed errors: no rows → not found, the transition trigger and CHECK
-// constraints → invalid transition, connection trouble → unavailable.
+// typed errors: no rows → not found, the lifecycle rules (the transition
+// trigger and the other guards, lifecycleRules) → invalid transition, the
+// other CHECK constraints → invalid argument naming the field, connection
+// trouble → unavailable.
 func interpretError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -48,7 +50,7 @@ func interpretError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
-		case pgErr.Code == "23514" && (pgErr.ConstraintName == "jobs_status_transition" || pgErr.ConstraintName == "jobs_attempts_fence"):
+		case pgErr.Code == "23514" && lifecycleRules[pgErr.ConstraintName]:
 			return withCause(apierr.InvalidTransition("%s: %s", op, pgErr.Message), pgErr)
 		case pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_idempotency_key_live_idx":
 			return withCause(apierr.InvalidTransition("%s: another live job holds this idempotency key", op), pgErr)
@@ -106,6 +108,22 @@ func withCause(typed error, cause *pgconn.PgError) error {
 func (e *causedError) Error() string   { return e.typed.Error() }
 func (e *causedError) Unwrap() []error { return []error{e.typed, e.cause} }
 
+// lifecycleRules are the schema's rules about a job's life rather than
+// the shape of a value (migrations 00001 and 00005, ADR-0002): breaking
+// one is an invalid transition, not an invalid argument.
+var lifecycleRules = map[string]bool{
+	"jobs_status_transition":     true, // the status table; COMPLETED is final
+	"jobs_attempts_fence":        true, // a claim adds one, a retry resets to 0
+	"jobs_terminal_frozen":       true, // DEAD_LETTERED and CANCELED change only by a retry
+	"jobs_born_pending":          true, // an INSERT makes a fresh PENDING job
+	"jobs_identity_immutable":    true, // id, topic, args, submitted_at, idempotency_key, schedule_id
+	"jobs_errors_append_only":    true, // the error history only grows
+	"jobs_locked_by_claim_only":  true, // locked_by changes only in a claim
+	"jobs_timestamps_not_future": true, // started_at, finished_at not ahead of the clock
+	"jobs_timestamps_ordered":    true, // nothing starts or finishes before it was submitted
+	"jobs_delete_terminal_only":  true, // only a finished job is deleted
+}
+
 func constraintField(name string) string {
 	switch name {
 	case "jobs_topic_format":
@@ -114,8 +132,12 @@ func constraintField(name string) string {
 		return "args"
 	case "jobs_priority_range":
 		return "priority"
-	case "jobs_max_attempts_range", "jobs_attempts_within_max":
+	case "jobs_max_attempts_range", "jobs_attempts_within_max", "jobs_queued_has_attempts_left":
 		return "max_attempts"
+	case "jobs_timestamps_finite":
+		return "run_at" // the one timestamp a caller gives (next_run_at)
+	case "jobs_locked_by_not_empty":
+		return "worker_id"
 	case "jobs_idempotency_key_length":
 		return "idempotency_key"
 	case "dispatch_control_scope_format":
