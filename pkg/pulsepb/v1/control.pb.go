@@ -34,6 +34,8 @@ const (
 	JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF JobWaitReason = 3
 	// Due, behind `ahead` jobs of its topic.
 	JobWaitReason_JOB_WAIT_REASON_QUEUED JobWaitReason = 4
+	// Due, but no connected worker serves its topic; see worker_last_seen.
+	JobWaitReason_JOB_WAIT_REASON_NO_WORKER JobWaitReason = 5
 )
 
 // Enum value maps for JobWaitReason.
@@ -44,6 +46,7 @@ var (
 		2: "JOB_WAIT_REASON_SCHEDULED",
 		3: "JOB_WAIT_REASON_RETRY_BACKOFF",
 		4: "JOB_WAIT_REASON_QUEUED",
+		5: "JOB_WAIT_REASON_NO_WORKER",
 	}
 	JobWaitReason_value = map[string]int32{
 		"JOB_WAIT_REASON_UNSPECIFIED":   0,
@@ -51,6 +54,7 @@ var (
 		"JOB_WAIT_REASON_SCHEDULED":     2,
 		"JOB_WAIT_REASON_RETRY_BACKOFF": 3,
 		"JOB_WAIT_REASON_QUEUED":        4,
+		"JOB_WAIT_REASON_NO_WORKER":     5,
 	}
 )
 
@@ -423,9 +427,13 @@ type JobWait struct {
 	// equal priority and submitted earlier.
 	Ahead int64 `protobuf:"varint,4,opt,name=ahead,proto3" json:"ahead,omitempty"`
 	// The count stopped at its bound: at least `ahead` jobs are ahead.
-	AheadAtLeast  bool `protobuf:"varint,5,opt,name=ahead_at_least,json=aheadAtLeast,proto3" json:"ahead_at_least,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AheadAtLeast bool `protobuf:"varint,5,opt,name=ahead_at_least,json=aheadAtLeast,proto3" json:"ahead_at_least,omitempty"`
+	// For JOB_WAIT_REASON_NO_WORKER: when a connected worker last served the
+	// job's topic; unset when none ever did (as far as worker presence
+	// remembers).
+	WorkerLastSeen *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=worker_last_seen,json=workerLastSeen,proto3" json:"worker_last_seen,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobWait) Reset() {
@@ -491,6 +499,13 @@ func (x *JobWait) GetAheadAtLeast() bool {
 		return x.AheadAtLeast
 	}
 	return false
+}
+
+func (x *JobWait) GetWorkerLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WorkerLastSeen
+	}
+	return nil
 }
 
 type ListJobsRequest struct {
@@ -811,14 +826,15 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"X\n" +
 	"\x0eGetJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12%\n" +
-	"\x04wait\x18\x02 \x01(\v2\x11.pulse.v1.JobWaitR\x04wait\"\xe4\x01\n" +
+	"\x04wait\x18\x02 \x01(\v2\x11.pulse.v1.JobWaitR\x04wait\"\xaa\x02\n" +
 	"\aJobWait\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.pulse.v1.JobWaitReasonR\x06reason\x121\n" +
 	"\tpaused_by\x18\x02 \x01(\v2\x14.pulse.v1.ScopeStateR\bpausedBy\x129\n" +
 	"\n" +
 	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x14\n" +
 	"\x05ahead\x18\x04 \x01(\x03R\x05ahead\x12$\n" +
-	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\"\x89\x01\n" +
+	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\x12D\n" +
+	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\x89\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x14\n" +
@@ -835,13 +851,14 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x0fRetryJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x10RetryJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job*\xaa\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job*\xc9\x01\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n" +
 	"\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n" +
-	"\x16JOB_WAIT_REASON_QUEUED\x10\x042\xa8\x03\n" +
+	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
+	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x052\xa8\x03\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +
@@ -897,27 +914,28 @@ var file_pulse_v1_control_proto_depIdxs = []int32{
 	0,  // 6: pulse.v1.JobWait.reason:type_name -> pulse.v1.JobWaitReason
 	17, // 7: pulse.v1.JobWait.paused_by:type_name -> pulse.v1.ScopeState
 	18, // 8: pulse.v1.JobWait.not_before:type_name -> google.protobuf.Timestamp
-	19, // 9: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
-	16, // 10: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
-	16, // 11: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
-	16, // 12: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
-	1,  // 13: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
-	4,  // 14: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
-	6,  // 15: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
-	9,  // 16: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
-	11, // 17: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
-	13, // 18: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
-	3,  // 19: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
-	5,  // 20: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
-	7,  // 21: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
-	10, // 22: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
-	12, // 23: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
-	14, // 24: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 9: pulse.v1.JobWait.worker_last_seen:type_name -> google.protobuf.Timestamp
+	19, // 10: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
+	16, // 11: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
+	16, // 12: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
+	16, // 13: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
+	1,  // 14: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
+	4,  // 15: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
+	6,  // 16: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
+	9,  // 17: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
+	11, // 18: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
+	13, // 19: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
+	3,  // 20: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
+	5,  // 21: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
+	7,  // 22: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
+	10, // 23: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
+	12, // 24: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
+	14, // 25: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_control_proto_init() }
