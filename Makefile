@@ -16,6 +16,24 @@ dev: ## run the whole fleet locally without Docker (throwaway Postgres, 2 gatewa
 test: ## run every test against real Postgres (installs the server binaries if missing)
 	scripts/test.sh
 
+# FUZZTIME is how long make fuzz runs each fuzz target.
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target of the repo for FUZZTIME each (default 30s), against real Postgres like make test
+	@pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' $(MODULES) | \
+		while read -r pkg dir files; do \
+			for f in $$files; do grep -q '^func Fuzz' "$$dir/$$f" && { echo "$$pkg"; break; }; done; \
+		done); \
+	failed=""; \
+	for pkg in $$pkgs; do \
+		for target in $$(go test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" || failed="$$failed $$pkg.$$target"; \
+		done; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets that failed (inputs saved under testdata/fuzz):$$failed"; exit 1; fi
+
 .PHONY: build
 build: ## build every service binary into bin/
 	@mkdir -p bin
