@@ -40,11 +40,12 @@ type job struct {
 	IdempotencyKey string          `json:"idempotency_key"`
 	Traceparent    string          `json:"traceparent"`
 	Waiting        *struct {
-		Reason       string     `json:"reason"`
-		PausedBy     *scope     `json:"paused_by"`
-		NotBefore    *time.Time `json:"not_before"`
-		Ahead        int64      `json:"ahead"`
-		AheadAtLeast bool       `json:"ahead_at_least"`
+		Reason         string     `json:"reason"`
+		PausedBy       *scope     `json:"paused_by"`
+		NotBefore      *time.Time `json:"not_before"`
+		Ahead          int64      `json:"ahead"`
+		AheadAtLeast   bool       `json:"ahead_at_least"`
+		WorkerLastSeen *time.Time `json:"worker_last_seen"`
 	} `json:"waiting"`
 }
 
@@ -173,6 +174,12 @@ func printJob(w io.Writer, j job) {
 				more = " at least"
 			}
 			why = fmt.Sprintf("queued behind%s %d job(s) of its topic", more, wt.Ahead)
+		case "no_worker":
+			if wt.WorkerLastSeen == nil {
+				why = "no worker serves its topic, and none ever has"
+			} else {
+				why = "no worker serves its topic; one was last connected at " + ts(wt.WorkerLastSeen)
+			}
 		}
 		fmt.Fprintf(w, "Waiting:\t%s\n", why)
 	}

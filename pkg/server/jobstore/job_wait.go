@@ -18,12 +18,15 @@ const (
 	WaitScheduled WaitReason = "scheduled"
 	// WaitRetryBackoff: a RETRYING job waiting out its backoff.
 	WaitRetryBackoff WaitReason = "retry_backoff"
+	// WaitNoWorker: due, but no connected worker serves its topic
+	// (worker_presence); WorkerLastSeen says when one last did.
+	WaitNoWorker WaitReason = "no_worker"
 	// WaitQueued: due and dispatchable, behind Ahead jobs of its topic.
 	WaitQueued WaitReason = "queued"
 )
 
-// WaitAheadScanLimit bounds the rows the "ahead" count reads per priority
-// band, so explaining one job never walks an unbounded backlog.
+// WaitAheadScanLimit bounds the "ahead" count: it counts at most this many
+// jobs of the job's topic per priority band (higher, and equal but older).
 const WaitAheadScanLimit = 100000
 
 // JobWait explains why a PENDING or RETRYING job is not running.
@@ -36,27 +39,39 @@ type JobWait struct {
 	// Ahead counts the due jobs of its topic the claim takes before it:
 	// higher priority, or equal priority and submitted earlier.
 	Ahead int64
-	// AheadAtLeast says the count stopped at its scan bound: at least
-	// Ahead jobs are ahead.
+	// AheadAtLeast says the count stopped at its bound: at least Ahead
+	// jobs are ahead.
 	AheadAtLeast bool
+	// WorkerLastSeen is, for Reason no_worker, when a worker serving the
+	// topic was last connected; nil when none ever was.
+	WorkerLastSeen *time.Time
 }
 
 // jobAheadSQL counts the due jobs of topic $1 that precede a job of
 // priority $2 submitted at ($3, $4) in claim order. Each branch is a range
 // of jobs_claim_idx (priority above; same priority and earlier), walked in
-// order and cut at $5 rows, so the cost is bounded whatever the backlog.
+// order; the topic filter is inside each branch, so its LIMIT bounds jobs
+// of this topic, never jobs of others. A branch that reaches its bound
+// makes the count a lower bound. The walk skips other topics' jobs in the
+// range as it goes (jobs_claim_idx does not hold the topic), so its cost
+// grows with the due jobs of every topic ahead of this one, like the
+// status counts (docs/pause.md), while the count stays exact up to $5 per
+// band.
 const jobAheadSQL = `
-WITH ahead AS (
-    (SELECT topic FROM jobs
-     WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now() AND priority > $2
-     ORDER BY priority DESC, submitted_at, id LIMIT $5)
-    UNION ALL
-    (SELECT topic FROM jobs
-     WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now()
-       AND priority = $2 AND (submitted_at, id) < ($3, $4)
-     ORDER BY priority DESC, submitted_at, id LIMIT $5)
+WITH higher AS (
+    SELECT 1 FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now() AND priority > $2
+      AND topic = $1
+    ORDER BY priority DESC, submitted_at, id LIMIT $5
+), earlier AS (
+    SELECT 1 FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now()
+      AND priority = $2 AND (submitted_at, id) < ($3, $4)
+      AND topic = $1
+    ORDER BY priority DESC, submitted_at, id LIMIT $5
 )
-SELECT now(), count(*) FILTER (WHERE topic = $1), count(*) >= $5 FROM ahead`
+SELECT now(), h.n + e.n, h.n >= $5 OR e.n >= $5
+FROM (SELECT count(*) AS n FROM higher) AS h, (SELECT count(*) AS n FROM earlier) AS e`
 
 // ExplainWait says why job is not running; nil for a job that is running
 // or finished.
@@ -88,7 +103,15 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 	case w.NotBefore != nil:
 		w.Reason = WaitScheduled
 	default:
-		w.Reason = WaitQueued
+		served, lastSeen, err := s.TopicPresence(ctx, job.Topic)
+		if err != nil {
+			return nil, err
+		}
+		if served {
+			w.Reason = WaitQueued
+		} else {
+			w.Reason, w.WorkerLastSeen = WaitNoWorker, lastSeen
+		}
 	}
 	return w, nil
 }

@@ -13,6 +13,7 @@ var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
 	jobstore.WaitScheduled:    pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED,
 	jobstore.WaitRetryBackoff: pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF,
 	jobstore.WaitQueued:       pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
+	jobstore.WaitNoWorker:     pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
 }
 
 // WaitToWire converts why a job is not running; nil stays nil.
@@ -26,6 +27,9 @@ func WaitToWire(w *jobstore.JobWait) *pulsev1.JobWait {
 	}
 	if w.NotBefore != nil {
 		out.NotBefore = timestamppb.New(*w.NotBefore)
+	}
+	if w.WorkerLastSeen != nil {
+		out.WorkerLastSeen = timestamppb.New(*w.WorkerLastSeen)
 	}
 	return out
 }

@@ -40,8 +40,9 @@ const Service = "control-api"
 // Version is stamped at build time (-ldflags "-X ...app.Version=v1.2.3").
 var Version = "dev"
 
-// MinSchemaVersion is the oldest schema control-api runs on.
-const MinSchemaVersion = migrations.VersionSchedules
+// MinSchemaVersion is the oldest schema control-api runs on: explaining a
+// waiting job reads worker_presence.
+const MinSchemaVersion = migrations.VersionWorkerPresence
 
 // Run serves control-api until ctx is done, then shuts down gracefully
 // within cfg.ShutdownTimeout.

@@ -251,11 +251,31 @@ func TestDispatchRoutes(t *testing.T) {
 		require.NotNil(t, got.Waiting.PausedBy.Until)
 
 		b.control(t, "/v1/dispatch/resume", `{"topic":"mail"}`, "alice")
+		r = b.do(t, http.MethodGet, "/v1/jobs/"+ins[1].ID.String(), "")
+		require.Contains(t, string(r.body), `"reason":"no_worker"`)
+		require.Contains(t, string(r.body), `"worker_last_seen":null`, "no worker ever served mail")
+
+		at, err := b.Store.OpenPresence(context.Background(), "gw-test", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"mail"}}, time.Minute)
+		require.NoError(t, err)
 		got = waiting{}
-		b.do(t, http.MethodGet, "/v1/jobs/"+ins[1].ID.String(), "").decode(t, &got)
+		r = b.do(t, http.MethodGet, "/v1/jobs/"+ins[1].ID.String(), "")
+		require.NotContains(t, string(r.body), "worker_last_seen", "only no_worker carries it")
+		r.decode(t, &got)
 		require.Equal(t, "queued", got.Waiting.Reason)
 		require.EqualValues(t, 1, got.Waiting.Ahead, "the earlier job of the same priority goes first")
 		require.Nil(t, got.Waiting.PausedBy)
+
+		require.NoError(t, b.Store.LeavePresence(context.Background(), []jobstore.Left{{WorkerID: "w1", ConnectedAt: at}}))
+		var left struct {
+			Waiting struct {
+				Reason         string     `json:"reason"`
+				WorkerLastSeen *time.Time `json:"worker_last_seen"`
+			} `json:"waiting"`
+		}
+		b.do(t, http.MethodGet, "/v1/jobs/"+ins[1].ID.String(), "").decode(t, &left)
+		require.Equal(t, "no_worker", left.Waiting.Reason)
+		require.NotNil(t, left.Waiting.WorkerLastSeen)
+		require.WithinDuration(t, time.Now(), *left.Waiting.WorkerLastSeen, time.Minute)
 	})
 
 	t.Run("EventsPageNewestFirst", func(t *testing.T) {

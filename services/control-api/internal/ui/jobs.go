@@ -217,6 +217,12 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Waiting out its retry backoff until %s (%s).", absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER:
+		t := api.TimeFromWire(wait.GetWorkerLastSeen())
+		if t == nil {
+			return "Due, but no connected worker serves topic " + topic + ", and none ever has: start a worker that handles " + topic + "."
+		}
+		return fmt.Sprintf("Due, but no connected worker serves topic %s; one was last connected at %s (%s).", topic, absTime(t), relTime(t, now))
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED:
 		ahead := strconv.FormatInt(wait.GetAhead(), 10)
 		if wait.GetAheadAtLeast() {
