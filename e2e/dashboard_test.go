@@ -173,7 +173,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	op.submit(chromedp.Click(chromedp.CSS(`#job-filter button`)))
 	require.Equal(t, 1, op.count(`#job-table tr[data-job]`))
 	op.submit(chromedp.Click(chromedp.CSS(`#job-table a[href="/ui/jobs/` + idle.ID + `"]`)))
-	require.Contains(t, op.text("#waiting"), "Due and first in line")
+	require.Contains(t, op.text("#waiting"), "no connected worker serves topic ui.idle")
 	require.Contains(t, op.text("#args"), `"report": "weekly"`)
 	shots.take(op, "job")
 	op.submit(chromedp.Click(chromedp.ID("cancel-button")))
