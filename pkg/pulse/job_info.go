@@ -24,7 +24,9 @@ type JobInfo struct {
 	MaxAttempts int
 	// Errors is the per-attempt failure history, oldest first.
 	Errors []AttemptError
-	// LockedBy is the worker id holding the lease while RUNNING.
+	// LockedBy holds the lease while RUNNING: the worker id, or, with
+	// authentication on, "<credential name>/<worker id>" (the identity the
+	// worker authenticated as; only it can heartbeat or report the job).
 	LockedBy       string
 	LeaseUntil     time.Time
 	NextRunAt      time.Time
@@ -40,8 +42,9 @@ type JobInfo struct {
 type AttemptError struct {
 	Attempt int
 	Error   string
-	Worker  string
-	At      time.Time
+	// Worker held the attempt's lease, spelled as LockedBy.
+	Worker string
+	At     time.Time
 }
 
 const statusPrefix = "JOB_STATUS_"
