@@ -39,6 +39,10 @@ build: ## build every service binary into bin/
 	@mkdir -p bin
 	@for s in control-api dispatch-gateway reaper scheduler; do go build -o bin/$$s ./services/$$s || exit 1; done
 
+.PHONY: compose-test
+compose-test: ## run docker-compose.yml for real: build the images, 3 gateways, jobs, pause, kill, scale, down -v (installs Docker if missing)
+	scripts/compose-test.sh
+
 .PHONY: bench
 bench: ## run the end-to-end load test against a throwaway local fleet (see docs/benchmarks.md)
 	@scripts/ensure-postgres.sh

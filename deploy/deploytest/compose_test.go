@@ -161,15 +161,45 @@ func TestCompose(t *testing.T) {
 		require.NotEmpty(t, proxy.Ports[0].Published)
 		var conf string
 		for _, v := range proxy.Volumes {
-			if strings.HasPrefix(v.Target, "/etc/nginx/") {
+			if v.Target == "/usr/local/etc/haproxy/haproxy.cfg" {
 				b, err := os.ReadFile(v.Source)
 				require.NoError(t, err)
 				conf = string(b)
 			}
 		}
-		require.Contains(t, conf, "server dispatch-gateway:"+gwPort+" resolve;", "the proxy re-resolves the gateway service, so scaled replicas join")
-		require.Contains(t, conf, "grpc_pass grpc://")
-		require.Regexp(t, `listen\s+`+strconv.Itoa(int(proxy.Ports[0].Target))+`;`, conf, "nginx listens on the published target port")
+		require.NotEmpty(t, conf, "gateway-proxy mounts its haproxy.cfg where the haproxy image reads it")
+		require.Regexp(t, `(?m)^\s*server-template \S+ \S+ dispatch-gateway:`+gwPort+` .*\bproto h2\b.*\bresolvers docker\b`, conf,
+			"the proxy fills its servers from DNS, speaking HTTP/2 (gRPC) to them, so scaled replicas join")
+		require.Regexp(t, `(?m)^resolvers docker\n\s+nameserver \S+ 127\.0\.0\.11:53$`, conf, "the proxy asks Docker's DNS")
+		require.Regexp(t, `(?m)^\s*bind :`+strconv.Itoa(int(proxy.Ports[0].Target))+` proto h2$`, conf, "the proxy accepts gRPC (h2c) on the published target port")
+		require.Equal(t, "127.0.0.1", proxy.Ports[0].HostIP, "the proxy is published on loopback only")
+	})
+
+	t.Run("PortsArePublishedOnLoopbackOnly", func(t *testing.T) {
+		for _, s := range p.Services {
+			for _, port := range s.Ports {
+				require.Equal(t, "127.0.0.1", port.HostIP, "%s publishes %d on every interface; the fleet is open (no credentials) and meant for this machine", s.Name, port.Target)
+			}
+		}
+	})
+
+	t.Run("BaseImagesDefaultUpstream", func(t *testing.T) {
+		// The build arguments compose passes default to the Dockerfile's
+		// own ARG defaults, so `docker compose build` and `docker build`
+		// use the same images unless PULSE_GO_IMAGE / PULSE_RUNTIME_IMAGE
+		// say otherwise.
+		for name := range pulseServices {
+			args := service(t, p, name).Build.Args
+			for arg, def := range df.args {
+				require.NotNil(t, args[arg], "%s passes build argument %s", name, arg)
+				require.Equal(t, def, *args[arg], "%s's %s defaults to the Dockerfile's", name, arg)
+			}
+		}
+		for _, s := range p.Services {
+			if s.Build == nil {
+				require.NotContains(t, s.Image, "pulse-local/", "%s defaults to an upstream image, not a local stand-in", s.Name)
+			}
+		}
 	})
 
 	t.Run("StartOrderFollowsTheMigrateStep", func(t *testing.T) {
