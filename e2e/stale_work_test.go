@@ -49,6 +49,11 @@ func TestAStalledWorkerNeverStartsExpiredWork(t *testing.T) {
 		recoveryTimeout, 20*time.Millisecond, "the worker never ran a first job")
 	require.Eventually(t, func() bool { return mustReadJob(t, ctx, pool, first.ID).Status == "COMPLETED" },
 		recoveryTimeout, 20*time.Millisecond)
+	// The slot comes back to the gateway once the report settled: freeze
+	// only when the gateway counts every slot free again.
+	admin := f.AdminURLs["dispatch-gateway-1"]
+	require.Eventually(t, func() bool { return mustScrapeSum(t, ctx, admin, "pulse_gateway_free_slots", "") == slots },
+		recoveryTimeout, 20*time.Millisecond, "the gateway never had the worker's slots back")
 
 	require.NoError(t, frozen.Signal(syscall.SIGSTOP))
 	stoppedAt := time.Now()
@@ -60,9 +65,13 @@ func TestAStalledWorkerNeverStartsExpiredWork(t *testing.T) {
 		ids[i] = sub.ID
 	}
 	// The gateway feeds the frozen worker only what its credits allow.
-	require.Eventually(t, func() bool { return countWhere(t, ctx, pool, `topic = $1 AND locked_by = $2 AND status = 'RUNNING'`, topic, frozen.ID) == slots },
+	require.Eventually(t, func() bool {
+		return countWhere(t, ctx, pool, `topic = $1 AND locked_by = $2 AND status = 'RUNNING'`, topic, frozen.ID) == slots
+	},
 		recoveryTimeout, 20*time.Millisecond, "the gateway never claimed for the frozen worker's free slots")
-	require.Never(t, func() bool { return countWhere(t, ctx, pool, `topic = $1 AND locked_by = $2 AND status = 'RUNNING'`, topic, frozen.ID) > slots },
+	require.Never(t, func() bool {
+		return countWhere(t, ctx, pool, `topic = $1 AND locked_by = $2 AND status = 'RUNNING'`, topic, frozen.ID) > slots
+	},
 		time.Second, 50*time.Millisecond, "the gateway claimed more than the frozen worker's free slots")
 	require.EqualValues(t, n-slots, countWhere(t, ctx, pool, `topic = $1 AND status = 'PENDING'`, topic))
 
