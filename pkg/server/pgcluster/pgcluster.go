@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -231,6 +232,7 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	closeInheritedOnExec()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Dir = c.root
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
@@ -239,6 +241,25 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte,
 	}
 	return cmd.CombinedOutput()
 }
+
+// closeInheritedOnExec marks, once, every descriptor this process
+// inherited (fd 3 and up) close-on-exec. Go opens its own descriptors
+// close-on-exec, but an inherited one is not, so pg_ctl would hand it to the
+// postmaster, which outlives the process. A fuzzing worker inherits its pipes
+// to the fuzzing coordinator that way (fds 3 and 4): the coordinator then
+// waits forever for their EOF after the worker exits, and `go test -fuzz`
+// of a target using pgtest never ends.
+var closeInheritedOnExec = sync.OnceFunc(func() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return // not Linux: nothing known to inherit
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+})
 
 func postgresCredential() (*syscall.Credential, error) {
 	for _, name := range []string{"postgres", "nobody"} {
