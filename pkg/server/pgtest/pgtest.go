@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -87,12 +88,30 @@ func setup(tb testing.TB) {
 				return
 			}
 			serverURL = cluster.URL("postgres")
+			shareWithFuzzWorkers(serverURL)
 		}
 		tmplName, startErr = ensureTemplate(ctx)
 	})
 	if startErr != nil {
 		tb.Fatalf("pgtest: %v", startErr)
 	}
+}
+
+// shareWithFuzzWorkers hands a fuzz coordinator's cluster to the worker
+// processes it is about to start (they inherit its environment), instead
+// of each worker starting its own. Besides startup time, it matters for
+// shutdown: a worker inherits the fuzzing pipes without close-on-exec and
+// would pass them on to its postgres, and a worker stopped before its
+// TestMain could stop that postgres (as the coordinator does when -fuzztime
+// runs out while workers still start) left the coordinator waiting forever
+// for the pipe to close. The coordinator stops the cluster after its
+// workers have exited.
+func shareWithFuzzWorkers(url string) {
+	fuzz, worker := flag.Lookup("test.fuzz"), flag.Lookup("test.fuzzworker")
+	if fuzz == nil || fuzz.Value.String() == "" || (worker != nil && worker.Value.String() == "true") {
+		return
+	}
+	_ = os.Setenv(EnvURL, url)
 }
 
 // ensureTemplate migrates a template database named after the migrations'
