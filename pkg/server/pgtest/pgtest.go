@@ -99,13 +99,11 @@ func setup(tb testing.TB) {
 
 // shareWithFuzzWorkers hands a fuzz coordinator's cluster to the worker
 // processes it is about to start (they inherit its environment), instead
-// of each worker starting its own. Besides startup time, it matters for
-// shutdown: a worker inherits the fuzzing pipes without close-on-exec and
-// would pass them on to its postgres, and a worker stopped before its
-// TestMain could stop that postgres (as the coordinator does when -fuzztime
-// runs out while workers still start) left the coordinator waiting forever
-// for the pipe to close. The coordinator stops the cluster after its
-// workers have exited.
+// of each worker starting its own: a cluster costs seconds on a busy
+// machine, long enough for a short -fuzztime to run out before a worker
+// fuzzes at all, and a worker the coordinator kills cannot stop the
+// cluster it started. The coordinator stops the cluster after its workers
+// have exited.
 func shareWithFuzzWorkers(url string) {
 	fuzz, worker := flag.Lookup("test.fuzz"), flag.Lookup("test.fuzzworker")
 	if fuzz == nil || fuzz.Value.String() == "" || (worker != nil && worker.Value.String() == "true") {
