@@ -15,9 +15,10 @@
 #   eval "$(scripts/local-images.sh)"
 #   docker compose up --build
 #
-# Grafana and Jaeger have no Debian package: there are no stand-ins for
-# them, so on an offline machine start the fleet without them (see
-# README.md). Progress goes to stderr, the export lines to stdout.
+# Grafana and Jaeger have no Debian package and no stand-in: the printed
+# COMPOSE_FILE adds deploy/docker/compose.local-images.yml, which leaves
+# them out (tracing off), so `docker compose up` runs everything else.
+# Progress goes to stderr, the export lines to stdout.
 #
 # Each image carries a label with a hash of its recipe and is rebuilt only
 # when the recipe changes (or with --rebuild); the Debian root file system
@@ -242,7 +243,11 @@ CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
 EOF
 build "$PROXY_IMAGE" "$d"
 
+# Grafana and Jaeger have no stand-in: COMPOSE_FILE adds the file that
+# leaves them out, and tracing is off (no collector to export to).
 cat <<EOF
+export COMPOSE_FILE=$PWD/docker-compose.yml:$PWD/deploy/docker/compose.local-images.yml
+export PULSE_OTLP_ENDPOINT=
 export PULSE_GO_IMAGE=$GO_IMAGE
 export PULSE_RUNTIME_IMAGE=$RUNTIME_IMAGE
 export PULSE_POSTGRES_IMAGE=$POSTGRES_IMAGE
