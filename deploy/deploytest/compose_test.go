@@ -242,6 +242,26 @@ func TestCompose(t *testing.T) {
 		}
 	})
 
+	t.Run("LocalImagesLeaveOutOnlyGrafanaAndJaeger", func(t *testing.T) {
+		// scripts/local-images.sh points COMPOSE_FILE at both files: every
+		// service runs on the stand-ins but the two that have none.
+		opts, err := cli.NewProjectOptions([]string{repoPath(t, "docker-compose.yml"), repoPath(t, "deploy/docker/compose.local-images.yml")},
+			cli.WithName("pulse"), cli.WithWorkingDirectory(root(t)), cli.WithEnv(nil))
+		require.NoError(t, err)
+		local, err := opts.LoadProject(context.Background())
+		require.NoError(t, err, "docker-compose.yml with compose.local-images.yml does not load")
+		var want []string
+		for _, name := range composeServices {
+			if name != "grafana" && name != "jaeger" {
+				want = append(want, name)
+			}
+		}
+		require.ElementsMatch(t, want, local.ServiceNames())
+		script, err := os.ReadFile(repoPath(t, "scripts/local-images.sh"))
+		require.NoError(t, err)
+		require.Contains(t, string(script), "export COMPOSE_FILE=$PWD/docker-compose.yml:$PWD/deploy/docker/compose.local-images.yml")
+	})
+
 	t.Run("GrafanaAllowsAnonymousViewers", func(t *testing.T) {
 		g := service(t, p, "grafana")
 		require.Equal(t, "true", envValue(g, "GF_AUTH_ANONYMOUS_ENABLED"))
