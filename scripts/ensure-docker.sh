@@ -30,7 +30,8 @@ if ! command -v dockerd >/dev/null 2>&1; then
   log "installing Debian's docker.io"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
+  apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null 2>&1 ||
+    die "apt-get install docker.io failed"
 fi
 command -v docker >/dev/null 2>&1 || die "no docker CLI on PATH"
 
@@ -67,8 +68,8 @@ build_plugin() {
     src="$work/src"
     cp -r "$dir" "$src"
     chmod -R u+w "$src"
-    (cd "$src" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$cached.tmp" "$pkg") ||
-      { rm -rf "$work"; die "building docker-$name failed"; }
+    (cd "$src" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$cached.tmp" "$pkg") \
+      >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; rm -rf "$work"; die "building docker-$name failed"; }
     rm -rf "$work"
     mv "$cached.tmp" "$cached"
     log "built docker-$name in $((SECONDS - started))s"
