@@ -43,7 +43,12 @@ const (
 	// worker id streaming under another identity; control-api reads it to
 	// explain a job nobody serves.
 	VersionWorkerPresence int64 = 6
+	// VersionJobTimeoutAndUniques adds jobs.timeout (how long one attempt
+	// may run, 1s..24h, carried on the assignment) and job_uniques (one job
+	// per topic and args per period, claimed in the statement that inserts
+	// the job). control-api writes both; gateways read the timeout.
+	VersionJobTimeoutAndUniques int64 = 8
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionWorkerPresence
+const Latest = VersionJobTimeoutAndUniques

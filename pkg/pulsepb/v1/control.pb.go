@@ -132,8 +132,9 @@ func (x *SubmitJobRequest) GetJob() *JobSpec {
 type SubmitResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// True when the idempotency key matched a live job: id is that job's and
-	// nothing new was enqueued.
+	// True when the idempotency key matched a live job, or the job is unique
+	// (unique_for) and a job with its topic and args holds the period: id is
+	// that job's and nothing new was enqueued.
 	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -556,17 +556,20 @@ func (x *Assignments) GetJobs() []*Assignment {
 // Assignment is a claimed job: by the time it is sent the row is RUNNING and
 // leased to the worker. job_id + attempt is the dedup key and the fence.
 type Assignment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Topic         string                 `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
-	Args          []byte                 `protobuf:"bytes,4,opt,name=args,proto3" json:"args,omitempty"`
-	Priority      int32                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	MaxAttempts   int32                  `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	SubmittedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
-	LeaseUntil    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
-	Traceparent   string                 `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string                 `protobuf:"bytes,10,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt     int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Topic       string                 `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	Args        []byte                 `protobuf:"bytes,4,opt,name=args,proto3" json:"args,omitempty"`
+	Priority    int32                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	MaxAttempts int32                  `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	LeaseUntil  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	Traceparent string                 `protobuf:"bytes,9,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string                 `protobuf:"bytes,10,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// How long the attempt may run, from when its handler starts; unset when
+	// the job has none (the worker's per-topic default applies, if any).
+	Timeout       *durationpb.Duration `protobuf:"bytes,11,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +672,13 @@ func (x *Assignment) GetTracestate() string {
 		return x.Tracestate
 	}
 	return ""
+}
+
+func (x *Assignment) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
 }
 
 // JobRef names one attempt of one job.
@@ -1196,7 +1206,7 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\tlease_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12H\n" +
 	"\x12heartbeat_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"7\n" +
 	"\vAssignments\x12(\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x14.pulse.v1.AssignmentR\x04jobs\"\xe4\x02\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x14.pulse.v1.AssignmentR\x04jobs\"\x99\x03\n" +
 	"\n" +
 	"Assignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1212,7 +1222,8 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\n" +
 	"tracestate\x18\n" +
 	" \x01(\tR\n" +
-	"tracestate\"9\n" +
+	"tracestate\x123\n" +
+	"\atimeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\atimeout\"9\n" +
 	"\x06JobRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\"U\n" +
@@ -1307,25 +1318,26 @@ var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	8,  // 8: pulse.v1.Assignments.jobs:type_name -> pulse.v1.Assignment
 	19, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
 	19, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
-	9,  // 11: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
-	12, // 12: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
-	5,  // 13: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
-	19, // 14: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
-	0,  // 15: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
-	13, // 16: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
-	16, // 17: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
-	20, // 18: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
-	1,  // 19: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
-	10, // 20: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
-	14, // 21: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
-	4,  // 22: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
-	11, // 23: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
-	15, // 24: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	18, // 11: pulse.v1.Assignment.timeout:type_name -> google.protobuf.Duration
+	9,  // 12: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
+	12, // 13: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
+	5,  // 14: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
+	19, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
+	0,  // 16: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
+	13, // 17: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
+	16, // 18: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
+	20, // 19: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
+	1,  // 20: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
+	10, // 21: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
+	14, // 22: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
+	4,  // 23: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
+	11, // 24: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
+	15, // 25: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
+	23, // [23:26] is the sub-list for method output_type
+	20, // [20:23] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_dispatch_proto_init() }

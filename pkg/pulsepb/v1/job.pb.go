@@ -9,6 +9,7 @@ package pulsev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -103,8 +104,18 @@ type JobSpec struct {
 	// Unique among live (PENDING, RUNNING, RETRYING) jobs; a second submit with
 	// the same key returns the existing job instead of enqueuing twice.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How long one attempt may run, 1s..24h; unset means no timeout (the
+	// worker's per-topic default applies, if it has one). The handler's
+	// context carries the deadline; an attempt that overruns it fails
+	// ("timed out after 30s") and is retried like any failure.
+	Timeout *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Makes the job unique by topic and args for this long, 1s..366d: while
+	// a job with the same topic and args (compared as canonical JSON)
+	// submitted less than unique_for ago exists, whatever its status, a
+	// submit returns that job as a duplicate. Unset means not unique.
+	UniqueFor     *durationpb.Duration `protobuf:"bytes,9,opt,name=unique_for,json=uniqueFor,proto3" json:"unique_for,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -184,6 +195,20 @@ func (x *JobSpec) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *JobSpec) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *JobSpec) GetUniqueFor() *durationpb.Duration {
+	if x != nil {
+		return x.UniqueFor
+	}
+	return nil
 }
 
 // AttemptError is one entry of a job's per-attempt error history.
@@ -275,8 +300,10 @@ type Job struct {
 	ScheduleId     string                 `protobuf:"bytes,15,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,16,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// W3C trace context of the span that submitted the job.
-	Traceparent   string `protobuf:"bytes,17,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string `protobuf:"bytes,18,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Traceparent string `protobuf:"bytes,17,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,18,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	// How long one attempt may run; unset when the job has no timeout.
+	Timeout       *durationpb.Duration `protobuf:"bytes,19,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,11 +464,18 @@ func (x *Job) GetTracestate() string {
 	return ""
 }
 
+func (x *Job) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -449,12 +483,15 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\fhas_priority\x18\x04 \x01(\bR\vhasPriority\x12!\n" +
 	"\fmax_attempts\x18\x05 \x01(\x05R\vmaxAttempts\x121\n" +
 	"\x06run_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12'\n" +
-	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\"\x82\x01\n" +
+	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x123\n" +
+	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
+	"\n" +
+	"unique_for\x18\t \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\"\x82\x01\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xd0\x05\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x85\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -480,7 +517,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\vtraceparent\x18\x11 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\x12 \x01(\tR\n" +
-	"tracestate*\xc1\x01\n" +
+	"tracestate\x123\n" +
+	"\atimeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\atimeout*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_STATUS_PENDING\x10\x01\x12\x16\n" +
@@ -510,22 +548,26 @@ var file_pulse_v1_job_proto_goTypes = []any{
 	(*AttemptError)(nil),          // 2: pulse.v1.AttemptError
 	(*Job)(nil),                   // 3: pulse.v1.Job
 	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
 }
 var file_pulse_v1_job_proto_depIdxs = []int32{
-	4, // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	4, // 1: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	0, // 2: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
-	2, // 3: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
-	4, // 4: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	4, // 5: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
-	4, // 6: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	4, // 7: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	4, // 8: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	4,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	5,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
+	5,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
+	4,  // 3: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	0,  // 4: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
+	2,  // 5: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
+	4,  // 6: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	4,  // 7: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
+	4,  // 8: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	4,  // 9: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	4,  // 10: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_job_proto_init() }

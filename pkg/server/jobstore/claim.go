@@ -23,6 +23,8 @@ type Claimed struct {
 	WorkerID    string
 	TraceParent string
 	TraceState  string
+	// Timeout bounds the attempt (jobs.timeout); zero: the job has none.
+	Timeout time.Duration
 }
 
 // claimSQL takes up to $2 claimable jobs of the given topics in dispatch
@@ -75,7 +77,8 @@ FROM slotted
 WHERE j.id = slotted.id
 RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
           j.submitted_at, j.lease_until, j.locked_by,
-          COALESCE(j.traceparent, ''), COALESCE(j.tracestate, '')`
+          COALESCE(j.traceparent, ''), COALESCE(j.tracestate, ''),
+          COALESCE((extract(epoch FROM j.timeout) * 1000000)::bigint, 0)`
 
 // claimPlanSQL is pinnedPlanSQL plus the claim's side of the pause
 // barrier: a shared advisory lock on PauseBarrierKey, held until the claim
@@ -105,10 +108,12 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	out := make([]Claimed, 0, len(slots))
 	err := s.queryPinnedAs(ctx, claimPlanSQL, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
+		var timeoutMicros int64
 		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
-			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState); err != nil {
+			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState, &timeoutMicros); err != nil {
 			return err
 		}
+		c.Timeout = time.Duration(timeoutMicros) * time.Microsecond
 		out = append(out, c)
 		return nil
 	})

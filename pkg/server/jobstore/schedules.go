@@ -294,14 +294,7 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, plan func
 		f := plan(sc)
 		fired := Fired{Schedule: sc, Fire: f}
 		if !f.Skip {
-			j := f.Job
-			var runAt *time.Time
-			if !j.RunAt.IsZero() {
-				runAt = &j.RunAt
-			}
-			tag, err := tx.Exec(ctx, insertSQL, []uuid.UUID{j.ID}, []string{j.Topic}, []string{string(j.Args)},
-				[]int16{j.Priority}, []int32{j.MaxAttempts}, []*time.Time{runAt}, []string{j.IdempotencyKey},
-				[]*uuid.UUID{j.ScheduleID}, []string{j.TraceParent}, []string{j.TraceState})
+			tag, err := tx.Exec(ctx, insertSQL, insertParams([]NewJob{f.Job})...)
 			if err != nil {
 				return nil, interpretError("fire schedule "+sc.Name, err)
 			}

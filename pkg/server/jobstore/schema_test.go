@@ -519,7 +519,7 @@ func TestSchemaTimestamps(t *testing.T) {
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Topic: "late.submit", SubmittedAt: time.Now().Add(2 * time.Second), RunAt: time.Now().Add(-time.Hour)})
 		var started, submitted time.Time
 		claimSQL := strings.Replace(jobstore.ClaimSQL, "RETURNING", "RETURNING j.started_at, j.submitted_at,", 1)
-		var rest [11]any
+		var rest [12]any
 		dest := []any{&started, &submitted}
 		for i := range rest {
 			dest = append(dest, &rest[i])
@@ -540,7 +540,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 		{"DeletingAPendingJobIsRefused", pendingJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
 		{"DeletingARunningJobIsRefused", runningJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
 		{"DeletingARetryingJobIsRefused", retryingJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
-		{"TruncatingWhileAJobIsLiveIsRefused", pendingJob, `TRUNCATE jobs`, "jobs_delete_terminal_only"},
+		{"TruncatingWhileAJobIsLiveIsRefused", pendingJob, `TRUNCATE jobs, job_uniques`, "jobs_delete_terminal_only"},
 	})
 	runPasses(t, pool, []refusal{
 		{"DeletingACompletedJobPasses", doneJob, `DELETE FROM jobs WHERE id = $1`, ""},
@@ -581,7 +581,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 		pool := pgtest.Pool(t)
 		jobstoretest.MustCreate(t, pool, doneJob)
 		jobstoretest.MustCreate(t, pool, canceledJob)
-		_, err := pool.Exec(ctx, `TRUNCATE jobs`)
+		_, err := pool.Exec(ctx, `TRUNCATE jobs, job_uniques`)
 		require.NoError(t, err)
 		require.Empty(t, remaining(t, pool))
 	})
@@ -687,7 +687,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	// jobs_guard_truncate, which returns without refusing.
 	_, err = store.Cancel(ctx, jobs[2].ID)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `TRUNCATE jobs`)
+	_, err = pool.Exec(ctx, `TRUNCATE jobs, job_uniques`)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, guardCalls())
 }

@@ -52,6 +52,11 @@ func interpretError(op string, err error) error {
 		switch {
 		case pgErr.Code == "23514" && lifecycleRules[pgErr.ConstraintName]:
 			return withCause(apierr.InvalidTransition("%s: %s", op, pgErr.Message), pgErr)
+		case pgErr.Code == "23503" && pgErr.ConstraintName == "job_uniques_job_id_fkey":
+			// A unique job lost its idempotency key to a submit that
+			// committed during its insert, again and again (insertRows
+			// retries): nothing was written; the caller may retry.
+			return apierr.Unavailable(op+": a concurrent submit took this job's idempotency key; retry", err)
 		case pgErr.Code == "23505" && pgErr.ConstraintName == "jobs_idempotency_key_live_idx":
 			return withCause(apierr.InvalidTransition("%s: another live job holds this idempotency key", op), pgErr)
 		case pgErr.Code == "23514":
@@ -140,6 +145,10 @@ func constraintField(name string) string {
 		return "worker_id"
 	case "jobs_idempotency_key_length":
 		return "idempotency_key"
+	case "jobs_timeout_range":
+		return "timeout"
+	case "job_uniques_period_range":
+		return "unique_for"
 	case "dispatch_control_scope_format":
 		return "topic"
 	case "dispatch_control_mode_known", "control_events_mode_known":

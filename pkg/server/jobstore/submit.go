@@ -26,11 +26,17 @@ type NewJob struct {
 	ScheduleID     *uuid.UUID
 	TraceParent    string
 	TraceState     string
+	// Timeout bounds one attempt (1s..24h, jobs_timeout_range); zero: none.
+	Timeout time.Duration
+	// UniqueFor makes the job unique by topic and args for this long
+	// (1s..366 days, job_uniques): while another job holds the key, the
+	// insert answers that job as a duplicate. Zero: not unique.
+	UniqueFor time.Duration
 }
 
 // Inserted is the outcome of one NewJob: the id of the job that now stands
-// for it, and whether that job existed already (same id, or same live
-// idempotency key).
+// for it, and whether that job existed already (same id, same live
+// idempotency key, or same topic and args within a unique period).
 type Inserted struct {
 	ID        uuid.UUID
 	Duplicate bool
@@ -44,16 +50,95 @@ const insertSQL = insertRowsSQL + `
 ON CONFLICT DO NOTHING
 RETURNING id`
 
+// insertInto and insertValues are the insert every statement here shares:
+// the columns, and the values made from the row source t (the parallel
+// arrays below, or one job's scalars in InsertOne).
+const insertInto = `
+INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
+                  idempotency_key, schedule_id, traceparent, tracestate, timeout)`
+
+const insertValues = `
+SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
+       NULLIF(idem, ''), schedule_id, NULLIF(tp, ''), NULLIF(ts, ''),
+       NULLIF(tmo, 0) * interval '1 microsecond'`
+
+// arraySource is a batch as parallel arrays, one row per job; tmo and uniq
+// are microseconds (0: none).
+const arraySource = `
+unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
+       $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],
+       $11::bigint[], $12::bigint[])
+     WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq, ord)`
+
 // insertRowsSQL is the batch insert without conflict handling: the fast
 // path of a batch that can conflict only on a repeated job id (Insert).
-const insertRowsSQL = `
-INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
-                  idempotency_key, schedule_id, traceparent, tracestate)
-SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
-       NULLIF(idem, ''), schedule_id, NULLIF(tp, ''), NULLIF(ts, '')
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
-            $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[])
-     AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts)`
+const insertRowsSQL = insertInto + insertValues + `
+FROM ` + arraySource
+
+// uniqueInsert is the insert of a batch holding a unique job (UniqueFor),
+// over a row source t that has a column ord (the job's place in the batch),
+// as one statement:
+//
+//   - keyed gives each unique job its key: md5 of topic, a newline and the
+//     args' canonical jsonb text, as a uuid (migration 00008);
+//   - eligible keeps, per key, the batch's first unique job that may claim
+//     it: one whose idempotency key no live job holds (as of the
+//     statement's snapshot) and no earlier job of the batch carries, since
+//     such a job is not inserted and must not hold a key;
+//   - claimed takes each key in job_uniques, or replaces the holder whose
+//     period has ended. The primary key serializes racing submits: a second
+//     claim of a key waits for the first to commit and then finds it held;
+//   - the jobs insert takes every job that is not unique and every unique
+//     job that claimed its key. A unique job that did not is a duplicate
+//     (resolve finds the holder).
+//
+// job_uniques.job_id references jobs, checked when the statement ends: if
+// a claimed job was not inserted after all (an idempotency key taken by a
+// transaction that committed after the statement's snapshot), the whole
+// statement fails with job_uniques_job_id_fkey, writing nothing, and
+// insertRows runs it again.
+const uniqueInsert = `
+WITH keyed AS (
+    SELECT t.*, CASE WHEN t.uniq > 0
+                     THEN md5(t.topic || chr(10) || t.args::jsonb::text)::uuid END AS ukey
+    FROM %s
+), eligible AS (
+    SELECT DISTINCT ON (k.ukey) k.id, k.ukey, k.uniq
+    FROM (SELECT keyed.*, row_number() OVER (PARTITION BY NULLIF(keyed.idem, '') ORDER BY keyed.ord) AS idem_rank
+          FROM keyed) AS k
+    WHERE k.ukey IS NOT NULL
+      AND (k.idem = '' OR (k.idem_rank = 1 AND NOT EXISTS (
+            SELECT 1 FROM jobs j
+            WHERE j.idempotency_key = k.idem AND j.status IN ('PENDING', 'RUNNING', 'RETRYING'))))
+    ORDER BY k.ukey, k.ord
+), claimed AS (
+    INSERT INTO job_uniques AS u (unique_key, job_id, since, expires_at)
+    SELECT ukey, id, now(), now() + uniq * interval '1 microsecond' FROM eligible
+    ON CONFLICT (unique_key) DO UPDATE
+        SET job_id = EXCLUDED.job_id, since = EXCLUDED.since, expires_at = EXCLUDED.expires_at
+        WHERE u.expires_at <= now()
+    RETURNING u.job_id
+)` + insertInto + insertValues + `
+FROM keyed AS t
+WHERE t.ukey IS NULL OR t.id IN (SELECT job_id FROM claimed)
+ON CONFLICT DO NOTHING
+RETURNING id`
+
+// insertUniqueSQL is uniqueInsert over the parallel arrays.
+var insertUniqueSQL = fmt.Sprintf(uniqueInsert, arraySource)
+
+// uniqueHoldersSQL finds, for each (topic, args) pair, the job holding its
+// unique key while its period lasts.
+const uniqueHoldersSQL = `
+SELECT t.ord, u.job_id
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(topic, args, ord)
+JOIN job_uniques u ON u.unique_key = md5(t.topic || chr(10) || t.args::jsonb::text)::uuid
+WHERE u.expires_at > now()`
+
+// uniqueRaceRetries bounds how often insertRows runs a unique batch again
+// after job_uniques_job_id_fkey: each run takes a fresh snapshot, which
+// sees the idempotency key the last one lost to.
+const uniqueRaceRetries = 3
 
 // existingByKeySQL finds the live job holding each idempotency key.
 const existingByKeySQL = `
@@ -138,6 +223,8 @@ func insertParams(jobs []NewJob) []any {
 	scheds := make([]*uuid.UUID, n)
 	tps := make([]string, n)
 	tss := make([]string, n)
+	tmos := make([]int64, n)
+	uniqs := make([]int64, n)
 	for i := range jobs {
 		j := &jobs[i]
 		ids[i], topics[i], args[i] = j.ID, j.Topic, string(j.Args)
@@ -147,8 +234,9 @@ func insertParams(jobs []NewJob) []any {
 			runAts[i] = &t
 		}
 		scheds[i], tps[i], tss[i] = j.ScheduleID, j.TraceParent, j.TraceState
+		tmos[i], uniqs[i] = j.Timeout.Microseconds(), j.UniqueFor.Microseconds()
 	}
-	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss}
+	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs}
 }
 
 // insertRows runs the batch's write and reports, per job, whether this
@@ -183,11 +271,30 @@ func (s *Store) insertRows(ctx context.Context, jobs []NewJob) ([]bool, error) {
 		}
 	}
 
-	rows, err := s.pool.Query(ctx, insertSQL, params...)
+	stmt := insertStatement(jobs)
+	for try := 1; ; try++ {
+		inserted, err := s.insertReturning(ctx, stmt, params)
+		if isUniqueRace(err) && try < uniqueRaceRetries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for i := range jobs {
+			fresh[i] = inserted[jobs[i].ID]
+		}
+		return fresh, nil
+	}
+}
+
+// insertReturning runs an insert statement that returns the ids it
+// inserted.
+func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) (map[uuid.UUID]bool, error) {
+	rows, err := s.pool.Query(ctx, stmt, params...)
 	if err != nil {
 		return nil, err
 	}
-	inserted := make(map[uuid.UUID]bool, n)
+	inserted := make(map[uuid.UUID]bool)
 	for rows.Next() {
 		var id uuid.UUID
 		if err := rows.Scan(uuidDest(&id)); err != nil {
@@ -199,16 +306,34 @@ func (s *Store) insertRows(ctx context.Context, jobs []NewJob) ([]bool, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	return inserted, nil
+}
+
+// insertStatement is the statement that inserts jobs with conflict
+// handling: the unique insert when one of them is unique.
+func insertStatement(jobs []NewJob) string {
 	for i := range jobs {
-		fresh[i] = inserted[jobs[i].ID]
+		if jobs[i].UniqueFor > 0 {
+			return insertUniqueSQL
+		}
 	}
-	return fresh, nil
+	return insertSQL
+}
+
+// isUniqueRace: a unique batch claimed a key for a job the same statement
+// then did not insert (see uniqueInsert), so the statement failed whole.
+func isUniqueRace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == "job_uniques_job_id_fkey"
 }
 
 // resolve answers the jobs insertRows wrote or found: a job not inserted is
-// a duplicate, and one that lost its idempotency key to a live job (an
-// earlier submit, or an earlier entry of this same batch) resolves to that
-// job's id. Jobs with an error in errs keep it; errs may be nil.
+// a duplicate. A unique job whose key another job holds resolves to that
+// job; one that lost its idempotency key to a live job (an earlier submit,
+// or an earlier entry of this same batch) resolves to that job's id. A job
+// whose holder is gone by the time it is looked up (it finished, its
+// period ended, retention deleted it) is inserted after all. Jobs with an
+// error in errs keep it; errs may be nil.
 func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs []error) ([]Inserted, []error) {
 	n := len(jobs)
 	failed := func(i int) bool { return errs != nil && errs[i] != nil }
@@ -219,7 +344,8 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		errs[i] = err
 	}
 	out := make([]Inserted, n)
-	var missingKeys []string
+	var unique []int // not inserted, unique: look up the key's holder first
+	var keyed []int  // not inserted, with an idempotency key
 	for i := range jobs {
 		if failed(i) {
 			continue
@@ -229,35 +355,47 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 			continue
 		}
 		out[i].Duplicate = true
-		if jobs[i].IdempotencyKey != "" {
-			missingKeys = append(missingKeys, jobs[i].IdempotencyKey)
+		if jobs[i].UniqueFor > 0 {
+			unique = append(unique, i)
+		} else if jobs[i].IdempotencyKey != "" {
+			keyed = append(keyed, i)
 		}
-	}
-	if len(missingKeys) == 0 {
-		return out, errs
-	}
-	needsKey := func(i int) bool { return !failed(i) && out[i].Duplicate && jobs[i].IdempotencyKey != "" }
-	holders, err := s.keyHolders(ctx, missingKeys)
-	if err != nil {
-		for i := range jobs {
-			if needsKey(i) {
-				out[i] = Inserted{}
-				fail(i, err)
-			}
-		}
-		return out, errs
 	}
 	var retry []int
-	for i := range jobs {
-		if !needsKey(i) {
-			continue
+	if len(unique) > 0 {
+		holders, err := s.uniqueHolders(ctx, jobs, unique)
+		for _, i := range unique {
+			switch id, ok := holders[i]; {
+			case err != nil:
+				out[i] = Inserted{}
+				fail(i, err)
+			case ok:
+				out[i].ID = id
+			case jobs[i].IdempotencyKey != "":
+				keyed = append(keyed, i)
+			default:
+				retry = append(retry, i)
+			}
 		}
-		if id, ok := holders[jobs[i].IdempotencyKey]; ok {
-			out[i].ID = id
-		} else {
-			// The holder finished between our insert and our lookup: the key
-			// is free again, so this job must be inserted after all.
-			retry = append(retry, i)
+	}
+	if len(keyed) > 0 {
+		keys := make([]string, len(keyed))
+		for k, i := range keyed {
+			keys[k] = jobs[i].IdempotencyKey
+		}
+		holders, err := s.keyHolders(ctx, keys)
+		for _, i := range keyed {
+			switch id, ok := holders[jobs[i].IdempotencyKey]; {
+			case err != nil:
+				out[i] = Inserted{}
+				fail(i, err)
+			case ok:
+				out[i].ID = id
+			default:
+				// The holder finished between our insert and our lookup: the
+				// key is free again, so this job must be inserted after all.
+				retry = append(retry, i)
+			}
 		}
 	}
 	if len(retry) > 0 {
@@ -274,6 +412,34 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		}
 	}
 	return out, errs
+}
+
+// uniqueHolders finds the job holding the unique key of each of jobs[at],
+// keyed by index into jobs.
+func (s *Store) uniqueHolders(ctx context.Context, jobs []NewJob, at []int) (map[int]uuid.UUID, error) {
+	topics := make([]string, len(at))
+	args := make([]string, len(at))
+	for k, i := range at {
+		topics[k], args[k] = jobs[i].Topic, string(jobs[i].Args)
+	}
+	rows, err := s.pool.Query(ctx, uniqueHoldersSQL, topics, args)
+	if err != nil {
+		return nil, interpretError("resolve unique jobs", err)
+	}
+	defer rows.Close()
+	holders := make(map[int]uuid.UUID, len(at))
+	for rows.Next() {
+		var ord int64
+		var id uuid.UUID
+		if err := rows.Scan(&ord, uuidDest(&id)); err != nil {
+			return nil, interpretError("resolve unique jobs", err)
+		}
+		holders[at[ord-1]] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("resolve unique jobs", err)
+	}
+	return holders, nil
 }
 
 // keyHolders finds the live job holding each idempotency key.
@@ -331,7 +497,7 @@ func (s *Store) locate(ctx context.Context, jobs []NewJob) (at int, err error, o
 		if err != nil {
 			return nil, err
 		}
-		if _, err := sp.Exec(ctx, insertSQL, insertParams(batch)...); err != nil {
+		if _, err := sp.Exec(ctx, insertStatement(batch), insertParams(batch)...); err != nil {
 			_ = sp.Rollback(ctx) // ROLLBACK TO SAVEPOINT: the transaction goes on
 			return nil, err
 		}
@@ -383,11 +549,11 @@ func storableRow(job NewJob) error {
 }
 
 // plainBatch reports whether jobs can conflict only on their ids: none
-// carries an idempotency key or a schedule id (a schedule fire's id is
-// derived from its occurrence and is meant to repeat).
+// carries an idempotency key, a schedule id (a schedule fire's id is
+// derived from its occurrence and is meant to repeat) or a unique period.
 func plainBatch(jobs []NewJob) bool {
 	for i := range jobs {
-		if jobs[i].IdempotencyKey != "" || jobs[i].ScheduleID != nil {
+		if jobs[i].IdempotencyKey != "" || jobs[i].ScheduleID != nil || jobs[i].UniqueFor > 0 {
 			return false
 		}
 	}
