@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
@@ -31,6 +33,13 @@ const (
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxTopicLength is the longest topic name.
 	MaxTopicLength = 128
+	// MinTimeout and MaxTimeout bound a job's timeout (jobs_timeout_range).
+	MinTimeout = time.Second
+	MaxTimeout = 24 * time.Hour
+	// MinUniqueFor and MaxUniqueFor bound a unique job's period
+	// (job_uniques_period_range).
+	MinUniqueFor = time.Second
+	MaxUniqueFor = 366 * 24 * time.Hour
 )
 
 // TopicPattern is the documented topic charset: a letter or digit, then up
@@ -129,6 +138,12 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 		MaxAttempts:    maxAttempts,
 		IdempotencyKey: key,
 	}
+	if job.Timeout, err = ValidateDuration(f("timeout"), spec.GetTimeout(), MinTimeout, MaxTimeout); err != nil {
+		return jobstore.NewJob{}, err
+	}
+	if job.UniqueFor, err = ValidateDuration(f("unique_for"), spec.GetUniqueFor(), MinUniqueFor, MaxUniqueFor); err != nil {
+		return jobstore.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return jobstore.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -144,4 +159,39 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 	}
 	job.ID = id
 	return job, nil
+}
+
+// ValidateDuration checks an optional duration (nil: zero, unset) against
+// [lo, hi]. Postgres keeps intervals to the microsecond, so a finer
+// duration is refused rather than silently rounded.
+func ValidateDuration(field string, d *durationpb.Duration, lo, hi time.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, apierr.Invalid(field, "is not a valid duration: %v", err)
+	}
+	// CheckValid admits ±10,000 years, more than a time.Duration holds:
+	// compare in seconds before converting.
+	if secs := d.GetSeconds(); secs < 0 || (secs == 0 && d.GetNanos() <= 0) {
+		return 0, apierr.Invalid(field, "is %s; it must be positive, between %s and %s", formatDuration(d), lo, hi)
+	} else if secs > int64(hi/time.Second) {
+		return 0, apierr.Invalid(field, "is %s; it must be between %s and %s", formatDuration(d), lo, hi)
+	}
+	v := d.AsDuration()
+	if v < lo || v > hi {
+		return 0, apierr.Invalid(field, "is %s; it must be between %s and %s", v, lo, hi)
+	}
+	if v%time.Microsecond != 0 {
+		return 0, apierr.Invalid(field, "is %s; it must be a whole number of microseconds", v)
+	}
+	return v, nil
+}
+
+// formatDuration spells a wire duration that may not fit a time.Duration.
+func formatDuration(d *durationpb.Duration) string {
+	if s := d.GetSeconds(); s > int64(time.Duration(1<<63-1)/time.Second) || s < -int64(time.Duration(1<<63-1)/time.Second) {
+		return fmt.Sprintf("%ds", s)
+	}
+	return d.AsDuration().String()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -56,4 +57,48 @@ func TestValidateRefusesUnstorableKeysAndTimes(t *testing.T) {
 	job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", IdempotencyKey: "é日本", RunAt: timestamppb.New(time.Now())}, jobspec.Limits{})
 	require.NoError(t, err)
 	require.Equal(t, "é日本", job.IdempotencyKey)
+}
+
+// timeout and unique_for are optional durations within their bounds;
+// anything else is refused naming the field, however odd the wire value.
+func TestValidateTimeoutAndUniqueFor(t *testing.T) {
+	t.Parallel()
+	for _, field := range []string{"timeout", "unique_for"} {
+		set := func(d *durationpb.Duration) *pulsev1.JobSpec {
+			spec := &pulsev1.JobSpec{Topic: "t"}
+			if field == "timeout" {
+				spec.Timeout = d
+			} else {
+				spec.UniqueFor = d
+			}
+			return spec
+		}
+		for _, bad := range []*durationpb.Duration{
+			{Seconds: 0},                     // zero said out loud
+			{Seconds: -30},                   // negative
+			{Seconds: 0, Nanos: -5},          // negative nanos
+			{Seconds: 0, Nanos: 999_999_999}, // under a second
+			{Seconds: 400 * 24 * 3600},       // beyond both bounds
+			{Seconds: 315_576_000_000},       // the wire's largest, beyond time.Duration
+			{Seconds: 1 << 62},               // not a valid Duration at all
+			{Seconds: 5, Nanos: -1},          // mixed signs
+			{Seconds: 5, Nanos: 1},           // finer than Postgres keeps
+		} {
+			_, err := jobspec.Validate("job", set(bad), jobspec.Limits{})
+			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%s %v", field, bad)
+			require.Equal(t, "job."+field, apierr.FieldOf(err), "%v", err)
+		}
+		job, err := jobspec.Validate("job", set(durationpb.New(90*time.Second)), jobspec.Limits{})
+		require.NoError(t, err)
+		got := job.Timeout
+		if field == "unique_for" {
+			got = job.UniqueFor
+		}
+		require.Equal(t, 90*time.Second, got)
+	}
+	_, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", Timeout: durationpb.New(25 * time.Hour)}, jobspec.Limits{})
+	require.ErrorContains(t, err, "timeout: is 25h0m0s; it must be between 1s and 24h0m0s")
+	job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", UniqueFor: durationpb.New(30 * 24 * time.Hour)}, jobspec.Limits{})
+	require.NoError(t, err)
+	require.Zero(t, job.Timeout)
 }
