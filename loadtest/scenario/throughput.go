@@ -20,6 +20,10 @@ type Target struct {
 	ControlGRPC  string
 	GatewayAddrs []string
 	DatabaseURL  string
+	// PIDs are the fleet's processes by name (localfleet's Fleet.PIDs:
+	// control-api, dispatch-gateway-N, reaper, and the Postgres postmaster
+	// as "postgres"), for the CPU each run costs them.
+	PIDs map[string]int
 }
 
 // ThroughputParams shape the throughput run.
@@ -48,26 +52,16 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 	topic := fmt.Sprintf("load.throughput.%d", time.Now().UnixNano())
 	var started atomic.Int64
 	waits := make([]time.Duration, p.Jobs)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	workCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var wg sync.WaitGroup
-	for i := range p.Workers {
-		targets := rotate(t.GatewayAddrs, i)
-		w, err := pulse.NewWorker(targets, pulse.WithConcurrency(p.Concurrency), pulse.WithLogger(quiet),
-			pulse.WithWorkerID(fmt.Sprintf("load-%d", i)))
-		if err != nil {
-			return Result{}, err
+	wg, err := startPulseWorkers(workCtx, t, topic, p.Workers, p.Concurrency, func(job *pulse.Job) {
+		n := started.Add(1)
+		if int(n) <= len(waits) {
+			waits[n-1] = time.Since(job.SubmittedAt)
 		}
-		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
-			n := started.Add(1)
-			if int(n) <= len(waits) {
-				waits[n-1] = time.Since(job.SubmittedAt)
-			}
-			return nil
-		})
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.Run(workCtx) }()
+	})
+	if err != nil {
+		return Result{}, err
 	}
 	defer wg.Wait()
 	defer stop()
@@ -79,55 +73,14 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 	defer client.Close()
 
 	begin := time.Now()
-	var submitErr atomic.Value
-	var pwg sync.WaitGroup
-	per := p.Jobs / p.Producers
-	for i := range p.Producers {
-		n := per
-		if i == p.Producers-1 {
-			n = p.Jobs - per*(p.Producers-1)
-		}
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			args := []byte(`{}`)
-			for sent := 0; sent < n; {
-				k := min(p.Batch, n-sent)
-				reqs := make([]pulse.JobRequest, k)
-				for j := range reqs {
-					reqs[j] = pulse.JobRequest{Topic: topic, Args: args}
-				}
-				if _, err := client.EnqueueMany(ctx, reqs); err != nil {
-					submitErr.Store(err)
-					return
-				}
-				sent += k
-			}
-		}()
-	}
-	pwg.Wait()
+	submitErr := submitPulse(ctx, client, topic, p.Jobs, p.Producers, p.Batch)
 	submitDone := time.Since(begin)
-	if err, _ := submitErr.Load().(error); err != nil {
-		return Result{}, fmt.Errorf("submit: %w", err)
+	if submitErr != nil {
+		return Result{}, fmt.Errorf("submit: %w", submitErr)
 	}
 
-	// Completion is what is committed, not what handlers saw: wait for the
-	// handlers (free), then confirm in the database (a scan, so rarely).
-	for started.Load() < int64(p.Jobs) && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
-	var completed int64
-	for {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&completed); err != nil {
-			return Result{}, err
-		}
-		if completed-baseline >= int64(p.Jobs) {
-			break
-		}
-		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("only %d of %d jobs completed: %w", completed-baseline, p.Jobs, ctx.Err())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := waitPulseCompleted(ctx, pool, &started, p.Jobs, baseline); err != nil {
+		return Result{}, err
 	}
 	elapsed := time.Since(begin)
 	p50, p95, p99, max := Percentiles(waits[:min(int(started.Load()), len(waits))])
@@ -153,4 +106,83 @@ func rotate(addrs []string, i int) []string {
 		out[j] = addrs[(i+j)%len(addrs)]
 	}
 	return out
+}
+
+// startPulseWorkers runs n SDK workers with conc slots each on topic, each
+// starting at a different gateway, until ctx ends; handle is called from
+// each no-op handler. Wait on the returned group after canceling ctx.
+func startPulseWorkers(ctx context.Context, t Target, topic string, n, conc int, handle func(*pulse.Job)) (*sync.WaitGroup, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wg sync.WaitGroup
+	for i := range n {
+		w, err := pulse.NewWorker(rotate(t.GatewayAddrs, i), pulse.WithConcurrency(conc), pulse.WithLogger(quiet),
+			pulse.WithWorkerID(fmt.Sprintf("load-%d", i)))
+		if err != nil {
+			return &wg, err
+		}
+		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
+			handle(job)
+			return nil
+		})
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	}
+	return &wg, nil
+}
+
+// submitPulse sends jobs jobs of topic through control-api's SubmitJobs
+// from producers goroutines in calls of batch, and returns the first error.
+func submitPulse(ctx context.Context, client *pulse.Client, topic string, jobs, producers, batch int) error {
+	var submitErr atomic.Value
+	var pwg sync.WaitGroup
+	per := jobs / producers
+	for i := range producers {
+		n := per
+		if i == producers-1 {
+			n = jobs - per*(producers-1)
+		}
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			args := []byte(`{}`)
+			for sent := 0; sent < n; {
+				k := min(batch, n-sent)
+				reqs := make([]pulse.JobRequest, k)
+				for j := range reqs {
+					reqs[j] = pulse.JobRequest{Topic: topic, Args: args}
+				}
+				if _, err := client.EnqueueMany(ctx, reqs); err != nil {
+					submitErr.Store(err)
+					return
+				}
+				sent += k
+			}
+		}()
+	}
+	pwg.Wait()
+	err, _ := submitErr.Load().(error)
+	return err
+}
+
+// waitPulseCompleted returns once the database shows jobs more COMPLETED
+// jobs than baseline. Completion is what is committed, not what handlers
+// saw: it waits for the handlers first (free), then confirms in the
+// database (a scan, so rarely).
+func waitPulseCompleted(ctx context.Context, pool *pgxpool.Pool, started *atomic.Int64, jobs int, baseline int64) error {
+	for started.Load() < int64(jobs) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	var completed int64
+	for {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&completed); err != nil {
+			return err
+		}
+		if completed-baseline >= int64(jobs) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("only %d of %d jobs completed: %w", completed-baseline, jobs, ctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -4,6 +4,11 @@
 //
 //	go run ./loadtest/cmd/pulse-load -scenario all
 //	go run ./loadtest/cmd/pulse-load -scenario throughput -jobs 200000 -workers 4 -gateways 2
+//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3
+//	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
+//
+// all is latency, throughput, idle, backlog and pause; river (pulse against
+// River and the raw-SQL ceiling), rawsql and scaling run only when named.
 package main
 
 import (
@@ -12,10 +17,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +41,7 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated)")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
 		gateways    = flag.Int("gateways", 2, "dispatch-gateway replicas in the local fleet")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit")
 		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
@@ -47,6 +55,16 @@ func run() error {
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
 		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
+		reps        = flag.Int("reps", 2, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported")
+		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
+		riverPool   = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
+		riverMaxW   = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
+		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
+		rawClaimN   = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
+		rawSettlers = flag.Int("rawsql-completers", 2, "rawsql: completion loops (pulse: one report in flight per gateway)")
+		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
+		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
+		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
 	)
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -63,8 +81,14 @@ func run() error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+
+	want := map[string]bool{}
+	for _, s := range strings.Split(*which, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	all := want["all"]
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
@@ -73,24 +97,12 @@ func run() error {
 	if *statements {
 		opts.PostgresSettings["shared_preload_libraries"] = "'pg_stat_statements'"
 	}
-	if strings.Contains(*which, "pause") || *which == "all" {
+	if want["pause"] || all {
 		// The pause scenario judges by commit time (claimwitness).
 		opts.PostgresSettings["track_commit_timestamp"] = "on"
 	}
-	fleet, err := localfleet.Up(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer fleet.Down()
-	target := scenario.Target{ControlHTTP: fleet.ControlHTTP, ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs, DatabaseURL: fleet.DatabaseURL}
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs, %s/%s, Go %s; Postgres on the same machine (fast=%v)\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), *fast)
-
-	want := map[string]bool{}
-	for _, s := range strings.Split(*which, ",") {
-		want[strings.TrimSpace(s)] = true
-	}
-	all := want["all"]
 	emit := func(r scenario.Result, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Scenario, err)
@@ -100,6 +112,29 @@ func run() error {
 		fmt.Fprintln(os.Stderr, r.Line())
 		return nil
 	}
+	emitRun := func(r scenario.Result) { _ = emit(r, nil) }
+	tp := scenario.ThroughputParams{Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency}
+	raw := scenario.RawSQLParams{Jobs: *jobs, Producers: *producers, Batch: *batch,
+		Claimers: *rawClaimers, ClaimBatch: *rawClaimN, Completers: *rawSettlers, CompleteBatch: *rawSettleN}
+
+	// scaling starts a fleet per gateway count; everything else shares one.
+	needFleet := all
+	for s := range want {
+		needFleet = needFleet || (s != "scaling" && s != "")
+	}
+	if !needFleet {
+		return runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, emit, emitRun)
+	}
+	fleet, err := localfleet.Up(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer fleet.Down()
+	target := scenario.Target{ControlHTTP: fleet.ControlHTTP, ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs,
+		DatabaseURL: fleet.DatabaseURL, PIDs: fleet.PIDs()}
+	if *statements {
+		scenario.EnableStatements(ctx, fleet.DatabaseURL)
+	}
 	if all || want["latency"] {
 		r, err := scenario.IdleLatency(ctx, target, scenario.LatencyParams{Samples: *samples, Gap: 20 * time.Millisecond, Workers: 2})
 		r.Scenario = "idle-latency"
@@ -108,8 +143,20 @@ func run() error {
 		}
 	}
 	if all || want["throughput"] {
-		r, err := scenario.Throughput(ctx, target, scenario.ThroughputParams{Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency})
+		// CPU per process and WAL bytes per job; the counters that need a
+		// settle wait are left to the river and scaling scenarios.
+		m, err := scenario.StartMeter(ctx, target.PIDs, scenario.MeterOptions{DatabaseURL: target.DatabaseURL})
+		if err != nil {
+			return err
+		}
+		r, err := scenario.Throughput(ctx, target, tp)
 		r.Scenario = "throughput"
+		if err == nil {
+			var costs map[string]float64
+			if costs, err = m.Stop(ctx, *jobs, 0); err == nil {
+				maps.Copy(r.Metrics, costs)
+			}
+		}
 		if err := emit(r, err); err != nil {
 			return err
 		}
@@ -135,8 +182,126 @@ func run() error {
 			return err
 		}
 	}
+	if want["river"] {
+		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
+			Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency,
+			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), Raw: raw,
+			Settle: *settle, Emit: emitRun,
+		})
+		r.Scenario = "river"
+		if err := emit(r, err); err != nil {
+			return err
+		}
+	}
+	if want["rawsql"] {
+		for rep := range *reps {
+			for _, backlog := range []bool{false, true} {
+				r, err := rawSQLRun(ctx, target, raw, backlog, *settle)
+				if err == nil {
+					r.Params["rep"] = rep + 1
+				}
+				if err := emit(r, err); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if want["scaling"] {
+		if err := runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, emit, emitRun); err != nil {
+			return err
+		}
+	}
 	if *statements {
 		return scenario.PrintTopStatements(ctx, fleet.DatabaseURL, os.Stderr)
 	}
+	return nil
+}
+
+// rawSQLRun is one metered raw-SQL ceiling run on a freshly emptied jobs
+// table.
+func rawSQLRun(ctx context.Context, t scenario.Target, p scenario.RawSQLParams, backlog bool, settle time.Duration) (scenario.Result, error) {
+	p.Backlog = backlog
+	r := scenario.Result{Scenario: "rawsql"}
+	if err := scenario.ResetJobs(ctx, t.DatabaseURL); err != nil {
+		return r, err
+	}
+	var m *scenario.Meter
+	start := func() error {
+		var err error
+		m, err = scenario.StartMeter(ctx, t.PIDs, scenario.MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs"})
+		return err
+	}
+	var before func() error
+	if backlog {
+		before = scenario.BacklogReady(ctx, t.DatabaseURL, settle, start)
+	} else if err := start(); err != nil {
+		return r, err
+	}
+	r, err := scenario.RawSQL(ctx, t.DatabaseURL, p, before)
+	if err != nil {
+		return scenario.Result{Scenario: "rawsql"}, err
+	}
+	costs, err := m.Stop(ctx, p.Jobs, settle)
+	if err != nil {
+		return r, err
+	}
+	maps.Copy(r.Metrics, costs)
+	return r, nil
+}
+
+// runScaling runs the scaling scenario: a fleet per gateway count, the
+// binaries built once for all of them.
+func runScaling(ctx context.Context, opts localfleet.Options, sizes string, tp scenario.ThroughputParams, reps int, settle time.Duration,
+	emit func(scenario.Result, error) error, emitRun func(scenario.Result)) error {
+	var counts []int
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-scaling-gateways: %q is not a gateway count", s)
+		}
+		counts = append(counts, n)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	root, err := localfleet.FindRepoRoot(wd)
+	if err != nil {
+		return err
+	}
+	binDir, err := os.MkdirTemp("", "pulse-load-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	names := []string{localfleet.ControlAPI, localfleet.DispatchGateway}
+	if _, err := os.Stat(filepath.Join(root, "services", localfleet.Reaper, "main.go")); err == nil && opts.Reaper {
+		names = append(names, localfleet.Reaper)
+	} else {
+		opts.Reaper = false
+	}
+	bins, err := localfleet.Build(ctx, root, binDir, names...)
+	if err != nil {
+		return err
+	}
+	opts.RepoRoot, opts.Binaries = root, bins
+	up := func(ctx context.Context, gateways int) (scenario.Target, func() error, error) {
+		o := opts
+		o.Gateways = gateways
+		f, err := localfleet.Up(ctx, o)
+		if err != nil {
+			return scenario.Target{}, nil, err
+		}
+		return scenario.Target{ControlHTTP: f.ControlHTTP, ControlGRPC: f.ControlGRPC, GatewayAddrs: f.GatewayAddrs,
+			DatabaseURL: f.DatabaseURL, PIDs: f.PIDs()}, f.Down, nil
+	}
+	rs, err := scenario.Scaling(ctx, up, scenario.ScalingParams{Gateways: counts, Throughput: tp, Reps: reps, Settle: settle, Emit: emitRun})
+	for _, r := range rs {
+		_ = emit(r, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("scaling: %w", err)
+	}
+	scenario.ScalingTable(os.Stderr, rs)
 	return nil
 }
