@@ -179,9 +179,13 @@ if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   rm -f "$pw"
   echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   if [ "$POSTGRES_DB" != postgres ]; then
-    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses=''" start >/dev/null
-    psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -qc "CREATE DATABASE \"$POSTGRES_DB\""
+    # A temporary server no client can mistake for the real one: no TCP,
+    # its socket in a private directory.
+    sock=$(mktemp -d)
+    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c unix_socket_directories=$sock" start >/dev/null
+    psql -v ON_ERROR_STOP=1 -h "$sock" -U "$POSTGRES_USER" -d postgres -qc "CREATE DATABASE \"$POSTGRES_DB\""
     pg_ctl -D "$PGDATA" -w -m fast stop >/dev/null
+    rmdir "$sock"
   fi
   echo "postgres: ready to start"
 fi
