@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -55,6 +56,9 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 	}
 	if j.ScheduleID != nil {
 		out.ScheduleId = j.ScheduleID.String()
+	}
+	if j.Timeout > 0 {
+		out.Timeout = durationpb.New(j.Timeout)
 	}
 	for _, e := range j.Errors {
 		out.Errors = append(out.Errors, &pulsev1.AttemptError{

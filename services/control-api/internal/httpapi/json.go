@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -30,6 +31,10 @@ type jobSpecJSON struct {
 	MaxAttempts    int32           `json:"max_attempts"`
 	RunAt          *string         `json:"run_at"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	// Timeout and UniqueFor are Go durations ("30s", "1h30m"); empty or
+	// absent means none.
+	Timeout   string `json:"timeout"`
+	UniqueFor string `json:"unique_for"`
 }
 
 func (j *jobSpecJSON) toWire(prefix string) (*pulsev1.JobSpec, error) {
@@ -51,7 +56,27 @@ func (j *jobSpecJSON) toWire(prefix string) (*pulsev1.JobSpec, error) {
 		}
 		spec.RunAt = timestamppb.New(t)
 	}
+	var err error
+	if spec.Timeout, err = parseDuration(join(prefix, "timeout"), j.Timeout, "30s or 5m"); err != nil {
+		return nil, err
+	}
+	if spec.UniqueFor, err = parseDuration(join(prefix, "unique_for"), j.UniqueFor, "1h or 24h"); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// parseDuration reads an optional duration field ("" is unset); the
+// service checks its range.
+func parseDuration(field, s, example string) (*durationpb.Duration, error) {
+	if s == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return nil, apierr.Invalid(field, "%q is not a duration such as %s", s, example)
+	}
+	return durationpb.New(d), nil
 }
 
 type submitResultJSON struct {
@@ -88,6 +113,8 @@ type jobJSON struct {
 	IdempotencyKey string             `json:"idempotency_key"`
 	Traceparent    string             `json:"traceparent"`
 	Tracestate     string             `json:"tracestate"`
+	// Timeout is a Go duration ("30s"), null when the job has none.
+	Timeout *string `json:"timeout"`
 }
 
 type attemptErrorJSON struct {
@@ -120,6 +147,10 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 	}
 	if len(out.Args) == 0 {
 		out.Args = json.RawMessage(`{}`)
+	}
+	if d := j.GetTimeout(); d != nil {
+		s := d.AsDuration().String()
+		out.Timeout = &s
 	}
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
