@@ -41,8 +41,9 @@ const Service = "control-api"
 var Version = "dev"
 
 // MinSchemaVersion is the oldest schema control-api runs on: explaining a
-// waiting job reads worker_presence.
-const MinSchemaVersion = migrations.VersionWorkerPresence
+// waiting job reads worker_presence; a submit writes jobs.timeout and
+// claims unique keys in job_uniques.
+const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
 
 // Run serves control-api until ctx is done, then shuts down gracefully
 // within cfg.ShutdownTimeout.

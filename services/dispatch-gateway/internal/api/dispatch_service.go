@@ -231,7 +231,7 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 }
 
 func assignment(j jobstore.Claimed) *pulsev1.Assignment {
-	return &pulsev1.Assignment{
+	a := &pulsev1.Assignment{
 		JobId:       j.ID.String(),
 		Attempt:     j.Attempt,
 		Topic:       j.Topic,
@@ -243,6 +243,10 @@ func assignment(j jobstore.Claimed) *pulsev1.Assignment {
 		Traceparent: j.TraceParent,
 		Tracestate:  j.TraceState,
 	}
+	if j.Timeout > 0 {
+		a.Timeout = durationpb.New(j.Timeout)
+	}
+	return a
 }
 
 func validateOpen(o *pulsev1.OpenStream) error {

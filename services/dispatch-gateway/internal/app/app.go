@@ -34,8 +34,8 @@ import (
 const Service = "dispatch-gateway"
 
 // MinSchemaVersion is the oldest schema this build can run against: it
-// records its streams in worker_presence.
-const MinSchemaVersion = migrations.VersionWorkerPresence
+// records its streams in worker_presence, and its claim reads jobs.timeout.
+const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
 
 // Run serves until ctx is done, then shuts down in order: stop taking
 // streams and end the open ones (workers reconnect elsewhere), stop
