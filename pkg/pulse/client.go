@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -20,8 +21,9 @@ import (
 // status.Code(err) still reports their code (NotFound, InvalidArgument,
 // FailedPrecondition, ...).
 type Client struct {
-	conn *grpc.ClientConn
-	rpc  pulsev1.ControlServiceClient
+	conn         *grpc.ClientConn
+	rpc          pulsev1.ControlServiceClient
+	interceptors []EnqueueInterceptor
 }
 
 // NewClient creates a client for the control-api at target (for example
@@ -37,7 +39,7 @@ func NewClient(target string, opts ...ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pulse: dial control-api %q: %w", target, err)
 	}
-	return &Client{conn: conn, rpc: pulsev1.NewControlServiceClient(conn)}, nil
+	return &Client{conn: conn, rpc: pulsev1.NewControlServiceClient(conn), interceptors: cfg.interceptors}, nil
 }
 
 // Close releases the client's connection; calls made afterwards fail.
@@ -48,31 +50,47 @@ func (c *Client) Close() error {
 // Submitted is the outcome of enqueuing one job.
 type Submitted struct {
 	ID string
-	// Duplicate is true when an IdempotencyKey matched a live job: ID is
-	// that job's and nothing new was enqueued.
+	// Duplicate is true when nothing new was enqueued and ID is an
+	// existing job's: an IdempotencyKey matched a live job, or a UniqueFor
+	// job with the same topic and args holds its period.
 	Duplicate bool
 }
 
-// JobRequest is one job for [Client.EnqueueMany].
+// JobRequest is one job for [Client.EnqueueMany], and what an
+// [EnqueueInterceptor] sees of every job.
 type JobRequest struct {
 	Topic   string
 	Args    any
 	Options []EnqueueOption
 }
 
+// Spec is the wire form of the job that [Client.Enqueue] would submit,
+// after the same checks (option ranges, a non-empty topic, args that
+// encode to JSON). It is for code that submits by another route, such as
+// package pulsetx's transactional enqueue; the server validates it again.
+func (r *JobRequest) Spec() (*pulsev1.JobSpec, error) {
+	return buildJobSpec(r.Topic, r.Args, r.Options)
+}
+
 // Enqueue submits one job to topic. args is sent as-is when it is a []byte
 // or json.RawMessage (so large integers and key order survive), as {} when
-// nil, and JSON-encoded otherwise.
-func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...EnqueueOption) (_ Submitted, err error) {
-	ctx, span := startPublishSpan(ctx, topic, 1)
+// nil, and JSON-encoded otherwise. The client's interceptors
+// ([WithEnqueueInterceptor]) run around it.
+func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...EnqueueOption) (Submitted, error) {
+	return c.intercepted(c.submitOne)(ctx, &JobRequest{Topic: topic, Args: args, Options: opts})
+}
+
+// submitOne is Enqueue's RPC, the end of its interceptor chain.
+func (c *Client) submitOne(ctx context.Context, req *JobRequest) (_ Submitted, err error) {
+	ctx, span := startPublishSpan(ctx, req.Topic, 1)
 	defer func() { endSpan(span, err) }()
-	spec, err := buildJobSpec(topic, args, opts)
+	spec, err := req.Spec()
 	if err != nil {
 		return Submitted{}, err
 	}
 	resp, err := c.rpc.SubmitJob(ctx, &pulsev1.SubmitJobRequest{Job: spec})
 	if err != nil {
-		return Submitted{}, fmt.Errorf("pulse: enqueue %s: %w", topic, err)
+		return Submitted{}, fmt.Errorf("pulse: enqueue %s: %w", req.Topic, err)
 	}
 	span.SetAttributes(attrMessagingMessageID.String(resp.GetResult().GetId()))
 	return submittedFromProto(resp.GetResult()), nil
@@ -80,11 +98,20 @@ func (c *Client) Enqueue(ctx context.Context, topic string, args any, opts ...En
 
 // EnqueueMany submits jobs in one RPC that the server writes in one
 // statement: either every job is enqueued or none is. Results are in
-// request order.
-func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) (_ []Submitted, err error) {
+// request order. Each job passes through the client's interceptors on its
+// own (see [EnqueueInterceptor]).
+func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) ([]Submitted, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	if len(c.interceptors) == 0 {
+		return c.submitMany(ctx, jobs)
+	}
+	return c.interceptMany(ctx, jobs)
+}
+
+// submitMany is EnqueueMany's RPC.
+func (c *Client) submitMany(ctx context.Context, jobs []JobRequest) (_ []Submitted, err error) {
 	topic := jobs[0].Topic
 	for _, j := range jobs[1:] {
 		if j.Topic != topic {
@@ -96,7 +123,7 @@ func (c *Client) EnqueueMany(ctx context.Context, jobs []JobRequest) (_ []Submit
 	defer func() { endSpan(span, err) }()
 	specs := make([]*pulsev1.JobSpec, len(jobs))
 	for i, j := range jobs {
-		spec, err := buildJobSpec(j.Topic, j.Args, j.Options)
+		spec, err := j.Spec()
 		if err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
@@ -206,6 +233,12 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 	}
 	if !cfg.runAt.IsZero() {
 		spec.RunAt = timestamppb.New(cfg.runAt)
+	}
+	if cfg.timeout > 0 {
+		spec.Timeout = durationpb.New(cfg.timeout)
+	}
+	if cfg.uniqueFor > 0 {
+		spec.UniqueFor = durationpb.New(cfg.uniqueFor)
 	}
 	return spec, nil
 }

@@ -1,6 +1,10 @@
 package pulse
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 var (
 	// ErrLeaseLost is the cause of a handler context's cancellation when the
@@ -26,7 +30,35 @@ var (
 	// ErrWorkerStarted is returned by [Worker.Run] when it is called a second
 	// time: a worker identity owns one set of leases and must not run twice.
 	ErrWorkerStarted = errors.New("pulse: worker already started")
+
+	// ErrJobTimedOut matches (errors.Is) the cause of a handler context's
+	// cancellation when the job's timeout passed, and the error of the
+	// attempt it failed. Its text says how long: "timed out after 30s".
+	ErrJobTimedOut = errors.New("pulse: job timed out")
 )
+
+// TimeoutError is the cause of a handler context's cancellation when the
+// attempt's timeout passed, and the attempt's error (wrapping what the
+// handler returned, if anything): "timed out after 30s".
+type TimeoutError struct {
+	Timeout time.Duration
+	// Err is what the handler returned, nil if it had not returned yet.
+	Err error
+}
+
+func (e *TimeoutError) Error() string {
+	msg := "timed out after " + e.Timeout.String()
+	if e.Err != nil && !errors.Is(e.Err, context.DeadlineExceeded) && !errors.Is(e.Err, ErrJobTimedOut) {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrJobTimedOut) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrJobTimedOut }
+
+// Unwrap is the handler's own error.
+func (e *TimeoutError) Unwrap() error { return e.Err }
 
 // permanentError marks a handler error as not worth retrying.
 type permanentError struct {

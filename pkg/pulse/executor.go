@@ -17,11 +17,24 @@ import (
 // stored in the job's history, which must stay small.
 const maxErrorBytes = 4 << 10
 
+// timeoutGrace is how long a handler whose timeout passed may take to
+// return on its own (its context is canceled at the deadline), so the
+// attempt's error can say what it returned. After that the attempt fails
+// without it, and its slot stays taken until it does return.
+const timeoutGrace = time.Second
+
+// topicHandler is what the executor runs for one topic: the handler
+// wrapped in the worker's middleware, and the topic's default timeout.
+type topicHandler struct {
+	handler Handler
+	timeout time.Duration
+}
+
 // executor runs assignments: one goroutine per job, at most concurrency
 // handlers at a time, each with a context the heartbeater can cancel. When a
 // handler returns it queues the result and frees the slot, in that order.
 type executor struct {
-	handlers    map[string]Handler
+	handlers    map[string]topicHandler
 	concurrency int
 	sem         chan struct{}
 	running     *runningJobs
@@ -37,7 +50,7 @@ type executor struct {
 	leaseTTL     func() time.Duration
 }
 
-func newExecutor(baseCtx context.Context, handlers map[string]Handler, concurrency int,
+func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, concurrency int,
 	running *runningJobs, ledger *slotLedger, rep *reporter, log *slog.Logger,
 ) *executor {
 	return &executor{
@@ -72,13 +85,16 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			logKeyJobID, k.id, logKeyCount, held)
 	}
 	job := jobFromAssignment(a)
+	if job.Timeout <= 0 {
+		job.Timeout = e.handlers[job.Topic].timeout
+	}
 	ctx, span := startProcessSpan(ctx, a)
 	ctx = withCheckpoint(withJob(ctx, job), e.running, k)
 
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		err := e.execute(ctx, job, k)
+		err, overran := e.execute(ctx, job, k)
 		endSpan(span, err)
 		cancel(nil)
 		e.running.remove(k)
@@ -92,28 +108,94 @@ func (e *executor) start(a *pulsev1.Assignment) {
 		}
 		// The slot goes back to the gateway once the result is settled, not
 		// when the handler returns: until then the row is still RUNNING and
-		// leased to this worker.
-		e.reporter.submit(e.result(job, err), span.SpanContext(), e.ledger.finished)
+		// leased to this worker. A handler that overran its timeout and is
+		// still running keeps its slot until it returns, so the worker
+		// never runs more handlers than its concurrency.
+		finished := e.ledger.finished
+		if overran != nil {
+			finished = func() {
+				go func() {
+					<-overran
+					e.ledger.finished()
+				}()
+			}
+		}
+		e.reporter.submit(e.result(job, err), span.SpanContext(), finished)
 	}()
 }
 
 // execute waits for a slot and runs the job's handler, unless the
-// attempt's lease lapsed before it got one (startable).
-func (e *executor) execute(ctx context.Context, job *Job, k jobKey) error {
+// attempt's lease lapsed before it got one (startable). overran is nil
+// unless the handler outlived its timeout and its grace and is still
+// running: it is closed when the handler returns.
+func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (err error, overran <-chan struct{}) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx))
+		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
 	}
-	defer func() { <-e.sem }()
+	release := func() { <-e.sem }
 	if !e.startable(ctx, k) {
-		return errAbandoned
+		release()
+		return errAbandoned, nil
 	}
-	h, ok := e.handlers[job.Topic]
+	th, ok := e.handlers[job.Topic]
 	if !ok {
-		return fmt.Errorf("pulse: no handler registered for topic %q", job.Topic)
+		release()
+		return fmt.Errorf("pulse: no handler registered for topic %q", job.Topic), nil
 	}
-	return e.call(ctx, h, job)
+	if job.Timeout <= 0 {
+		defer release()
+		return e.call(ctx, th.handler, job), nil
+	}
+	return e.callWithTimeout(ctx, th.handler, job, release)
+}
+
+// callWithTimeout runs h with the job's timeout as its context's deadline.
+// A handler still running at the deadline has failed the attempt
+// (TimeoutError), whatever it returns later: its context is canceled with
+// the TimeoutError as cause, and it gets timeoutGrace to return. One that
+// does not is left running (Go cannot stop it): the attempt is reported
+// failed now, and overran is closed, and the slot released, when it
+// returns.
+func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, release func()) (err error, overran <-chan struct{}) {
+	timeout := &TimeoutError{Timeout: job.Timeout}
+	tctx, cancel := context.WithTimeoutCause(ctx, job.Timeout, timeout)
+	done := make(chan struct{})
+	var herr error
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer release()
+		defer cancel()
+		herr = e.call(tctx, h, job)
+		close(done)
+	}()
+	timedOut := func() bool { return errors.Is(context.Cause(tctx), ErrJobTimedOut) }
+	select {
+	case <-done:
+		if timedOut() {
+			return &TimeoutError{Timeout: job.Timeout, Err: herr}, nil
+		}
+		return herr, nil
+	case <-tctx.Done():
+	}
+	if !timedOut() {
+		// Stopped for another reason (lease lost, canceled, shutdown):
+		// wait for the handler as without a timeout.
+		<-done
+		return herr, nil
+	}
+	grace := time.NewTimer(timeoutGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return &TimeoutError{Timeout: job.Timeout, Err: herr}, nil
+	case <-grace.C:
+	}
+	e.log.Warn("handler still running after its timeout; the attempt failed, and its slot stays taken until the handler returns (handlers should return when their context is done)",
+		logKeyJobID, job.ID, logKeyAttempt, job.Attempt, logKeyTopic, job.Topic, "timeout", job.Timeout)
+	return timeout, done
 }
 
 // call runs h, turning a panic into an error so one bad job cannot crash

@@ -22,6 +22,10 @@ type Job struct {
 	Priority    int
 	MaxAttempts int
 	SubmittedAt time.Time
+	// Timeout is how long this attempt may run: the job's own ([Timeout]),
+	// else its topic's ([WithTimeout]), else zero for none. The handler's
+	// context carries the deadline.
+	Timeout time.Duration
 }
 
 // UnmarshalArgs decodes the job's JSON arguments into v, so handlers do not
@@ -43,6 +47,7 @@ func jobFromAssignment(a *pulsev1.Assignment) *Job {
 		Priority:    int(a.GetPriority()),
 		MaxAttempts: int(a.GetMaxAttempts()),
 		SubmittedAt: timeOf(a.GetSubmittedAt()),
+		Timeout:     a.GetTimeout().AsDuration(),
 	}
 }
 

@@ -35,6 +35,8 @@ type JobInfo struct {
 	FinishedAt     time.Time
 	ScheduleID     string
 	IdempotencyKey string
+	// Timeout bounds each attempt; zero when the job has none of its own.
+	Timeout time.Duration
 }
 
 // AttemptError is one failed attempt in a job's history, kept so operators
@@ -86,6 +88,7 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		FinishedAt:     timeOf(j.GetFinishedAt()),
 		ScheduleID:     j.GetScheduleId(),
 		IdempotencyKey: j.GetIdempotencyKey(),
+		Timeout:        j.GetTimeout().AsDuration(),
 	}
 	for _, e := range j.GetErrors() {
 		info.Errors = append(info.Errors, AttemptError{

@@ -1,6 +1,7 @@
 package pulse
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,7 +86,38 @@ func WithUserPass(user, pass string) ConnOption {
 
 // clientConfig is everything a ClientOption can set.
 type clientConfig struct {
-	conn connConfig
+	conn         connConfig
+	interceptors []EnqueueInterceptor
+}
+
+type clientOption func(*clientConfig)
+
+func (o clientOption) applyClient(c *clientConfig) { o(c) }
+
+// EnqueueFunc submits one job; [EnqueueInterceptor]s call the next one.
+type EnqueueFunc func(ctx context.Context, req *JobRequest) (Submitted, error)
+
+// EnqueueInterceptor wraps every job a [Client] enqueues, for logging,
+// metrics, per-tenant defaults or refusing a job before it leaves the
+// process. It may change req (its Options are applied in order, so an
+// option appended last wins) and ctx, must call next at most once, and
+// returns what next returned or its own answer. A job of
+// [Client.EnqueueMany] passes through the interceptors on its own; the
+// batch is sent once every job has reached the end of its chain, and if
+// any interceptor returns an error instead, nothing is sent and every job
+// of the batch fails.
+type EnqueueInterceptor func(ctx context.Context, req *JobRequest, next EnqueueFunc) (Submitted, error)
+
+// WithEnqueueInterceptor adds interceptors around every enqueue, the first
+// outermost. Several WithEnqueueInterceptor options add up in order.
+func WithEnqueueInterceptor(interceptors ...EnqueueInterceptor) ClientOption {
+	return clientOption(func(c *clientConfig) {
+		for _, i := range interceptors {
+			if i != nil {
+				c.interceptors = append(c.interceptors, i)
+			}
+		}
+	})
 }
 
 // workerConfig is everything a WorkerOption can set.
@@ -192,6 +224,8 @@ type enqueueConfig struct {
 	maxAttempts    int32
 	runAt          time.Time
 	idempotencyKey string
+	timeout        time.Duration
+	uniqueFor      time.Duration
 	errs           []error
 }
 
@@ -202,6 +236,12 @@ const (
 	MaxPriority    = 10
 	MinMaxAttempts = 1
 	MaxMaxAttempts = 100
+	// MinTimeout and MaxTimeout bound [Timeout] and [WithTimeout].
+	MinTimeout = time.Second
+	MaxTimeout = 24 * time.Hour
+	// MinUniqueFor and MaxUniqueFor bound [UniqueFor].
+	MinUniqueFor = time.Second
+	MaxUniqueFor = 366 * 24 * time.Hour
 )
 
 // Priority sets the job's priority, MinPriority..MaxPriority; higher runs
@@ -246,4 +286,69 @@ func Delay(d time.Duration) EnqueueOption {
 // with Submitted.Duplicate set instead of creating another.
 func IdempotencyKey(key string) EnqueueOption {
 	return func(c *enqueueConfig) { c.idempotencyKey = key }
+}
+
+// Timeout bounds each attempt of the job to d, MinTimeout..MaxTimeout: the
+// handler's context carries the deadline, and an attempt still running
+// when it passes fails with "timed out after d" and is retried like any
+// failure (the handler should return once its context is done). It wins
+// over the worker's per-topic [WithTimeout].
+func Timeout(d time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkDuration("timeout", d, MinTimeout, MaxTimeout); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.timeout = d
+	}
+}
+
+// UniqueFor makes the job unique by topic and args for d,
+// MinUniqueFor..MaxUniqueFor: while a job with the same topic and the
+// same args (compared as JSON values: key order and spacing do not matter)
+// enqueued less than d ago exists, whatever its status, enqueuing again
+// returns that job with Submitted.Duplicate set instead of creating
+// another. Postgres enforces it, so racing producers create one job.
+func UniqueFor(d time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkDuration("unique for", d, MinUniqueFor, MaxUniqueFor); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.uniqueFor = d
+	}
+}
+
+func checkDuration(what string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return fmt.Errorf("pulse: %s %s out of range %s..%s", what, d, lo, hi)
+	}
+	if d%time.Microsecond != 0 {
+		return fmt.Errorf("pulse: %s %s is finer than a microsecond", what, d)
+	}
+	return nil
+}
+
+// RegisterOption configures one topic's handler in [Worker.Register].
+type RegisterOption func(*registration)
+
+// registration is what Register knows of one topic.
+type registration struct {
+	handler Handler
+	timeout time.Duration
+	errs    []error
+}
+
+// WithTimeout is the topic's default timeout, MinTimeout..MaxTimeout, for
+// jobs enqueued without their own [Timeout]: the handler's context carries
+// the deadline and an attempt that overruns it fails with "timed out after
+// d".
+func WithTimeout(d time.Duration) RegisterOption {
+	return func(r *registration) {
+		if err := checkDuration("timeout", d, MinTimeout, MaxTimeout); err != nil {
+			r.errs = append(r.errs, err)
+			return
+		}
+		r.timeout = d
+	}
 }

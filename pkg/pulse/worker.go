@@ -31,19 +31,26 @@ const (
 // is recovered and counts as a failed attempt.
 //
 // ctx is canceled when the attempt should stop; context.Cause(ctx) tells
-// why: [ErrLeaseLost], [ErrJobCanceled] or [ErrWorkerShutdown]. It carries
-// the values of the context given to [Worker.Run], the job (see
-// [JobFromContext]) and the trace context the job was submitted with.
+// why: [ErrLeaseLost], [ErrJobCanceled], [ErrWorkerShutdown] or, once the
+// job's timeout has passed, an error matching [ErrJobTimedOut]. It
+// carries the values of the context given to [Worker.Run], the job (see
+// [JobFromContext]), the deadline of the job's timeout (see [Timeout] and
+// [WithTimeout]) and the trace context the job was submitted with.
 type Handler func(ctx context.Context, job *Job) error
+
+// Middleware wraps a handler: it can act before and after it, change its
+// context, or turn its error into another ([Worker.Use]).
+type Middleware func(Handler) Handler
 
 // Worker pulls jobs from dispatch-gateway replicas and runs them with the
 // registered handlers. Register every handler, then call Run once.
 type Worker struct {
-	targets  []string
-	cfg      workerConfig
-	mu       sync.Mutex
-	handlers map[string]Handler
-	started  bool
+	targets    []string
+	cfg        workerConfig
+	mu         sync.Mutex
+	handlers   map[string]*registration
+	middleware []Middleware
+	started    bool
 }
 
 // NewWorker creates a worker that receives jobs from the dispatch-gateway
@@ -72,7 +79,7 @@ func NewWorker(targets []string, opts ...WorkerOption) (*Worker, error) {
 	return &Worker{
 		targets:  slices.Clone(targets),
 		cfg:      cfg,
-		handlers: make(map[string]Handler),
+		handlers: make(map[string]*registration),
 	}, nil
 }
 
@@ -80,11 +87,15 @@ func NewWorker(targets []string, opts ...WorkerOption) (*Worker, error) {
 // locked_by of every job it runs.
 func (w *Worker) ID() string { return w.cfg.workerID }
 
-// Register makes the worker run h for jobs of topic. Registration is
-// start-up wiring, so mistakes panic rather than return an error: an empty
-// topic, a nil handler, a topic registered twice, or registering after Run
-// started.
-func (w *Worker) Register(topic string, h Handler) {
+// Register makes the worker run h for jobs of topic, with options such as
+// [WithTimeout]. Registration is start-up wiring, so mistakes panic rather
+// than return an error: an empty topic, a nil handler, an option out of
+// range, a topic registered twice, or registering after Run started.
+func (w *Worker) Register(topic string, h Handler, opts ...RegisterOption) {
+	reg := &registration{handler: h}
+	for _, o := range opts {
+		o(reg)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -92,13 +103,37 @@ func (w *Worker) Register(topic string, h Handler) {
 		panic("pulse: Register with an empty topic")
 	case h == nil:
 		panic(fmt.Sprintf("pulse: Register %q with a nil handler", topic))
+	case len(reg.errs) > 0:
+		panic(fmt.Sprintf("pulse: Register %q: %v", topic, errors.Join(reg.errs...)))
 	case w.started:
 		panic(fmt.Sprintf("pulse: Register %q after Run started", topic))
 	}
 	if _, dup := w.handlers[topic]; dup {
 		panic(fmt.Sprintf("pulse: topic %q registered twice", topic))
 	}
-	w.handlers[topic] = h
+	w.handlers[topic] = reg
+}
+
+// Use wraps every handler of the worker in middleware, the first
+// outermost: Use(a, b) runs a, which calls b, which calls the handler.
+// Several calls add up in order, and apply to handlers registered before
+// or after them. Middleware runs inside the attempt: its context is the
+// handler's (with the job, the deadline and the trace), a panic in it is
+// recovered like the handler's, and what it returns is the attempt's
+// result. Like Register, Use panics after Run started or on a nil
+// middleware.
+func (w *Worker) Use(middleware ...Middleware) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		panic("pulse: Use after Run started")
+	}
+	for i, m := range middleware {
+		if m == nil {
+			panic(fmt.Sprintf("pulse: Use with a nil middleware (argument %d)", i))
+		}
+	}
+	w.middleware = append(w.middleware, middleware...)
 }
 
 // Run receives and runs jobs until ctx is done, then shuts down: it stops
@@ -156,8 +191,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// start marks the worker started and snapshots its handlers.
-func (w *Worker) start() (map[string]Handler, []string, error) {
+// start marks the worker started and snapshots its handlers, each
+// wrapped in the worker's middleware.
+func (w *Worker) start() (map[string]topicHandler, []string, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
@@ -167,10 +203,17 @@ func (w *Worker) start() (map[string]Handler, []string, error) {
 		return nil, nil, ErrNoHandlers
 	}
 	w.started = true
-	handlers := make(map[string]Handler, len(w.handlers))
+	handlers := make(map[string]topicHandler, len(w.handlers))
 	topics := make([]string, 0, len(w.handlers))
-	for t, h := range w.handlers {
-		handlers[t] = h
+	for t, reg := range w.handlers {
+		h := reg.handler
+		for i := len(w.middleware) - 1; i >= 0; i-- {
+			h = w.middleware[i](h)
+			if h == nil {
+				return nil, nil, fmt.Errorf("pulse: middleware %d returned a nil handler for topic %q", i, t)
+			}
+		}
+		handlers[t] = topicHandler{handler: h, timeout: reg.timeout}
 		topics = append(topics, t)
 	}
 	slices.Sort(topics)
