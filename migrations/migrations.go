@@ -43,6 +43,11 @@ const (
 	// worker id streaming under another identity; control-api reads it to
 	// explain a job nobody serves.
 	VersionWorkerPresence int64 = 6
+	// VersionRetryPolicy adds retry_policy (the backoff unit and cap, one
+	// row) and pulse_retry_delay(attempt), which the gateways' report and
+	// the reaper's sweep use to schedule a failed attempt's retry
+	// (ADR-0013). Both services require it.
+	VersionRetryPolicy int64 = 7
 	// VersionJobTimeoutAndUniques adds jobs.timeout (how long one attempt
 	// may run, 1s..24h, carried on the assignment) and job_uniques (one job
 	// per topic and args per period, claimed in the statement that inserts

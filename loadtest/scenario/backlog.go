@@ -61,7 +61,7 @@ func ClaimVsBacklog(ctx context.Context, databaseURL string, p BacklogParams) (R
 			for j, c := range claimed {
 				results[j] = jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: jobstore.OutcomeComplete}
 			}
-			if _, err := store.Report(ctx, "bench", results, jobstore.DefaultBackoff); err != nil {
+			if _, err := store.Report(ctx, "bench", results); err != nil {
 				return nil, nil, err
 			}
 			if i >= 5 {

@@ -147,7 +147,10 @@ func TestReaperProcess(t *testing.T) {
 		defer pool.Close()
 
 		cmd := exec.Command(bin)
-		cmd.Env = reaperEnv("PULSE_DATABASE_URL="+url, "PULSE_SWEEP_INTERVAL=100ms", "PULSE_ADMIN_ADDR=127.0.0.1:0")
+		// PULSE_RETRY_BACKOFF_UNIT writes the fleet's retry policy (the
+		// retry_policy row) at start, and the sweep follows the row.
+		cmd.Env = reaperEnv("PULSE_DATABASE_URL="+url, "PULSE_SWEEP_INTERVAL=100ms", "PULSE_ADMIN_ADDR=127.0.0.1:0",
+			"PULSE_RETRY_BACKOFF_UNIT=3m")
 		stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		require.NoError(t, cmd.Start())
@@ -175,6 +178,8 @@ func TestReaperProcess(t *testing.T) {
 		j := fixture.Job(t, pool, id)
 		require.Len(t, j.Errors, 1)
 		require.Equal(t, "worker-gone", j.Errors[0].Worker)
+		require.WithinDuration(t, time.Now().Add(3*time.Minute), j.NextRunAt, time.Minute, "1² × the unit the reaper set")
+		require.Contains(t, stdout.String(), "retry policy set from the environment")
 
 		_, body := get(t, base+"/metrics")
 		require.Contains(t, body, `pulse_jobs_reaped_total{outcome="retried",topic="proc.test"} 1`)
@@ -197,7 +202,7 @@ func TestReaperProcess(t *testing.T) {
 		t.Parallel()
 		code, stderr := runToExit(t, bin, "PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0")
 		require.NotEqual(t, 0, code)
-		require.Contains(t, stderr, "needs version 1")
+		require.Contains(t, stderr, "needs version 7")
 	})
 
 	t.Run("RefusesABadSweepIntervalNamingTheVariable", func(t *testing.T) {

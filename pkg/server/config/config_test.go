@@ -131,3 +131,25 @@ func TestVars(t *testing.T) {
 		require.Error(t, err)
 	})
 }
+
+func TestOptionalDuration(t *testing.T) {
+	type spec struct {
+		Unit config.OptionalDuration `envconfig:"RETRY_BACKOFF_UNIT"`
+		Max  config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
+	}
+	t.Setenv("PULSE_RETRY_BACKOFF_UNIT", "0s")
+	var s spec
+	require.NoError(t, config.Load(&s))
+	require.True(t, s.Unit.Set, "0s is a value, not unset")
+	require.Equal(t, time.Duration(0), *s.Unit.Ptr())
+	require.False(t, s.Max.Set)
+	require.Nil(t, s.Max.Ptr())
+	require.Equal(t, "unset", s.Max.String())
+
+	t.Setenv("PULSE_RETRY_BACKOFF_MAX", "soon")
+	err := config.Load(&spec{})
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "PULSE_RETRY_BACKOFF_MAX", ce.Var)
+	require.ErrorContains(t, err, `"soon" is not a duration`)
+}

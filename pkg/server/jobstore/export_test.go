@@ -9,6 +9,7 @@ const (
 	QueueCountsSQL = queueCountsSQL
 	QueueDepthSQL  = queueDepthSQL
 	ReportSQL      = reportSQL
+	ReapSQL        = reapSQL
 	HeartbeatSQL   = heartbeatSQL
 )
 

@@ -61,3 +61,11 @@ func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) jobstore.Status {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
 	return jobstore.Status(s)
 }
+
+// setRetryPolicy sets the retry_policy row of the test's database: failed
+// attempt n waits min(n² × unit, maxDelay).
+func setRetryPolicy(t testing.TB, store *jobstore.Store, unit, maxDelay time.Duration) {
+	t.Helper()
+	_, _, err := store.SetRetryPolicy(context.Background(), &unit, &maxDelay, "test")
+	require.NoError(t, err)
+}

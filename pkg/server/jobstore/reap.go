@@ -25,7 +25,8 @@ const LeaseExpiredError = "worker lease expired"
 
 // reapSQL routes RUNNING jobs whose lease has lapsed through the normal
 // retry path, exactly as a failure report the worker did not live to make
-// (seed ADR-0007). It walks jobs_expired_lease_idx oldest lease first and
+// (the same RETRYING or DEAD_LETTERED outcome, the same
+// retryDelaySQL wait, with LeaseExpiredError in the history). It walks jobs_expired_lease_idx oldest lease first and
 // takes at most $1 rows, so a huge expired set is settled in bounded
 // transactions. SKIP LOCKED plus the status guard make concurrent reapers
 // safe: a row leaves RUNNING once, so it is reaped once.
@@ -41,7 +42,7 @@ UPDATE jobs AS j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() ELSE NULL END,
     next_run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.next_run_at
-                       ELSE now() + LEAST(power(j.attempts, 2) * $2::interval, $3::interval) END,
+                       ELSE now() + ` + retryDelaySQL + ` END,
     lease_until = NULL,
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
@@ -51,9 +52,9 @@ RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, ''),
           COALESCE(j.traceparent, ''), COALESCE(j.tracestate, '')`
 
 // Reap settles up to limit expired leases in one statement.
-func (s *Store) Reap(ctx context.Context, limit int, backoff Backoff) ([]Reaped, error) {
+func (s *Store) Reap(ctx context.Context, limit int) ([]Reaped, error) {
 	var out []Reaped
-	err := s.queryPinned(ctx, reapSQL, []any{limit, intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, reapSQL, []any{limit}, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {

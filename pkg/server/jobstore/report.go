@@ -41,14 +41,15 @@ type Ack struct {
 	NextRunAt   time.Time // when a RETRYING job becomes claimable again
 }
 
-// Backoff is the retry schedule: attempt n waits n² × Unit, at most Max.
-type Backoff struct {
-	Unit time.Duration
-	Max  time.Duration
-}
-
-// DefaultBackoff is the seed's attempts² seconds, capped at an hour.
-var DefaultBackoff = Backoff{Unit: time.Second, Max: time.Hour}
+// retryDelaySQL is the wait before failed attempt j.attempts may run
+// again: the schema's pulse_retry_delay (migration 00007, ADR-0013), given
+// the retry_policy row. The row is read by two uncorrelated subqueries,
+// which Postgres runs once per statement (InitPlans), and the function is
+// inlined, so the statement costs what the formula written out cost. The
+// report and the reap share it: a failure and a lapsed lease back off
+// alike, and neither service holds the numbers.
+const retryDelaySQL = `pulse_retry_delay(j.attempts,
+            (SELECT backoff_unit FROM retry_policy), (SELECT backoff_max FROM retry_policy))`
 
 // reportSQL settles a batch of attempts in one statement. Each result is
 // fenced by status RUNNING + locked_by + attempt, so a stale attempt (reaped
@@ -56,7 +57,7 @@ var DefaultBackoff = Backoff{Unit: time.Second, Max: time.Hour}
 // reads the rows it did not settle, to say why.
 //
 //	complete                         → COMPLETED
-//	fail, attempts left              → RETRYING, next_run_at = now + attempts²·unit (≤ max)
+//	fail, attempts left              → RETRYING, next_run_at = now + pulse_retry_delay(attempts)
 //	fail on the last attempt,
 //	or fail permanently              → DEAD_LETTERED
 //
@@ -81,7 +82,7 @@ SET status = CASE
         ELSE now() END,
     next_run_at = CASE
         WHEN r.outcome = 2 AND j.attempts < j.max_attempts
-        THEN now() + LEAST(power(j.attempts, 2) * $6::interval, $7::interval)
+        THEN now() + ` + retryDelaySQL + `
         ELSE j.next_run_at END,
     lease_until = NULL,
     errors = CASE
@@ -101,10 +102,11 @@ const currentSQL = `
 SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1::uuid[])`
 
 // Report settles results reported by worker in one statement and answers
-// each individually, in request order. Results may carry their own Worker
+// each individually, in request order. A failure with attempts left waits
+// as the retry_policy row says (retryDelaySQL). Results may carry their own Worker
 // (a gateway folding several workers' reports into one statement); those
 // without one are worker's.
-func (s *Store) Report(ctx context.Context, worker string, results []Result, backoff Backoff) ([]Ack, error) {
+func (s *Store) Report(ctx context.Context, worker string, results []Result) ([]Ack, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
@@ -121,8 +123,7 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result, bac
 		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
 	}
 	settled := make(map[AttemptRef]Ack, n)
-	err := s.queryPinned(ctx, reportSQL, []any{workers, ids, attempts, outcomes, errs,
-		intervalOf(backoff.Unit), intervalOf(backoff.Max)}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, reportSQL, []any{workers, ids, attempts, outcomes, errs}, func(rows pgx.Rows) error {
 		var a Ack
 		var status string
 		if err := rows.Scan(uuidDest(&a.Ref.ID), &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {

@@ -453,7 +453,7 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 	t.Run("TheStoreDeadLettersAFailureOnTheLastAttempt", func(t *testing.T) {
 		b := &testBundle{pool: pool, store: jobstore.New(pool)}
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.attempt", Attempts: 2, MaxAttempts: 2, Worker: "w"})
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeFail, Error: "boom"}}, jobstore.DefaultBackoff)
+		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeFail, Error: "boom"}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
 		require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
@@ -461,7 +461,7 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 	t.Run("TheReaperDeadLettersALapseOnTheLastAttempt", func(t *testing.T) {
 		b := &testBundle{pool: pool, store: jobstore.New(pool)}
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.lapse", Attempts: 1, MaxAttempts: 1, LeaseIn: -time.Second})
-		reaped, err := b.store.Reap(ctx, 100, jobstore.DefaultBackoff)
+		reaped, err := b.store.Reap(ctx, 100)
 		require.NoError(t, err)
 		var status jobstore.Status
 		for _, r := range reaped {
@@ -639,18 +639,19 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	for _, r := range refs {
 		byID[r.ID] = r
 	}
+	setRetryPolicy(t, store, 0, 0)
 	acks, err := store.Report(ctx, "w", []jobstore.Result{
 		{Ref: byID[jobs[0].ID], Outcome: jobstore.OutcomeComplete},
 		{Ref: byID[jobs[1].ID], Outcome: jobstore.OutcomeFail, Error: "retry me"},
 		{Ref: byID[jobs[2].ID], Outcome: jobstore.OutcomeFailPermanent, Error: "bad input"},
-	}, jobstore.Backoff{})
+	})
 	require.NoError(t, err)
 	for _, a := range acks {
 		require.True(t, a.Accepted, a.Reason)
 	}
 	// jobs[3] (its only attempt) lapses and is dead-lettered by the reaper.
 	expireLease(t, pool, jobs[3].ID)
-	reaped, err := store.Reap(ctx, 10, jobstore.Backoff{})
+	reaped, err := store.Reap(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, reaped, 1)
 	require.Equal(t, jobstore.StatusDeadLettered, reaped[0].Status)
@@ -659,7 +660,8 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, again, 1)
 	expireLease(t, pool, jobs[1].ID)
-	reaped, err = store.Reap(ctx, 10, jobstore.Backoff{Unit: time.Hour, Max: time.Hour})
+	setRetryPolicy(t, store, time.Hour, time.Hour)
+	reaped, err = store.Reap(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, jobstore.StatusRetrying, reaped[0].Status)
 	// Operator actions: retry both dead letters, cancel one of them and the

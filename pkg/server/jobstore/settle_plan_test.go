@@ -41,7 +41,7 @@ func TestSettlePlansLookUpEachID(t *testing.T) {
 	}
 	for _, mode := range []string{"auto", "force_generic_plan"} {
 		settings := "SET LOCAL plan_cache_mode = " + mode + "; " + jobstore.PinnedPlanSQL
-		report := explain(t, b, settings, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs, "1 second", "1 hour")
+		report := explain(t, b, settings, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs)
 		beat := explain(t, b, settings, jobstore.HeartbeatSQL, "w", ids, attempts, "30 seconds")
 		for name, p := range map[string]plan{"report": report, "heartbeat": beat} {
 			require.NotContains(t, p.nodes(), "Index Scan jobs_expired_lease_idx", "%s (%s) walks every running job: %s", name, mode, p.text)

@@ -147,7 +147,7 @@ func (tb *testBundle) deadLetter(t *testing.T, topic, msg string) uuid.UUID {
 	require.Equal(t, id, claimed[0].ID)
 	_, err = tb.Store.Report(ctx, "worker-1", []jobstore.Result{{
 		Ref: jobstore.AttemptRef{ID: id, Attempt: 1}, Outcome: jobstore.OutcomeFail, Error: msg,
-	}}, jobstore.DefaultBackoff)
+	}})
 	require.NoError(t, err)
 	require.Equal(t, "DEAD_LETTERED", tb.status(t, id))
 	return id

@@ -53,7 +53,7 @@ const (
 // Store is what the service needs from jobstore.
 type Store interface {
 	Heartbeat(ctx context.Context, worker string, refs []jobstore.AttemptRef, leaseTTL time.Duration) ([]jobstore.Beat, error)
-	Report(ctx context.Context, worker string, results []jobstore.Result, backoff jobstore.Backoff) ([]jobstore.Ack, error)
+	Report(ctx context.Context, worker string, results []jobstore.Result) ([]jobstore.Ack, error)
 }
 
 // Observer is told about settled results and streams, for metrics.
@@ -67,7 +67,6 @@ type Config struct {
 	GatewayID         string
 	LeaseTTL          time.Duration
 	HeartbeatInterval time.Duration
-	Backoff           jobstore.Backoff
 	// Pause is the gate whose state streams and heartbeat answers carry;
 	// nil sends none.
 	Pause PauseState
@@ -105,7 +104,7 @@ type DispatchService struct {
 // NewDispatchService builds the service on registry (the dispatcher's).
 func NewDispatchService(cfg Config, store Store, registry *dispatch.Registry, observer Observer, logger *slog.Logger) *DispatchService {
 	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger,
-		draining: make(chan struct{}), reports: NewReportBatcher(store, cfg.Backoff, reportFlushers, reportBatchMax)}
+		draining: make(chan struct{}), reports: NewReportBatcher(store, reportFlushers, reportBatchMax)}
 }
 
 // Drain ends every open stream so its worker reconnects to another

@@ -38,7 +38,7 @@ func setup(t testing.TB) *testBundle {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := jobstore.New(pgtest.Pool(t))
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: 20 * time.Millisecond, Batch: 100}, store, nil, logger)
-	svc := api.NewDispatchService(api.Config{GatewayID: "gw-test", LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second, Backoff: jobstore.DefaultBackoff},
+	svc := api.NewDispatchService(api.Config{GatewayID: "gw-test", LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second},
 		store, d.Registry(), nil, logger)
 	srv := grpcserver.New(grpcserver.Options{Logger: logger})
 	pulsev1.RegisterDispatchServiceServer(srv.GRPC(), svc)

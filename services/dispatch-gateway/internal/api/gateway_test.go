@@ -59,7 +59,7 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 	store := jobstore.New(pool)
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: o.pollInterval, Batch: 100}, store, nil, logger)
 	tracker := presence.New(store, presence.Config{Gateway: o.id, Interval: o.presenceInterval, TTL: o.presenceTTL}, logger)
-	cfg := api.Config{GatewayID: o.id, LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second, Backoff: jobstore.DefaultBackoff,
+	cfg := api.Config{GatewayID: o.id, LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second,
 		BindLeases: o.authn != nil, Presence: tracker}
 	var refresher *pause.Refresher
 	if o.withPause {

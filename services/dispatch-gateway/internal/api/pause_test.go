@@ -41,7 +41,7 @@ func setupPaused(t *testing.T) *testBundle {
 	}, logger)
 	require.NoError(t, refresher.Prime(t.Context()))
 	svc := api.NewDispatchService(api.Config{GatewayID: "gw-test", LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second,
-		Backoff: jobstore.DefaultBackoff, Pause: gate}, store, d.Registry(), nil, logger)
+		Pause: gate}, store, d.Registry(), nil, logger)
 	srv := grpcserver.New(grpcserver.Options{Logger: logger})
 	pulsev1.RegisterDispatchServiceServer(srv.GRPC(), svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

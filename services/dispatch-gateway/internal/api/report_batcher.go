@@ -23,7 +23,6 @@ import (
 // statement.
 type ReportBatcher struct {
 	store    Store
-	backoff  jobstore.Backoff
 	maxBatch int
 
 	mu      sync.Mutex
@@ -44,8 +43,8 @@ type reportCall struct {
 
 // NewReportBatcher builds a batcher with at most flushers statements in
 // flight and about maxBatch results per statement.
-func NewReportBatcher(store Store, backoff jobstore.Backoff, flushers, maxBatch int) *ReportBatcher {
-	return &ReportBatcher{store: store, backoff: backoff, maxBatch: maxBatch, maxRun: flushers}
+func NewReportBatcher(store Store, flushers, maxBatch int) *ReportBatcher {
+	return &ReportBatcher{store: store, maxBatch: maxBatch, maxRun: flushers}
 }
 
 // Report settles results (each carrying its Worker) and returns their acks
@@ -112,7 +111,7 @@ func (b *ReportBatcher) flushLoop() {
 		// cancel the others' results.
 		ctx := context.WithoutCancel(calls[0].ctx)
 		acks, errs := jobstore.Isolate(all, func(batch []jobstore.Result) ([]jobstore.Ack, error) {
-			return b.store.Report(ctx, "", batch, b.backoff)
+			return b.store.Report(ctx, "", batch)
 		})
 		off := 0
 		for _, c := range calls {

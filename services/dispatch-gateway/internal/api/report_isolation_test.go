@@ -31,12 +31,12 @@ type gatedStore struct {
 	release    chan struct{}
 }
 
-func (g *gatedStore) Report(ctx context.Context, worker string, results []jobstore.Result, backoff jobstore.Backoff) ([]jobstore.Ack, error) {
+func (g *gatedStore) Report(ctx context.Context, worker string, results []jobstore.Result) ([]jobstore.Ack, error) {
 	if g.statements.Add(1) == 1 {
 		close(g.entered)
 		<-g.release
 	}
-	return g.Store.Report(ctx, worker, results, backoff)
+	return g.Store.Report(ctx, worker, results)
 }
 
 // leaseEach inserts one job per worker and claims it for that worker.
@@ -66,7 +66,7 @@ func fold(t *testing.T, store *jobstore.Store, calls [][]jobstore.Result) ([]fol
 	t.Helper()
 	decoy := leaseEach(t, store, "decoy")["decoy"]
 	gs := &gatedStore{Store: store, entered: make(chan struct{}), release: make(chan struct{})}
-	b := api.NewReportBatcher(gs, jobstore.DefaultBackoff, 1, 2000)
+	b := api.NewReportBatcher(gs, 1, 2000)
 	decoyDone := make(chan error, 1)
 	go func() {
 		_, _, err := b.Report(t.Context(), []jobstore.Result{{Ref: jobstore.AttemptRef{ID: decoy.ID, Attempt: decoy.Attempt},

@@ -21,6 +21,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/pgconn"
+	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/api"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/config"
@@ -34,7 +35,9 @@ import (
 const Service = "dispatch-gateway"
 
 // MinSchemaVersion is the oldest schema this build can run against: it
-// records its streams in worker_presence, and its claim reads jobs.timeout.
+// records its streams in worker_presence, its report schedules a failed
+// attempt's retry with pulse_retry_delay, and its claim reads
+// jobs.timeout.
 const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
 
 // Run serves until ctx is done, then shuts down in order: stop taking
@@ -63,6 +66,10 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 	store := jobstore.New(pool)
+	if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,
+		retrypolicy.Instance(Service, cfg.GatewayID), logger); err != nil {
+		return err
+	}
 
 	reg := metrics.NewRegistry(Service)
 	pgconn.RegisterPoolMetrics(reg, pool)
@@ -98,7 +105,6 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 		GatewayID:         cfg.GatewayID,
 		LeaseTTL:          cfg.LeaseTTL,
 		HeartbeatInterval: cfg.HeartbeatInterval,
-		Backoff:           jobstore.Backoff{Unit: cfg.RetryBackoffUnit, Max: cfg.RetryBackoffMax},
 		Pause:             gate,
 		BindLeases:        authn != nil,
 		Presence:          tracker,

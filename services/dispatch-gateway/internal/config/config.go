@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
 // Defaults, named so the operations guide and the code say the same thing.
@@ -45,10 +46,13 @@ type Config struct {
 	PresenceInterval time.Duration `envconfig:"PRESENCE_INTERVAL" default:"10s"`
 	PresenceTTL      time.Duration `envconfig:"PRESENCE_TTL" default:"30s"`
 	ClaimBatch       int           `envconfig:"CLAIM_BATCH" default:"500"`
-	RetryBackoffUnit time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
-	RetryBackoffMax  time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
-	DBMaxConns       int32         `envconfig:"DB_MAX_CONNS" default:"10"`
-	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
+	// policy (the retry_policy row, shared with the reaper and every other
+	// gateway) at start; unset, the row is left as it is (ADR-0013).
+	RetryBackoffUnit config.OptionalDuration `envconfig:"RETRY_BACKOFF_UNIT"`
+	RetryBackoffMax  config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
+	DBMaxConns       int32                   `envconfig:"DB_MAX_CONNS" default:"10"`
+	ShutdownTimeout  time.Duration           `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
 	// Credentials (name:role:secret,...) and the TLS keypair; all unset
 	// is open, plaintext local development.
 	AuthUsers  string `envconfig:"AUTH_USERS"`
@@ -74,14 +78,13 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_PRESENCE_TTL", "is %s; it must be at least twice PULSE_PRESENCE_INTERVAL (%s), so one failed refresh never expires a connected worker, and at most 1h", c.PresenceTTL, c.PresenceInterval)
 	case c.ClaimBatch < 1 || c.ClaimBatch > 10000:
 		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
-	case c.RetryBackoffUnit < 0:
-		return config.Invalid("PULSE_RETRY_BACKOFF_UNIT", "is %s; it must not be negative", c.RetryBackoffUnit)
-	case c.RetryBackoffMax < c.RetryBackoffUnit:
-		return config.Invalid("PULSE_RETRY_BACKOFF_MAX", "is %s; it must be at least PULSE_RETRY_BACKOFF_UNIT (%s)", c.RetryBackoffMax, c.RetryBackoffUnit)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the gateway needs at least 2 (claims plus reports)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	if err := retrypolicy.Validate(c.RetryBackoffUnit, c.RetryBackoffMax); err != nil {
+		return err
 	}
 	if _, _, err := c.Security(); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/pgconn"
+	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
@@ -24,8 +25,9 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "reaper"
 
-// MinSchemaVersion is the oldest schema this build can run against.
-const MinSchemaVersion = migrations.VersionJobs
+// MinSchemaVersion is the oldest schema this build can run against: the
+// sweep schedules a lapsed attempt's retry with pulse_retry_delay.
+const MinSchemaVersion = migrations.VersionRetryPolicy
 
 // Run sweeps and prunes until ctx is done, then shuts down in order: report
 // not ready, stop both loops (a statement in flight is rolled back whole),
@@ -47,6 +49,10 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	}
 	defer pool.Close()
 	store := jobstore.New(pool)
+	if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,
+		retrypolicy.Instance(Service, ""), logger); err != nil {
+		return err
+	}
 
 	reg := metrics.NewRegistry(Service)
 	pgconn.RegisterPoolMetrics(reg, pool)
@@ -54,7 +60,6 @@ func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	sweeper := sweep.NewLeaseSweeper(sweep.Config{
 		Interval: cfg.SweepInterval,
 		Batch:    cfg.SweepBatch,
-		Backoff:  jobstore.Backoff{Unit: cfg.RetryBackoffUnit, Max: cfg.RetryBackoffMax},
 	}, store, m, logger)
 	cleaner := retention.NewJobCleaner(retention.Config{
 		Interval:        cfg.RetentionInterval,

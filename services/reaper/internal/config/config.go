@@ -7,6 +7,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
 // Defaults, named so the operations guide and the code say the same thing.
@@ -18,11 +19,6 @@ const (
 	// SweepBatchDefault bounds one reap statement, so a huge backlog of
 	// expired leases is settled in many short transactions, not one long one.
 	SweepBatchDefault = 1000
-	// RetryBackoffUnitDefault and RetryBackoffMaxDefault match the
-	// dispatch-gateway's, so a lapsed lease and a failure report back off
-	// alike (attempts² × unit, capped).
-	RetryBackoffUnitDefault = time.Second
-	RetryBackoffMaxDefault  = time.Hour
 	// RetentionIntervalDefault is how often finished jobs are pruned.
 	RetentionIntervalDefault = time.Minute
 	// RetentionCompletedDefault, RetentionCanceledDefault and
@@ -45,20 +41,23 @@ const (
 // Config is every setting the reaper reads. A retention age of zero turns
 // off deletion of that status: those jobs are kept forever.
 type Config struct {
-	DatabaseURL           string        `envconfig:"DATABASE_URL" required:"true"`
-	AdminAddr             string        `envconfig:"ADMIN_ADDR" default:":9102"`
-	LogLevel              string        `envconfig:"LOG_LEVEL" default:"info"`
-	SweepInterval         time.Duration `envconfig:"SWEEP_INTERVAL" default:"10s"`
-	SweepBatch            int           `envconfig:"SWEEP_BATCH" default:"1000"`
-	RetryBackoffUnit      time.Duration `envconfig:"RETRY_BACKOFF_UNIT" default:"1s"`
-	RetryBackoffMax       time.Duration `envconfig:"RETRY_BACKOFF_MAX" default:"1h"`
-	RetentionInterval     time.Duration `envconfig:"RETENTION_INTERVAL" default:"1m"`
-	RetentionCompleted    time.Duration `envconfig:"RETENTION_COMPLETED" default:"24h"`
-	RetentionCanceled     time.Duration `envconfig:"RETENTION_CANCELED" default:"168h"`
-	RetentionDeadLettered time.Duration `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
-	RetentionBatch        int           `envconfig:"RETENTION_BATCH" default:"1000"`
-	DBMaxConns            int32         `envconfig:"DB_MAX_CONNS" default:"4"`
-	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	DatabaseURL   string        `envconfig:"DATABASE_URL" required:"true"`
+	AdminAddr     string        `envconfig:"ADMIN_ADDR" default:":9102"`
+	LogLevel      string        `envconfig:"LOG_LEVEL" default:"info"`
+	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL" default:"10s"`
+	SweepBatch    int           `envconfig:"SWEEP_BATCH" default:"1000"`
+	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
+	// policy (the retry_policy row, shared with the gateways) at start;
+	// unset, the row is left as it is (ADR-0013).
+	RetryBackoffUnit      config.OptionalDuration `envconfig:"RETRY_BACKOFF_UNIT"`
+	RetryBackoffMax       config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
+	RetentionInterval     time.Duration           `envconfig:"RETENTION_INTERVAL" default:"1m"`
+	RetentionCompleted    time.Duration           `envconfig:"RETENTION_COMPLETED" default:"24h"`
+	RetentionCanceled     time.Duration           `envconfig:"RETENTION_CANCELED" default:"168h"`
+	RetentionDeadLettered time.Duration           `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
+	RetentionBatch        int                     `envconfig:"RETENTION_BATCH" default:"1000"`
+	DBMaxConns            int32                   `envconfig:"DB_MAX_CONNS" default:"4"`
+	ShutdownTimeout       time.Duration           `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
@@ -66,15 +65,14 @@ func (c *Config) Validate() error {
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return config.Invalid("PULSE_LOG_LEVEL", "%v", err)
 	}
+	if err := retrypolicy.Validate(c.RetryBackoffUnit, c.RetryBackoffMax); err != nil {
+		return err
+	}
 	switch {
 	case c.SweepInterval < MinInterval:
 		return config.Invalid("PULSE_SWEEP_INTERVAL", "is %s; it must be at least %s", c.SweepInterval, MinInterval)
 	case c.SweepBatch < 1 || c.SweepBatch > MaxBatch:
 		return config.Invalid("PULSE_SWEEP_BATCH", "is %d; it must be between 1 and %d", c.SweepBatch, MaxBatch)
-	case c.RetryBackoffUnit < 0:
-		return config.Invalid("PULSE_RETRY_BACKOFF_UNIT", "is %s; it must not be negative", c.RetryBackoffUnit)
-	case c.RetryBackoffMax < c.RetryBackoffUnit:
-		return config.Invalid("PULSE_RETRY_BACKOFF_MAX", "is %s; it must be at least PULSE_RETRY_BACKOFF_UNIT (%s)", c.RetryBackoffMax, c.RetryBackoffUnit)
 	case c.RetentionInterval < MinInterval:
 		return config.Invalid("PULSE_RETENTION_INTERVAL", "is %s; it must be at least %s", c.RetentionInterval, MinInterval)
 	case c.RetentionCompleted < 0:

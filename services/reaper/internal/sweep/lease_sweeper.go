@@ -17,7 +17,7 @@ import (
 
 // Reaper is the sweep statement (jobstore.Store.Reap).
 type Reaper interface {
-	Reap(ctx context.Context, limit int, backoff jobstore.Backoff) ([]jobstore.Reaped, error)
+	Reap(ctx context.Context, limit int) ([]jobstore.Reaped, error)
 }
 
 // Observer is told what each statement and each sweep did, for metrics.
@@ -33,8 +33,6 @@ type Config struct {
 	Interval time.Duration
 	// Batch is the most leases one statement settles.
 	Batch int
-	// Backoff is the fleet's retry schedule, shared with the gateway.
-	Backoff jobstore.Backoff
 	// Clock paces the loop; nil means the wall clock.
 	Clock clock.Clock
 }
@@ -99,7 +97,7 @@ func (s *LeaseSweeper) sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		started := time.Now()
-		reaped, err := s.reaper.Reap(ctx, s.cfg.Batch, s.cfg.Backoff)
+		reaped, err := s.reaper.Reap(ctx, s.cfg.Batch)
 		if err != nil {
 			return total, err
 		}

@@ -35,12 +35,12 @@ type countingReaper struct {
 	down  atomic.Bool
 }
 
-func (r *countingReaper) Reap(ctx context.Context, limit int, b jobstore.Backoff) ([]jobstore.Reaped, error) {
+func (r *countingReaper) Reap(ctx context.Context, limit int) ([]jobstore.Reaped, error) {
 	r.calls.Add(1)
 	if r.down.Load() {
 		return nil, apierr.Unavailable("reap: database unreachable", errors.New("connection refused"))
 	}
-	return r.store.Reap(ctx, limit, b)
+	return r.store.Reap(ctx, limit)
 }
 
 // sweepSignal forwards every finished sweep to the test, wrapping the real
@@ -76,7 +76,7 @@ func setup(t *testing.T, batch int) *testBundle {
 		clock:   clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}
 	b.sweeper = sweep.NewLeaseSweeper(sweep.Config{
-		Interval: interval, Batch: batch, Backoff: jobstore.DefaultBackoff, Clock: b.clock,
+		Interval: interval, Batch: batch, Clock: b.clock,
 	}, b.reaper, b.signal, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return b
 }
@@ -174,7 +174,7 @@ func TestLeaseSweeper(t *testing.T) {
 		}
 		sweepers := make([]*sweep.LeaseSweeper, 3)
 		for i := range sweepers {
-			sweepers[i] = sweep.NewLeaseSweeper(sweep.Config{Interval: interval, Batch: 7, Backoff: jobstore.DefaultBackoff},
+			sweepers[i] = sweep.NewLeaseSweeper(sweep.Config{Interval: interval, Batch: 7},
 				b.reaper, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		}
 		var total atomic.Int64
