@@ -158,6 +158,15 @@ func TestDockerfile(t *testing.T) {
 		require.True(t, minor > 26 || (minor == 26 && patch >= 7), "builder %s: the workspace needs Go >= 1.26.7", img)
 	})
 
+	t.Run("NoSyntaxDirective", func(t *testing.T) {
+		// BuildKit pulls the frontend image a `# syntax=` line names, so a
+		// build on a machine without registry access would fail; the
+		// built-in frontend has everything this file uses.
+		b, err := os.ReadFile(repoPath(t, dockerfilePath))
+		require.NoError(t, err)
+		require.NotRegexp(t, `(?im)^#\s*syntax\s*=`, string(b))
+	})
+
 	t.Run("BuildCompilesEveryCommandFromTheWorkspace", func(t *testing.T) {
 		var run string
 		for _, in := range df.stages["build"].body {
