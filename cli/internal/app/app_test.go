@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,13 @@ func TestBadInput(t *testing.T) {
 		{"wrong password", as("ops", "nope", "jobs", "list"), "401", ExitError},
 		{"no server", []string{"jobs", "list"}, "no server", ExitUsage},
 		{"drain without wait", ops("dispatch", "drain"), "--wait", ExitUsage},
+		{"unknown subcommand", prod("jobs", "frob"), `unknown command "frob" for "pulse jobs"; use one of: cancel, get, list, retry`, ExitUsage},
+		{"bare group", prod("dispatch"), `"pulse dispatch" needs a command; use one of: drain, events, pause, resume, status`, ExitUsage},
+		{"bare group, no server", []string{"schedules"}, "needs a command", ExitUsage},
+		{"bad --timeout", prod("submit", "cli.bad", "--timeout", "soon"), "timeout", ExitUsage},
+		{"timeout out of range", prod("submit", "cli.bad", "--timeout", "25h"), "timeout", ExitError},
+		{"bad --unique-for", prod("submit", "cli.bad", "--unique-for", "1e1000000"), "unique-for", ExitUsage},
+		{"negative unique_for", prod("submit", "cli.bad", "--unique-for", "-1h"), "unique_for", ExitError},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -512,4 +520,39 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	assert.Contains(t, r.stdout, topic+" running=1")
 	assert.Contains(t, r.stdout, "drained")
 	ok(t, ops("dispatch", "resume", "--topic", topic)...)
+}
+
+// --timeout and --unique-for reach the job: the job shows its timeout, and
+// a second submit of the same topic and args within the period prints the
+// first job's id, marked duplicate.
+func TestSubmitTimeoutAndUniqueFor(t *testing.T) {
+	t.Parallel()
+	topic := "cli.unique." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var first, second struct {
+		ID        string `json:"id"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	okJSON(t, &first, prod("submit", topic, "--args", `{"a":1,"b":2}`, "--timeout", "90s", "--unique-for", "1h")...)
+	require.False(t, first.Duplicate)
+	okJSON(t, &second, prod("submit", topic, "--args", `{"b":2, "a":1}`, "--unique-for", "1h")...)
+	require.True(t, second.Duplicate)
+	require.Equal(t, first.ID, second.ID)
+	out := ok(t, prod("submit", topic, "--args", `{"a":1,"b":2}`, "--unique-for", "1h")...)
+	require.Contains(t, out, first.ID)
+	require.Contains(t, out, "(duplicate")
+
+	var j job
+	okJSON(t, &j, prod("jobs", "get", first.ID)...)
+	require.NotNil(t, j.Timeout)
+	require.Equal(t, "1m30s", *j.Timeout)
+	require.Contains(t, ok(t, prod("jobs", "get", first.ID)...), "1m30s per attempt")
+}
+
+// -h on a group still prints its help and succeeds.
+func TestGroupHelpStillSucceeds(t *testing.T) {
+	t.Parallel()
+	r := pulse(t, "", "jobs", "-h")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "pulse jobs [command]")
+	require.NotContains(t, r.stdout, "pulse jobs [flags]")
 }

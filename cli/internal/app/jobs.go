@@ -39,6 +39,7 @@ type job struct {
 	ScheduleID     string          `json:"schedule_id"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Traceparent    string          `json:"traceparent"`
+	Timeout        *string         `json:"timeout"`
 	Waiting        *struct {
 		Reason         string     `json:"reason"`
 		PausedBy       *scope     `json:"paused_by"`
@@ -153,6 +154,9 @@ func printJob(w io.Writer, j job) {
 	if j.IdempotencyKey != "" {
 		fmt.Fprintf(w, "Idempotency key:\t%s\n", j.IdempotencyKey)
 	}
+	if j.Timeout != nil {
+		fmt.Fprintf(w, "Timeout:\t%s per attempt\n", *j.Timeout)
+	}
 	if j.ScheduleID != "" {
 		fmt.Fprintf(w, "Schedule:\t%s\n", j.ScheduleID)
 	}
@@ -242,17 +246,23 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 func newSubmitCmd(e *env) *cobra.Command {
 	var argsJSON, at, key string
 	var priority, maxAttempts int
+	var timeout, uniqueFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "submit TOPIC",
 		Short: "Submit one job",
 		Long: `Submit one job to TOPIC. --args is a JSON object; priority is 0-10 (higher
 first, server default 5); max attempts 1-100 (server default 25); --at delays
-the first run to an RFC 3339 time. With --idempotency-key a second submit
-while the first job is live returns that job (marked duplicate).
+the first run to an RFC 3339 time. --timeout (1s-24h) bounds each attempt: one
+that runs longer fails "timed out after ..." and is retried. With
+--idempotency-key a second submit while the first job is live returns that
+job (marked duplicate); with --unique-for (1s-366d) a second submit of the
+same topic and args within that period returns the first job, whatever its
+status (marked duplicate).
 Prints the new job's id (json: {"id","duplicate"}).`,
 		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
-  pulse submit report.build --args '{}' --priority 9 --max-attempts 3
-  pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42`,
+  pulse submit report.build --args '{}' --priority 9 --max-attempts 3 --timeout 5m
+  pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42
+  pulse submit stats.refresh --args '{"shop":7}' --unique-for 1h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseArgsFlag("args", argsJSON)
@@ -275,6 +285,12 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 			if key != "" {
 				body["idempotency_key"] = key
 			}
+			if cmd.Flags().Changed("timeout") {
+				body["timeout"] = timeout.String()
+			}
+			if cmd.Flags().Changed("unique-for") {
+				body["unique_for"] = uniqueFor.String()
+			}
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -288,7 +304,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 					return err
 				}
 				if r.Duplicate {
-					fmt.Fprintf(w, "%s\t(duplicate: an existing live job has this idempotency key)\n", r.ID)
+					fmt.Fprintf(w, "%s\t(duplicate: an existing job has this idempotency key, or this topic and args within --unique-for)\n", r.ID)
 				} else {
 					fmt.Fprintln(w, r.ID)
 				}
@@ -302,5 +318,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 	f.IntVar(&maxAttempts, "max-attempts", 0, "1-100 attempts before dead-lettering (server default 25)")
 	f.StringVar(&at, "at", "", "first run time, RFC 3339")
 	f.StringVar(&key, "idempotency-key", "", "deduplicates submits among live jobs (≤ 255 bytes)")
+	f.DurationVar(&timeout, "timeout", 0, "how long one attempt may run, 1s-24h (default none)")
+	f.DurationVar(&uniqueFor, "unique-for", 0, "one job per topic and args for this long, 1s-366d (default not unique)")
 	return cmd
 }

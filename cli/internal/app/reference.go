@@ -128,7 +128,7 @@ func (r *referenceWriter) command(root, c *cobra.Command) {
 
 	// The same usage lines cobra's help template prints.
 	var usage []string
-	if c.Runnable() {
+	if c.Runnable() && !isSubcommandGroup(c) {
 		usage = append(usage, c.UseLine())
 	}
 	if len(documentedSubcommands(c)) > 0 {

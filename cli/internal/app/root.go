@@ -28,7 +28,8 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  error answered by control-api (invalid argument, not found, permission
      denied, ...) or control-api unreachable
-  2  bad command line or input (unknown flag, invalid JSON in --args, ...)
+  2  bad command line or input (unknown command or flag, a command group
+     run without its subcommand, invalid JSON in --args, ...)
   3  dispatch drain --wait: jobs were still running when --timeout expired`
 
 type exitError struct {
@@ -135,7 +136,60 @@ from the first of those that has one.
 
 	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e),
 		newLoginCmd(e), newPasswdCmd(e), newConfigCmd(e))
+	for _, c := range root.Commands() {
+		subcommandGroups(c)
+	}
 	return root
+}
+
+// subcommandGroups makes every command under c that only groups
+// subcommands (pulse jobs, pulse dispatch, ...) a usage error when it is
+// run bare or with a subcommand it does not have: exit 2 with the commands
+// it does have, rather than cobra's default of printing help and exiting 0
+// (a typo in a script must not pass). -h still prints the help.
+func subcommandGroups(c *cobra.Command) {
+	if !c.HasSubCommands() {
+		return
+	}
+	for _, sub := range c.Commands() {
+		subcommandGroups(sub)
+	}
+	if c.Run != nil || c.RunE != nil {
+		return
+	}
+	hint := func(c *cobra.Command) string {
+		var names []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		return fmt.Sprintf("use one of: %s (%s -h for help)", strings.Join(names, ", "), c.CommandPath())
+	}
+	c.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("unknown command %q for %q; %s", args[0], c.CommandPath(), hint(c))
+		}
+		return nil
+	}
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return usageErrorf("%q needs a command; %s", c.CommandPath(), hint(c))
+	}
+	// Its help shows "<path> [command]" only, as before it could run.
+	if tmpl := c.UsageTemplate(); strings.Contains(tmpl, runnableUsageLine) {
+		c.SetUsageTemplate(strings.Replace(tmpl, runnableUsageLine, "", 1))
+	}
+}
+
+// runnableUsageLine is the part of cobra's usage template that prints a
+// runnable command's own usage line.
+const runnableUsageLine = `{{if .Runnable}}
+  {{.UseLine}}{{end}}`
+
+// isSubcommandGroup reports whether c only groups subcommands: its usage
+// line is "<path> [command]" alone (the reference, like the help).
+func isSubcommandGroup(c *cobra.Command) bool {
+	return c.HasParent() && c.HasAvailableSubCommands()
 }
 
 // conn resolves the connection with precedence flag > env > config file.
