@@ -54,8 +54,8 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	rp := RiverParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, MaxWorkers: p.RiverMaxWorkers, PoolConns: p.RiverPoolConns}
 	raw := p.Raw
 	raw.Jobs, raw.Producers, raw.Batch = p.Jobs, p.Producers, p.Batch
-	pulseMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs"}
-	riverMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "river_job", TableDatabaseURL: rs.URL()}
+	pulseMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir}
+	riverMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "river_job", TableDatabaseURL: rs.URL(), WALDataDir: t.WALDataDir}
 
 	// runs[side/workload] holds each run's metrics.
 	runs := map[string][]map[string]float64{}
@@ -86,6 +86,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			return fmt.Errorf("%s %s: meter: %w", side, workload, err)
 		}
 		maps.Copy(r.Metrics, costs)
+		r.WAL = m.WAL()
 		r.Scenario = side + "-" + workload
 		r.Params["rep"] = rep + 1
 		runs[side+"/"+workload] = append(runs[side+"/"+workload], r.Metrics)

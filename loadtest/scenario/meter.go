@@ -33,14 +33,15 @@ const StatsSettle = 11 * time.Second
 // system under test (from /proc), the whole machine's idle share, and
 // optionally what Postgres wrote (WAL, transactions, row versions).
 type Meter struct {
-	pids     map[string]int // process name → pid; "postgres" is the postmaster
-	db       string         // a database URL on the cluster, "" for no database counters
-	table    string         // the queue table whose tuple counters to read ("" for none)
-	tableDB  string         // the database holding table
-	start    cpuSample
-	startDB  dbSample
-	begunAt  time.Time
-	statsOff bool
+	pids    map[string]int // process name → pid; "postgres" is the postmaster
+	db      string         // a database URL on the cluster, "" for no database counters
+	table   string         // the queue table whose tuple counters to read ("" for none)
+	tableDB string         // the database holding table
+	start   cpuSample
+	startDB dbSample
+	begunAt time.Time
+	walDir  string
+	wal     []WALRecord
 }
 
 // MeterOptions choose what a Meter reads besides CPU.
@@ -51,13 +52,16 @@ type MeterOptions struct {
 	// Table and TableDatabaseURL name the queue table (jobs, river_job)
 	// whose inserted/updated/HOT-updated row counters are read.
 	Table, TableDatabaseURL string
+	// WALDataDir, when set, is the cluster's data directory: Stop then
+	// breaks the run's WAL down by record type (pg_waldump; see WAL).
+	WALDataDir string
 }
 
 // StartMeter samples the starting point. pids are the processes to
 // account (Fleet.PIDs(): each service by name, the postmaster as
 // "postgres"); this process is always accounted as "load".
 func StartMeter(ctx context.Context, pids map[string]int, o MeterOptions) (*Meter, error) {
-	m := &Meter{pids: pids, db: o.DatabaseURL, table: o.Table, tableDB: o.TableDatabaseURL}
+	m := &Meter{pids: pids, db: o.DatabaseURL, table: o.Table, tableDB: o.TableDatabaseURL, walDir: o.WALDataDir}
 	if m.tableDB == "" {
 		m.tableDB = m.db
 	}
@@ -66,6 +70,8 @@ func StartMeter(ctx context.Context, pids map[string]int, o MeterOptions) (*Mete
 		if m.startDB, err = m.readDB(ctx); err != nil {
 			return nil, err
 		}
+	} else {
+		m.walDir = ""
 	}
 	m.start = m.readCPU()
 	m.begunAt = time.Now()
@@ -118,6 +124,11 @@ func (m *Meter) Stop(ctx context.Context, jobs int, settle time.Duration) (map[s
 		return nil, err
 	}
 	out["wal_bytes_per_job"] = float64(lsn-m.startDB.lsn) / float64(jobs)
+	if m.walDir != "" {
+		if m.wal, err = WALBreakdown(ctx, m.walDir, m.startDB.lsn, lsn, jobs); err != nil {
+			return nil, err
+		}
+	}
 	if settle <= 0 {
 		return out, nil
 	}
@@ -147,6 +158,10 @@ func (m *Meter) Stop(ctx context.Context, jobs int, settle time.Duration) (map[s
 	}
 	return out, nil
 }
+
+// WAL is the run's WAL by record type, per job, once Stop has run with
+// MeterOptions.WALDataDir set.
+func (m *Meter) WAL() []WALRecord { return m.wal }
 
 // gatewayKey turns dispatch-gateway-2 into gateway_2.
 func gatewayKey(name string) string {

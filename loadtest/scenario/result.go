@@ -14,6 +14,8 @@ type Result struct {
 	Scenario string             `json:"scenario"`
 	Params   map[string]any     `json:"params"`
 	Metrics  map[string]float64 `json:"metrics"`
+	// WAL is the run's WAL by record type, per job (pulse-load -wal-stats).
+	WAL []WALRecord `json:"wal,omitempty"`
 }
 
 // Line renders r for people.
@@ -41,6 +43,9 @@ func (r Result) Line() string {
 		fmt.Fprintf(&b, "%s=%v", k, r.Params[k])
 	}
 	b.WriteString(")")
+	if len(r.WAL) > 0 {
+		b.WriteString("\n    wal " + FormatWAL(r.WAL))
+	}
 	return b.String()
 }
 

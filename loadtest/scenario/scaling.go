@@ -58,7 +58,7 @@ func scalingSize(ctx context.Context, up FleetUp, n int, p ScalingParams) (_ Res
 		if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
 			return Result{}, err
 		}
-		m, err := StartMeter(ctx, t.PIDs, MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs"})
+		m, err := StartMeter(ctx, t.PIDs, MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir})
 		if err != nil {
 			return Result{}, err
 		}
@@ -71,6 +71,7 @@ func scalingSize(ctx context.Context, up FleetUp, n int, p ScalingParams) (_ Res
 			return Result{}, err
 		}
 		maps.Copy(r.Metrics, costs)
+		r.WAL = m.WAL()
 		r.Scenario = fmt.Sprintf("scaling-%dgw", n)
 		r.Params["rep"] = rep + 1
 		runs = append(runs, r.Metrics)

@@ -24,6 +24,9 @@ type Target struct {
 	// control-api, dispatch-gateway-N, reaper, and the Postgres postmaster
 	// as "postgres"), for the CPU each run costs them.
 	PIDs map[string]int
+	// WALDataDir is the cluster's data directory when runs should break
+	// their WAL down by record type (pulse-load -wal-stats), else empty.
+	WALDataDir string
 }
 
 // ThroughputParams shape the throughput run.

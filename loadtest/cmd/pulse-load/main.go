@@ -65,6 +65,7 @@ func run() error {
 		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
 		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
 		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
+		walStats    = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
 	)
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -97,6 +98,10 @@ func run() error {
 	if *statements {
 		opts.PostgresSettings["shared_preload_libraries"] = "'pg_stat_statements'"
 	}
+	if *walStats {
+		// The run's WAL must still be there when pg_waldump reads it.
+		opts.PostgresSettings["wal_keep_size"] = "'4GB'"
+	}
 	if want["pause"] || all {
 		// The pause scenario judges by commit time (claimwitness).
 		opts.PostgresSettings["track_commit_timestamp"] = "on"
@@ -123,7 +128,7 @@ func run() error {
 		needFleet = needFleet || (s != "scaling" && s != "")
 	}
 	if !needFleet {
-		return runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, emit, emitRun)
+		return runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, *walStats, emit, emitRun)
 	}
 	fleet, err := localfleet.Up(ctx, opts)
 	if err != nil {
@@ -132,6 +137,9 @@ func run() error {
 	defer fleet.Down()
 	target := scenario.Target{ControlHTTP: fleet.ControlHTTP, ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs,
 		DatabaseURL: fleet.DatabaseURL, PIDs: fleet.PIDs()}
+	if *walStats && fleet.Cluster != nil {
+		target.WALDataDir = fleet.Cluster.DataDir()
+	}
 	if *statements {
 		scenario.EnableStatements(ctx, fleet.DatabaseURL)
 	}
@@ -145,7 +153,7 @@ func run() error {
 	if all || want["throughput"] {
 		// CPU per process and WAL bytes per job; the counters that need a
 		// settle wait are left to the river and scaling scenarios.
-		m, err := scenario.StartMeter(ctx, target.PIDs, scenario.MeterOptions{DatabaseURL: target.DatabaseURL})
+		m, err := scenario.StartMeter(ctx, target.PIDs, scenario.MeterOptions{DatabaseURL: target.DatabaseURL, WALDataDir: target.WALDataDir})
 		if err != nil {
 			return err
 		}
@@ -155,6 +163,7 @@ func run() error {
 			var costs map[string]float64
 			if costs, err = m.Stop(ctx, *jobs, 0); err == nil {
 				maps.Copy(r.Metrics, costs)
+				r.WAL = m.WAL()
 			}
 		}
 		if err := emit(r, err); err != nil {
@@ -207,7 +216,7 @@ func run() error {
 		}
 	}
 	if want["scaling"] {
-		if err := runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, emit, emitRun); err != nil {
+		if err := runScaling(ctx, opts, *scaleSizes, tp, *reps, *settle, *walStats, emit, emitRun); err != nil {
 			return err
 		}
 	}
@@ -228,7 +237,7 @@ func rawSQLRun(ctx context.Context, t scenario.Target, p scenario.RawSQLParams, 
 	var m *scenario.Meter
 	start := func() error {
 		var err error
-		m, err = scenario.StartMeter(ctx, t.PIDs, scenario.MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs"})
+		m, err = scenario.StartMeter(ctx, t.PIDs, scenario.MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir})
 		return err
 	}
 	var before func() error
@@ -246,12 +255,13 @@ func rawSQLRun(ctx context.Context, t scenario.Target, p scenario.RawSQLParams, 
 		return r, err
 	}
 	maps.Copy(r.Metrics, costs)
+	r.WAL = m.WAL()
 	return r, nil
 }
 
 // runScaling runs the scaling scenario: a fleet per gateway count, the
 // binaries built once for all of them.
-func runScaling(ctx context.Context, opts localfleet.Options, sizes string, tp scenario.ThroughputParams, reps int, settle time.Duration,
+func runScaling(ctx context.Context, opts localfleet.Options, sizes string, tp scenario.ThroughputParams, reps int, settle time.Duration, walStats bool,
 	emit func(scenario.Result, error) error, emitRun func(scenario.Result)) error {
 	var counts []int
 	for _, s := range strings.Split(sizes, ",") {
@@ -292,8 +302,12 @@ func runScaling(ctx context.Context, opts localfleet.Options, sizes string, tp s
 		if err != nil {
 			return scenario.Target{}, nil, err
 		}
-		return scenario.Target{ControlHTTP: f.ControlHTTP, ControlGRPC: f.ControlGRPC, GatewayAddrs: f.GatewayAddrs,
-			DatabaseURL: f.DatabaseURL, PIDs: f.PIDs()}, f.Down, nil
+		t := scenario.Target{ControlHTTP: f.ControlHTTP, ControlGRPC: f.ControlGRPC, GatewayAddrs: f.GatewayAddrs,
+			DatabaseURL: f.DatabaseURL, PIDs: f.PIDs()}
+		if walStats && f.Cluster != nil {
+			t.WALDataDir = f.Cluster.DataDir()
+		}
+		return t, f.Down, nil
 	}
 	rs, err := scenario.Scaling(ctx, up, scenario.ScalingParams{Gateways: counts, Throughput: tp, Reps: reps, Settle: settle, Emit: emitRun})
 	for _, r := range rs {
