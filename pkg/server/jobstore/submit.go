@@ -122,10 +122,10 @@ WITH keyed AS (
 FROM keyed AS t
 WHERE t.ukey IS NULL OR t.id IN (SELECT job_id FROM claimed)
 ON CONFLICT DO NOTHING
-RETURNING id`
+RETURNING %s`
 
 // insertUniqueSQL is uniqueInsert over the parallel arrays.
-var insertUniqueSQL = fmt.Sprintf(uniqueInsert, arraySource)
+var insertUniqueSQL = fmt.Sprintf(uniqueInsert, arraySource, "id")
 
 // uniqueHoldersSQL finds, for each (topic, args) pair, the job holding its
 // unique key while its period lasts.
