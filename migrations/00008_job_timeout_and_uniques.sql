@@ -28,6 +28,9 @@
 --                       when retention deletes the job its key goes with it
 --                       (ON DELETE CASCADE): the period ends early then.
 --
+-- And a schedule created without a priority fires jobs at priority 5, a
+-- job's default (00003 defaulted schedules.priority to 0).
+--
 -- The key is md5(topic || E'\n' || args::text) as a uuid; a topic never
 -- holds a newline, so the pair is unambiguous. jsonb's text is canonical
 -- (key order, whitespace and duplicate keys do not matter) but numbers keep
@@ -68,7 +71,14 @@ CREATE TABLE IF NOT EXISTS job_uniques (
 -- this index for the cascade.
 CREATE INDEX IF NOT EXISTS job_uniques_job_id_idx ON job_uniques (job_id);
 
+-- A schedule created without a priority fires jobs at a job's default
+-- priority, 5 (jobs.priority's default), not 0 (00003). control-api sends
+-- the priority it resolved; this is the same default for a hand-written
+-- INSERT. Existing schedules keep theirs.
+ALTER TABLE schedules ALTER COLUMN priority SET DEFAULT 5;
+
 -- +goose Down
+ALTER TABLE schedules ALTER COLUMN priority SET DEFAULT 0;
 DROP TABLE IF EXISTS job_uniques;
 ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_timeout_range;
 ALTER TABLE jobs DROP COLUMN IF EXISTS timeout;

@@ -187,7 +187,7 @@ func newScheduleWriteCmd(e *env, update bool, print func([]byte) error) *cobra.C
 		if tz != "" {
 			body["time_zone"] = tz
 		}
-		if priority != 0 {
+		if cmd.Flags().Changed("priority") {
 			body["priority"] = priority
 		}
 		if maxAttempts != 0 {
@@ -212,7 +212,7 @@ func newScheduleWriteCmd(e *env, update bool, print func([]byte) error) *cobra.C
 	f.StringVar(&expr, "expression", "", "when, in the kind's syntax (required)")
 	f.StringVar(&tz, "time-zone", "", "IANA time zone for cron (default UTC)")
 	f.StringVar(&argsJSON, "args", "{}", "args of the fired jobs, a JSON object")
-	f.IntVar(&priority, "priority", 0, "priority of the fired jobs, 0-10 (server default)")
+	f.IntVar(&priority, "priority", 5, "priority of the fired jobs, 0-10, higher runs first")
 	f.IntVar(&maxAttempts, "max-attempts", 0, "max attempts of the fired jobs (server default)")
 	if !update {
 		f.BoolVar(&disabled, "disabled", false, "create it disabled")

@@ -30,7 +30,8 @@ type ScheduleDefinition struct {
 	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	// A JSON object, the args of every fired job; empty means {}.
 	Args []byte `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
-	// 0..10.
+	// 0..10, higher runs first; unset (0 on the wire) means the default, 5,
+	// as for a job, when has_priority is false.
 	Priority int32 `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
 	// 1..100; 0 means 25.
 	MaxAttempts int32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -39,7 +40,9 @@ type ScheduleDefinition struct {
 	Kind       string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
 	Expression string `protobuf:"bytes,7,opt,name=expression,proto3" json:"expression,omitempty"`
 	// IANA zone the cron expression is read in; empty means UTC.
-	TimeZone      string `protobuf:"bytes,8,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	TimeZone string `protobuf:"bytes,8,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// True when priority is set, 0 included.
+	HasPriority   bool `protobuf:"varint,9,opt,name=has_priority,json=hasPriority,proto3" json:"has_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +131,13 @@ func (x *ScheduleDefinition) GetTimeZone() string {
 		return x.TimeZone
 	}
 	return ""
+}
+
+func (x *ScheduleDefinition) GetHasPriority() bool {
+	if x != nil {
+		return x.HasPriority
+	}
+	return false
 }
 
 type Schedule struct {
@@ -764,7 +774,7 @@ var File_pulse_v1_schedule_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_schedule_proto_rawDesc = "" +
 	"\n" +
-	"\x17pulse/v1/schedule.proto\x12\bpulse.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12pulse/v1/job.proto\"\xe2\x01\n" +
+	"\x17pulse/v1/schedule.proto\x12\bpulse.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12pulse/v1/job.proto\"\x85\x02\n" +
 	"\x12ScheduleDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -775,7 +785,8 @@ const file_pulse_v1_schedule_proto_rawDesc = "" +
 	"\n" +
 	"expression\x18\a \x01(\tR\n" +
 	"expression\x12\x1b\n" +
-	"\ttime_zone\x18\b \x01(\tR\btimeZone\"\xe4\x02\n" +
+	"\ttime_zone\x18\b \x01(\tR\btimeZone\x12!\n" +
+	"\fhas_priority\x18\t \x01(\bR\vhasPriority\"\xe4\x02\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12<\n" +
 	"\n" +

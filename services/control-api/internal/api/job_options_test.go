@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 )
 
 // Over gRPC, timeout and unique_for are google.protobuf.Durations: stored
@@ -48,4 +51,32 @@ func TestSubmitTimeoutAndUniqueForOverGRPC(t *testing.T) {
 		require.Contains(t, status.Convert(err).Message(), field)
 	}
 	require.Equal(t, 2, b.CountJobs(t))
+}
+
+// Over gRPC, a schedule definition without has_priority gets a job's
+// default priority, 5; has_priority with 0 keeps 0.
+func TestSchedulePriorityDefaultsLikeAJobOverGRPC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := apitest.New(t, apitest.Options{})
+	svc := api.NewSchedules(b.Store, nil, nil)
+
+	sc, err := svc.CreateSchedule(ctx, &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
+		Name: "unset", Topic: "t", Kind: "every", Expression: "1h"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, sc.GetDefinition().GetPriority())
+	require.True(t, sc.GetDefinition().GetHasPriority())
+
+	sc, err = svc.CreateSchedule(ctx, &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
+		Name: "zero", Topic: "t", Kind: "every", Expression: "1h", HasPriority: true}})
+	require.NoError(t, err)
+	require.EqualValues(t, 0, sc.GetDefinition().GetPriority())
+
+	var stored int
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT priority FROM schedules WHERE name = 'unset'`).Scan(&stored))
+	require.Equal(t, 5, stored)
+	// The column's own default agrees (migration 00008).
+	require.NoError(t, b.Pool.QueryRow(ctx, `INSERT INTO schedules (id, name, topic, kind, expression, next_run_at)
+		VALUES (gen_random_uuid(), 'by-hand', 't', 'every', '1h', now()) RETURNING priority`).Scan(&stored))
+	require.Equal(t, 5, stored)
 }

@@ -78,8 +78,13 @@ func validDefinition(d *pulsev1.ScheduleDefinition) (jobstore.Schedule, schedule
 	if err != nil {
 		return sc, nil, err
 	}
-	if p := d.GetPriority(); p < jobspec.MinPriority || p > jobspec.MaxPriority {
-		return sc, nil, apierr.Invalid("priority", "is %d; it must be %d..%d", p, jobspec.MinPriority, jobspec.MaxPriority)
+	// Unset, a schedule's jobs get a job's default priority.
+	prio := int32(jobspec.DefaultPriority)
+	if d.GetHasPriority() || d.GetPriority() != 0 {
+		prio = d.GetPriority()
+	}
+	if prio < jobspec.MinPriority || prio > jobspec.MaxPriority {
+		return sc, nil, apierr.Invalid("priority", "is %d; it must be %d..%d", prio, jobspec.MinPriority, jobspec.MaxPriority)
 	}
 	maxAttempts := d.GetMaxAttempts()
 	if maxAttempts == 0 {
@@ -104,7 +109,7 @@ func validDefinition(d *pulsev1.ScheduleDefinition) (jobstore.Schedule, schedule
 		return sc, nil, err
 	}
 	sc = jobstore.Schedule{
-		Name: d.GetName(), Topic: d.GetTopic(), Args: args, Priority: int16(d.GetPriority()),
+		Name: d.GetName(), Topic: d.GetTopic(), Args: args, Priority: int16(prio),
 		MaxAttempts: maxAttempts, Kind: d.GetKind(), Expression: d.GetExpression(), TimeZone: tz,
 	}
 	return sc, s, nil
@@ -337,7 +342,7 @@ func ScheduleToWire(sc *jobstore.Schedule) *pulsev1.Schedule {
 	return &pulsev1.Schedule{
 		Id: sc.ID.String(),
 		Definition: &pulsev1.ScheduleDefinition{
-			Name: sc.Name, Topic: sc.Topic, Args: sc.Args, Priority: int32(sc.Priority), MaxAttempts: sc.MaxAttempts,
+			Name: sc.Name, Topic: sc.Topic, Args: sc.Args, Priority: int32(sc.Priority), HasPriority: true, MaxAttempts: sc.MaxAttempts,
 			Kind: sc.Kind, Expression: sc.Expression, TimeZone: sc.TimeZone,
 		},
 		Enabled:     sc.Enabled,

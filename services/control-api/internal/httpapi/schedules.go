@@ -53,8 +53,10 @@ type scheduleDefJSON struct {
 	Name        string          `json:"name"`
 	Topic       string          `json:"topic"`
 	Args        json.RawMessage `json:"args"`
-	Priority    int32           `json:"priority"`
-	MaxAttempts int32           `json:"max_attempts"`
+	// Priority is a pointer so an explicit 0 differs from unset (the
+	// default, 5, as for a job).
+	Priority    *int32 `json:"priority"`
+	MaxAttempts int32  `json:"max_attempts"`
 	// Kind is at, every or cron.
 	Kind       string `json:"kind"`
 	Expression string `json:"expression"`
@@ -78,19 +80,24 @@ type scheduleListJSON struct {
 }
 
 func (d scheduleDefJSON) toWire() *pulsev1.ScheduleDefinition {
-	return &pulsev1.ScheduleDefinition{
-		Name: d.Name, Topic: d.Topic, Args: d.Args, Priority: d.Priority, MaxAttempts: d.MaxAttempts,
+	def := &pulsev1.ScheduleDefinition{
+		Name: d.Name, Topic: d.Topic, Args: d.Args, MaxAttempts: d.MaxAttempts,
 		Kind: d.Kind, Expression: d.Expression, TimeZone: d.TimeZone,
 	}
+	if d.Priority != nil {
+		def.Priority, def.HasPriority = *d.Priority, true
+	}
+	return def
 }
 
 func scheduleToJSON(s *pulsev1.Schedule) scheduleJSON {
 	d := s.GetDefinition()
 	enabled := s.GetEnabled()
+	priority := d.GetPriority()
 	out := scheduleJSON{
 		ID: s.GetId(),
 		scheduleDefJSON: scheduleDefJSON{
-			Name: d.GetName(), Topic: d.GetTopic(), Args: d.GetArgs(), Priority: d.GetPriority(),
+			Name: d.GetName(), Topic: d.GetTopic(), Args: d.GetArgs(), Priority: &priority,
 			MaxAttempts: d.GetMaxAttempts(), Kind: d.GetKind(), Expression: d.GetExpression(),
 			TimeZone: d.GetTimeZone(), Enabled: &enabled,
 		},
