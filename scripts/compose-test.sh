@@ -49,5 +49,8 @@ set +e
 GOWORK=off PULSE_COMPOSE_TEST=1 go test -count=1 -v -timeout 45m -run '^TestComposeUp$' .
 rc=$?
 set -e
+# Each build that changed the code left the previous pulse images untagged;
+# drop those (the build cache stays, so the next run is as quick).
+docker image prune -f --filter label=org.opencontainers.image.vendor=pulse >/dev/null 2>&1 || true
 log "finished in $((SECONDS - started))s (exit $rc)"
 exit $rc

@@ -71,6 +71,8 @@ build() {
   docker build --progress=plain --label "pulse.local.recipe=$hash" -t "$image" "$dir" >"$WORK/build.log" 2>&1 ||
     { tail -n 40 "$WORK/build.log" >&2; die "building $image failed"; }
   log "built $image in $((SECONDS - started))s"
+  # The image this one replaced, now untagged.
+  docker image prune -f --filter label=pulse.local.recipe >/dev/null 2>&1 || true
 }
 
 # --- the Debian root file system --------------------------------------
