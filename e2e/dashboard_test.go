@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
 // The dashboard as a person uses it (issue 8): the real control-api,
@@ -237,20 +237,11 @@ func TestDashboardInABrowser(t *testing.T) {
 }
 
 // requireChromium finds Debian's chromium; scripts/ensure-tools.sh
-// installs it. Without it the test skips locally and fails in CI.
+// installs it. Without it the test fails saying how to get it, unless the
+// developer set PULSE_TEST_SKIP_TOOLS=chromium (pkg/server/testtool).
 func requireChromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "chromium is not on PATH (Debian: apt-get install -y chromium, or scripts/ensure-tools.sh)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + "; skipping the browser test")
-	return ""
+	return testtool.Require(t, testtool.Chromium)
 }
 
 type testBrowser struct {

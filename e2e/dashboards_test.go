@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
 // grafanaVars replaces the Grafana variables the dashboards use with what
@@ -95,10 +95,7 @@ func dashboardQueries(t *testing.T) []dashboardQuery {
 // and requires every dashboard query to parse and return data.
 func TestDashboardsQueryRealPrometheus(t *testing.T) {
 	t.Parallel()
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("prometheus is not on PATH (Debian: apt-get install -y prometheus); skipping the dashboard queries against a real Prometheus")
-	}
+	promBin := testtool.Require(t, testtool.Prometheus)
 	queries := dashboardQueries(t)
 	f := upChaosFleet(t, localfleet.Options{Reaper: true, Scheduler: true}, map[string]string{"PULSE_QUEUE_DEPTH_INTERVAL": "1s"})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

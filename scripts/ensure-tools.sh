@@ -2,8 +2,10 @@
 # Installs the real programs some tests drive, from Debian's packages, when
 # they are missing: prometheus + promtool (config checks and dashboards
 # evaluated against a real Prometheus) and chromium (the web dashboard's
-# browser tests, driven with chromedp). Tests that need a missing program
-# skip with a message saying so; this script is how CI makes sure they run.
+# browser tests, driven with chromedp). A test whose program is still
+# missing fails, saying how to get it; a developer who cannot install one
+# skips those tests explicitly with PULSE_TEST_SKIP_TOOLS=prometheus,chromium
+# (docs/development.md), which CI never sets and which CI ignores.
 set -euo pipefail
 
 missing=()
@@ -21,5 +23,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   # Debian starts the packaged Prometheus; tests run their own.
   (service prometheus stop || true) >/dev/null 2>&1
 else
-  echo "ensure-tools: ${missing[*]} missing and cannot be installed here; the tests that need it will skip" >&2
+  echo "ensure-tools: ${missing[*]} missing and cannot be installed here (not root, or no apt-get); the tests that need it will fail." >&2
+  echo "ensure-tools: install it (Debian: apt-get install -y ${missing[*]}), or skip those tests on this machine with PULSE_TEST_SKIP_TOOLS=$(IFS=,; echo "${missing[*]}")" >&2
 fi

@@ -38,10 +38,7 @@ func TestPrometheusConfig(t *testing.T) {
 
 	t.Run("PromtoolAcceptsIt", func(t *testing.T) {
 		t.Parallel()
-		promtool, err := exec.LookPath("promtool")
-		if err != nil {
-			t.Skip("promtool is not on PATH (Debian: apt-get install -y prometheus); skipping `promtool check config`")
-		}
+		promtool := requireTool(t, "prometheus", "promtool", "Debian: apt-get install -y prometheus")
 		out, err := exec.Command(promtool, "check", "config", path).CombinedOutput()
 		require.NoError(t, err, "promtool check config:\n%s", out)
 		rules := filepath.Join(filepath.Dir(path), "alerts.yml")

@@ -122,20 +122,21 @@ const (
 	ActionResume ControlAction = "resume"
 )
 
-// ControlEvent is one row of the control_events audit log.
+// ControlEvent is one row of the control_events audit log, and the read
+// side's model of it (ADR-0014).
 type ControlEvent struct {
-	ID     int64
-	Scope  string
-	Action ControlAction
+	ID     int64         `bun:"id,pk"`
+	Scope  string        `bun:"scope"`
+	Action ControlAction `bun:"action"`
 	// Mode is the mode paused with, or the mode a resume lifted.
-	Mode   PauseMode
-	Reason string
-	Actor  string
-	At     time.Time
+	Mode   PauseMode `bun:"mode"`
+	Reason string    `bun:"reason"`
+	Actor  string    `bun:"actor"`
+	At     time.Time `bun:"at"`
 	// Until is a pause's expiry, or the expiry that ended an automatic
 	// resume.
-	Until   *time.Time
-	Version int64
+	Until   *time.Time `bun:"until"`
+	Version int64      `bun:"version"`
 }
 
 // ExpiredPauseReason is the reason recorded on an automatic resume.
@@ -228,15 +229,6 @@ WITH expired AS (
     SELECT scope, 'resume', mode, '` + ExpiredPauseReason + `', actor, expired_at, version FROM changed
 )
 SELECT ` + scopeColumns + ` FROM changed ORDER BY scope`
-
-// listControlEventsSQL pages the audit log newest first by walking its
-// primary key backwards; $1 = 0 starts from the newest.
-const listControlEventsSQL = `
-SELECT id, scope, action, mode, reason, actor, at, until, version
-FROM control_events
-WHERE $1::bigint = 0 OR id < $1
-ORDER BY id DESC
-LIMIT $2`
 
 // DispatchState reads every scope.
 func (s *Store) DispatchState(ctx context.Context) (DispatchState, error) {
@@ -356,25 +348,21 @@ func (s *Store) ResumeExpired(ctx context.Context) ([]ScopeState, error) {
 }
 
 // ListControlEvents returns up to limit events older than before (0: from
-// the newest), newest first.
+// the newest), newest first, walking the primary key backwards.
 func (s *Store) ListControlEvents(ctx context.Context, before int64, limit int) ([]ControlEvent, error) {
-	rows, err := s.pool.Query(ctx, listControlEventsSQL, before, limit)
-	if err != nil {
-		return nil, interpretError("list control events", err)
+	if limit <= 0 {
+		return nil, nil
 	}
-	defer rows.Close()
 	var out []ControlEvent
-	for rows.Next() {
-		var e ControlEvent
-		var action, mode string
-		if err := rows.Scan(&e.ID, &e.Scope, &action, &mode, &e.Reason, &e.Actor, &e.At, &e.Until, &e.Version); err != nil {
-			return nil, interpretError("list control events", err)
-		}
-		e.Action, e.Mode = ControlAction(action), PauseMode(mode)
-		out = append(out, e)
+	q := s.reads().NewSelect().Model(&out)
+	if before != 0 {
+		q = q.Where("id < ?", before)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError("list control events", err)
+	if err := q.OrderExpr("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, readError("list control events", err)
+	}
+	if len(out) == 0 {
+		return nil, nil
 	}
 	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
 func pauseReq(scope string, mode jobstore.PauseMode, reason, actor string) jobstore.PauseRequest {
@@ -361,7 +362,12 @@ func TestClaimUnderPause(t *testing.T) {
 		args := []any{[]string{"a"}, 100, slots("w", 100), "30 seconds"}
 		plan := explain(t, b, force, jobstore.ClaimSQL, args...)
 		if !strings.Contains(plan.text, `"JIT"`) {
-			t.Skip("this Postgres does not compile with JIT (no llvmjit); nothing to turn off")
+			msg := "this Postgres does not compile with JIT (no llvmjit), so the test cannot see the claim keep JIT off; " +
+				"use a build with JIT (Debian's postgresql packages have it)"
+			if testtool.Skipped("llvmjit") {
+				t.Skip(msg + "; skipped because " + testtool.EnvSkip + " lists llvmjit")
+			}
+			t.Fatal(msg + ", or set " + testtool.EnvSkip + "=llvmjit")
 		}
 		plan = explain(t, b, force+"; "+jobstore.PinnedPlanSQL, jobstore.ClaimSQL, args...)
 		require.NotContains(t, plan.text, `"JIT"`, "the queue-head settings turn JIT off")

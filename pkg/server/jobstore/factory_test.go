@@ -69,3 +69,12 @@ func setRetryPolicy(t testing.TB, store *jobstore.Store, unit, maxDelay time.Dur
 	_, _, err := store.SetRetryPolicy(context.Background(), &unit, &maxDelay, "test")
 	require.NoError(t, err)
 }
+
+// newStore is jobstore.New, closed when the test ends (the read side's
+// database/sql handle would otherwise outlive it).
+func newStore(t testing.TB, pool *pgxpool.Pool) *jobstore.Store {
+	t.Helper()
+	s := jobstore.New(pool)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}

@@ -65,7 +65,7 @@ func TestInsertOneInTheCallersTransaction(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, jobstore.Inserted{ID: kept.ID, Duplicate: true}, res)
 	})
-	got, err := jobstore.New(pool).Get(ctx, kept.ID)
+	got, err := newStore(t, pool).Get(ctx, kept.ID)
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Second, got.Timeout)
 	require.Equal(t, "order-1", got.IdempotencyKey)

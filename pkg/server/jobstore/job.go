@@ -70,30 +70,9 @@ type Job struct {
 	Timeout time.Duration
 }
 
-// jobColumns is the column list every full-row read uses, in scanJob order.
-const jobColumns = `id, topic, args, priority, status, attempts, max_attempts, errors,
-	COALESCE(locked_by, ''), lease_until, next_run_at, submitted_at, started_at, finished_at,
-	schedule_id, COALESCE(idempotency_key, ''), COALESCE(traceparent, ''), COALESCE(tracestate, ''),
-	COALESCE((extract(epoch FROM timeout) * 1000000)::bigint, 0)`
-
+// rowScanner is a pgx row or rows.
 type rowScanner interface {
 	Scan(dest ...any) error
-}
-
-func scanJob(row rowScanner) (*Job, error) {
-	var j Job
-	var status string
-	var errs []byte
-	var timeoutMicros int64
-	if err := row.Scan(&j.ID, &j.Topic, &j.Args, &j.Priority, &status, &j.Attempts, &j.MaxAttempts, &errs,
-		&j.LockedBy, &j.LeaseUntil, &j.NextRunAt, &j.SubmittedAt, &j.StartedAt, &j.FinishedAt,
-		&j.ScheduleID, &j.IdempotencyKey, &j.TraceParent, &j.TraceState, &timeoutMicros); err != nil {
-		return nil, err
-	}
-	j.Timeout = time.Duration(timeoutMicros) * time.Microsecond
-	j.Status = Status(status)
-	j.Errors = decodeErrors(errs)
-	return &j, nil
 }
 
 // decodeErrors renders a job's error history without ever failing: the

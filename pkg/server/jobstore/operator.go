@@ -2,10 +2,10 @@ package jobstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
@@ -17,8 +17,8 @@ import (
 const cancelSQL = `
 UPDATE jobs
 SET status = 'CANCELED', finished_at = GREATEST(now(), submitted_at), lease_until = NULL
-WHERE id = $1 AND status IN ('PENDING', 'RETRYING', 'RUNNING')
-RETURNING ` + jobColumns
+WHERE id = ? AND status IN ('PENDING', 'RETRYING', 'RUNNING')
+RETURNING ` // + jobReturning
 
 // retrySQL gives a dead-lettered or canceled job a fresh attempt budget and
 // makes it claimable now. The error history stays, and so does locked_by
@@ -29,32 +29,35 @@ WITH retried AS (
     UPDATE jobs
     SET status = 'PENDING', attempts = 0, finished_at = NULL,
         lease_until = NULL, next_run_at = now()
-    WHERE id = $1 AND status IN ('DEAD_LETTERED', 'CANCELED')
-    RETURNING ` + jobColumns + `
+    WHERE id = ? AND status IN ('DEAD_LETTERED', 'CANCELED')
+    RETURNING *
 ), notified AS (
     SELECT pg_notify('` + ReadyChannel + `', topic) FROM retried
 )
-SELECT retried.* FROM retried, (SELECT count(*) FROM notified) AS n`
+SELECT ` // + jobReturning FROM retried, ...
 
 // Cancel moves a PENDING, RETRYING or RUNNING job to CANCELED.
 func (s *Store) Cancel(ctx context.Context, id uuid.UUID) (*Job, error) {
-	return s.guarded(ctx, "cancel job", cancelSQL, id, "cannot cancel job %s: it is %s")
+	return s.guarded(ctx, "cancel job", cancelSQL+jobReturning, id, "cannot cancel job %s: it is %s")
 }
 
 // Retry moves a DEAD_LETTERED or CANCELED job back to PENDING.
 func (s *Store) Retry(ctx context.Context, id uuid.UUID) (*Job, error) {
-	return s.guarded(ctx, "retry job", retrySQL, id, "cannot retry job %s: it is %s (only DEAD_LETTERED or CANCELED jobs can be retried)")
+	return s.guarded(ctx, "retry job", retrySQL+jobReturning+` FROM retried, (SELECT count(*) FROM notified) AS n`,
+		id, "cannot retry job %s: it is %s (only DEAD_LETTERED or CANCELED jobs can be retried)")
 }
 
-// guarded runs a single-row guarded UPDATE; zero rows becomes NotFound or
-// an invalid-transition error naming the job's actual status.
-func (s *Store) guarded(ctx context.Context, op, sql string, id uuid.UUID, refusal string) (*Job, error) {
-	job, err := scanJob(s.pool.QueryRow(ctx, sql, id))
+// guarded runs a single-row guarded UPDATE (on the read side: operator
+// actions, not the hot path) that returns the job; zero rows becomes
+// NotFound or an invalid-transition error naming the job's actual status.
+func (s *Store) guarded(ctx context.Context, op, query string, id uuid.UUID, refusal string) (*Job, error) {
+	var row jobRow
+	err := s.reads().NewRaw(query, id).Scan(ctx, &row)
 	if err == nil {
-		return job, nil
+		return row.job(), nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, interpretError(op, err)
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, readError(op, err)
 	}
 	cur, err := s.Get(ctx, id)
 	if err != nil {

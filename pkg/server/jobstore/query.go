@@ -2,26 +2,25 @@ package jobstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
 // Get reads one job.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Job, error) {
-	job, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
+	var row jobRow
+	err := s.selectJobs(&row).Where("j.id = ?", id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
 		return nil, apierr.NotFound("job", id.String())
 	}
 	if err != nil {
-		return nil, interpretError("get job", err)
+		return nil, readError("get job", err)
 	}
-	return job, nil
+	return row.job(), nil
 }
 
 // ListFilter selects jobs for List. Zero fields do not filter.
@@ -36,41 +35,22 @@ type ListFilter struct {
 
 // List returns jobs newest first by walking the primary key backwards.
 func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
-	var where []string
-	var args []any
+	if f.Limit <= 0 {
+		return nil, nil
+	}
+	var rows []jobRow
+	q := s.selectJobs(&rows)
 	if f.Topic != "" {
-		args = append(args, f.Topic)
-		where = append(where, fmt.Sprintf("topic = $%d", len(args)))
+		q = q.Where("j.topic = ?", f.Topic)
 	}
 	if f.Status != "" {
-		args = append(args, string(f.Status))
-		where = append(where, fmt.Sprintf("status = $%d", len(args)))
+		q = q.Where("j.status = ?", string(f.Status))
 	}
 	if f.Before != nil {
-		args = append(args, *f.Before)
-		where = append(where, fmt.Sprintf("id < $%d", len(args)))
+		q = q.Where("j.id < ?", *f.Before)
 	}
-	q := `SELECT ` + jobColumns + ` FROM jobs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
+	if err := q.OrderExpr("j.id DESC").Limit(int64(f.Limit)).Scan(ctx); err != nil {
+		return nil, readError("list jobs", err)
 	}
-	args = append(args, f.Limit)
-	q += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, interpretError("list jobs", err)
-	}
-	defer rows.Close()
-	var out []*Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, interpretError("list jobs", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError("list jobs", err)
-	}
-	return out, nil
+	return jobsOf(rows), nil
 }

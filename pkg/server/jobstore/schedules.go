@@ -2,7 +2,9 @@ package jobstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,38 +18,44 @@ import (
 // after every insert, update or delete; schedulers wake on it.
 const SchedulesChannel = "pulse_schedules_changed"
 
-// Schedule is one row of schedules. Kind, Expression and TimeZone are
+// Schedule is one row of schedules, and the read side's model of it
+// (ADR-0014): its tags name each column once, for bun and for the
+// scheduler's fire statement alike. Kind, Expression and TimeZone are
 // validated by package schedule before they reach the store.
 type Schedule struct {
-	ID          uuid.UUID
-	Name        string
-	Topic       string
-	Args        []byte // a JSON object
-	Priority    int16
-	MaxAttempts int32
-	Kind        string
-	Expression  string
-	TimeZone    string
-	Enabled     bool
+	ID          uuid.UUID `bun:"id,pk,type:uuid"`
+	Name        string    `bun:"name"`
+	Topic       string    `bun:"topic"`
+	Args        []byte    `bun:"args"` // a JSON object; written as text cast to jsonb (argsValue)
+	Priority    int16     `bun:"priority"`
+	MaxAttempts int32     `bun:"max_attempts"`
+	Kind        string    `bun:"kind"`
+	Expression  string    `bun:"expression"`
+	TimeZone    string    `bun:"time_zone"`
+	Enabled     bool      `bun:"enabled"`
 	// NextRunAt is the cursor: the next occurrence to fire; nil once an at
 	// schedule has fired.
-	NextRunAt   *time.Time
-	LastFiredAt *time.Time
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	NextRunAt   *time.Time `bun:"next_run_at"`
+	LastFiredAt *time.Time `bun:"last_fired_at"`
+	CreatedAt   time.Time  `bun:"created_at"`
+	UpdatedAt   time.Time  `bun:"updated_at"`
 }
 
-const scheduleColumns = `id, name, topic, args, priority, max_attempts, kind, expression, time_zone,
-	enabled, next_run_at, last_fired_at, created_at, updated_at`
+// scheduleTable is Schedule's schema as bun reads it; the fire statement
+// (pgx, the hot path) selects and scans its columns from it.
+var scheduleTable = readDialect.Tables().Get(reflect.TypeFor[Schedule]())
 
-func scanSchedule(row rowScanner) (*Schedule, error) {
-	var s Schedule
-	if err := row.Scan(&s.ID, &s.Name, &s.Topic, &s.Args, &s.Priority, &s.MaxAttempts, &s.Kind,
-		&s.Expression, &s.TimeZone, &s.Enabled, &s.NextRunAt, &s.LastFiredAt, &s.CreatedAt, &s.UpdatedAt); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
+// scheduleColumns is every column of Schedule, in field order.
+var scheduleColumns = columnsOf(scheduleTable)
+
+// argsValue writes Schedule.Args: bun would send a []byte as bytea.
+const argsValue = "?::jsonb"
+
+// settableScheduleColumns are the columns Create and Update write; the
+// others are the schema's (created_at, updated_at) or the fire's
+// (last_fired_at).
+var settableScheduleColumns = []string{"id", "name", "topic", "args", "priority", "max_attempts", "kind",
+	"expression", "time_zone", "enabled", "next_run_at"}
 
 // scheduleError maps the name's unique index to AlreadyExists naming
 // "name"; everything else goes through interpretError.
@@ -61,10 +69,10 @@ func scheduleError(op string, err error) error {
 			return apierr.Invalid(f, "%s: %s", op, pgErr.Message)
 		}
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	return interpretError(op, err)
+	return readError(op, err)
 }
 
 var scheduleConstraintFields = map[string]string{
@@ -86,50 +94,41 @@ func (s *Store) CreateSchedule(ctx context.Context, sc Schedule) (*Schedule, err
 	if len(sc.Args) == 0 {
 		sc.Args = []byte("{}")
 	}
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `
-		INSERT INTO schedules (id, name, topic, args, priority, max_attempts, kind, expression,
-		                       time_zone, enabled, next_run_at)
-		VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7, $8, $9, $10, $11)
-		RETURNING `+scheduleColumns,
-		sc.ID, sc.Name, sc.Topic, string(sc.Args), sc.Priority, sc.MaxAttempts, sc.Kind, sc.Expression,
-		sc.TimeZone, sc.Enabled, sc.NextRunAt))
+	out := sc
+	err := s.reads().NewInsert().Model(&out).Column(settableScheduleColumns...).
+		Value("args", argsValue, string(sc.Args)).Returning("*").Scan(ctx)
 	if err != nil {
 		return nil, scheduleError("create schedule", err)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // GetSchedule reads one schedule.
 func (s *Store) GetSchedule(ctx context.Context, id uuid.UUID) (*Schedule, error) {
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
+	var out Schedule
+	err := s.reads().NewSelect().Model(&out).Where("id = ?", id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
 		return nil, apierr.NotFound("schedule", id.String())
 	}
 	if err != nil {
 		return nil, scheduleError("get schedule", err)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // ListSchedules returns schedules by name, those after afterName (empty:
 // from the start), at most limit.
 func (s *Store) ListSchedules(ctx context.Context, afterName string, limit int) ([]*Schedule, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules
-		WHERE name > $1 ORDER BY name LIMIT $2`, afterName, limit)
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []*Schedule
+	err := s.reads().NewSelect().Model(&out).Where("name > ?", afterName).OrderExpr("name").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, scheduleError("list schedules", err)
 	}
-	defer rows.Close()
-	var out []*Schedule
-	for rows.Next() {
-		sc, err := scanSchedule(rows)
-		if err != nil {
-			return nil, scheduleError("list schedules", err)
-		}
-		out = append(out, sc)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, scheduleError("list schedules", err)
+	if len(out) == 0 {
+		return nil, nil
 	}
 	return out, nil
 }
@@ -144,21 +143,16 @@ func (s *Store) UpdateSchedule(ctx context.Context, sc Schedule) (*Schedule, err
 	if len(sc.Args) == 0 {
 		sc.Args = []byte("{}")
 	}
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `
-		UPDATE schedules SET name = $2, topic = $3, args = $4::text::jsonb, priority = $5,
-		       max_attempts = $6, kind = $7, expression = $8, time_zone = $9, enabled = $10,
-		       next_run_at = $11
-		WHERE id = $1
-		RETURNING `+scheduleColumns,
-		sc.ID, sc.Name, sc.Topic, string(sc.Args), sc.Priority, sc.MaxAttempts, sc.Kind, sc.Expression,
-		sc.TimeZone, sc.Enabled, sc.NextRunAt))
-	if errors.Is(err, pgx.ErrNoRows) {
+	out := sc
+	err := s.reads().NewUpdate().Model(&out).Column(settableScheduleColumns[1:]...).
+		Value("args", argsValue, string(sc.Args)).WherePK().Returning("*").Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
 		return nil, apierr.NotFound("schedule", sc.ID.String())
 	}
 	if err != nil {
 		return nil, scheduleError("update schedule", err)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // SetScheduleEnabled enables or disables a schedule. Enabling sets the
@@ -166,27 +160,27 @@ func (s *Store) UpdateSchedule(ctx context.Context, sc Schedule) (*Schedule, err
 // disabled for a week does not fire its missed occurrences; disabling
 // keeps the cursor.
 func (s *Store) SetScheduleEnabled(ctx context.Context, id uuid.UUID, enabled bool, next *time.Time) (*Schedule, error) {
-	out, err := scanSchedule(s.pool.QueryRow(ctx, `
-		UPDATE schedules SET enabled = $2,
-		       next_run_at = CASE WHEN $2 AND NOT enabled THEN $3 ELSE next_run_at END
-		WHERE id = $1
-		RETURNING `+scheduleColumns, id, enabled, next))
-	if errors.Is(err, pgx.ErrNoRows) {
+	var out Schedule
+	err := s.reads().NewUpdate().Model(&out).
+		Set("enabled = ?", enabled).
+		Set("next_run_at = CASE WHEN ? AND NOT enabled THEN ?::timestamptz ELSE next_run_at END", enabled, next).
+		Where("id = ?", id).Returning("*").Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
 		return nil, apierr.NotFound("schedule", id.String())
 	}
 	if err != nil {
 		return nil, scheduleError("set schedule enabled", err)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // DeleteSchedule removes a schedule; the jobs it already fired stay.
 func (s *Store) DeleteSchedule(ctx context.Context, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM schedules WHERE id = $1`, id)
+	res, err := s.reads().NewDelete().Model((*Schedule)(nil)).Where("id = ?", id).Exec(ctx)
 	if err != nil {
 		return scheduleError("delete schedule", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		return apierr.NotFound("schedule", id.String())
 	}
 	return nil
@@ -201,30 +195,18 @@ type HistoryCursor struct {
 // ScheduleJobs returns the jobs a schedule fired, newest first, after
 // cursor (nil: from the newest), at most limit.
 func (s *Store) ScheduleJobs(ctx context.Context, id uuid.UUID, after *HistoryCursor, limit int) ([]*Job, error) {
-	var at *time.Time
-	var aid *uuid.UUID
+	if limit <= 0 {
+		return nil, nil
+	}
+	var rows []jobRow
+	q := s.selectJobs(&rows).Where("j.schedule_id = ?", id)
 	if after != nil {
-		at, aid = &after.SubmittedAt, &after.ID
+		q = q.Where("(j.submitted_at, j.id) < (?, ?)", after.SubmittedAt, after.ID)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE schedule_id = $1 AND ($2::timestamptz IS NULL OR (submitted_at, id) < ($2, $3::uuid))
-		ORDER BY submitted_at DESC, id DESC LIMIT $4`, id, at, aid, limit)
-	if err != nil {
-		return nil, interpretError("list schedule jobs", err)
+	if err := q.OrderExpr("j.submitted_at DESC, j.id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, readError("list schedule jobs", err)
 	}
-	defer rows.Close()
-	var out []*Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, interpretError("list schedule jobs", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, interpretError("list schedule jobs", err)
-	}
-	return out, nil
+	return jobsOf(rows), nil
 }
 
 // occurrenceNamespace is the uuid v5 namespace of fired jobs' ids.
@@ -278,8 +260,8 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, plan func
 	}
 	var due []*Schedule
 	for rows.Next() {
-		sc, err := scanSchedule(rows)
-		if err != nil {
+		sc := new(Schedule)
+		if err := rows.Scan(scanDests(scheduleTable, sc)...); err != nil {
 			rows.Close()
 			return nil, interpretError("fire schedules", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
 // allowed is DESIGN.md's transition table.
@@ -276,7 +277,7 @@ func TestSchemaBirth(t *testing.T) {
 		require.NoError(t, err)
 	})
 	t.Run("EverySubmitPathBirthsLegally", func(t *testing.T) {
-		store := jobstore.New(pool)
+		store := newStore(t, pool)
 		j := newJob("t", 5)
 		j.RunAt = time.Now().Add(-time.Hour) // a schedule's occurrence, say
 		j.IdempotencyKey = "k"
@@ -394,7 +395,7 @@ func TestSchemaFinishedJobsAreFrozen(t *testing.T) {
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusDeadLettered, Attempts: 3, Worker: "w", FailureError: "boom"})
 		_, err := pool.Exec(ctx, `UPDATE jobs SET status = 'PENDING', attempts = 0, finished_at = NULL, next_run_at = now(), priority = 9 WHERE id = $1`, id)
 		require.NoError(t, err)
-		job, err := jobstore.New(pool).Get(ctx, id)
+		job, err := newStore(t, pool).Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, jobstore.StatusPending, job.Status)
 		require.Zero(t, job.Attempts)
@@ -451,7 +452,7 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 	})
 
 	t.Run("TheStoreDeadLettersAFailureOnTheLastAttempt", func(t *testing.T) {
-		b := &testBundle{pool: pool, store: jobstore.New(pool)}
+		b := &testBundle{pool: pool, store: newStore(t, pool)}
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.attempt", Attempts: 2, MaxAttempts: 2, Worker: "w"})
 		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeFail, Error: "boom"}})
 		require.NoError(t, err)
@@ -459,7 +460,7 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 		require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
 	})
 	t.Run("TheReaperDeadLettersALapseOnTheLastAttempt", func(t *testing.T) {
-		b := &testBundle{pool: pool, store: jobstore.New(pool)}
+		b := &testBundle{pool: pool, store: newStore(t, pool)}
 		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.lapse", Attempts: 1, MaxAttempts: 1, LeaseIn: -time.Second})
 		reaped, err := b.store.Reap(ctx, 100)
 		require.NoError(t, err)
@@ -550,7 +551,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 
 	t.Run("RetentionDeletesFinishedJobs", func(t *testing.T) {
 		pool := pgtest.Pool(t)
-		store := jobstore.New(pool)
+		store := newStore(t, pool)
 		var finished []uuid.UUID
 		for _, s := range []jobstoretest.Spec{doneJob, deadJob, canceledJob, {Status: jobstore.StatusCanceled}} {
 			s.SubmittedAt = time.Now().Add(-2 * time.Hour)
@@ -603,9 +604,15 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	if err := pool.Ping(ctx); err != nil {
-		t.Skipf("cannot count function calls here: %v", err)
+		// track_functions is a superuser setting: a PULSE_TEST_DATABASE_URL
+		// of another role cannot count the calls.
+		msg := fmt.Sprintf("cannot count function calls (track_functions needs a superuser): %v", err)
+		if testtool.Skipped("superuser") {
+			t.Skip(msg + "; skipped because " + testtool.EnvSkip + " lists superuser")
+		}
+		t.Fatal(msg + "; test as a superuser, or set " + testtool.EnvSkip + "=superuser")
 	}
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 	guardCalls := func() int64 {
 		t.Helper()
 		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
@@ -700,7 +707,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 func TestSchemaReadsRenderEveryAdmittedRow(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	fresh := jobstoretest.MustCreate(t, pool, pendingJob)
 	odd := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRetrying, Worker: "w", FailureError: "boom"})
@@ -774,7 +781,7 @@ func TestSchemaMigrationRepairsRowsTheNewRulesRefuse(t *testing.T) {
 	_, err = provider.Up(ctx)
 	require.NoError(t, err)
 
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 	get := func(n int) *jobstore.Job {
 		t.Helper()
 		j, err := store.Get(ctx, uuid.MustParse(fmt.Sprintf("00000000-0000-0000-0000-%012d", n)))

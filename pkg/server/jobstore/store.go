@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/uptrace/bun"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
@@ -18,9 +20,14 @@ import (
 // payload is the topic. The insert trigger and RetryJob send on it.
 const ReadyChannel = "pulse_jobs_ready"
 
-// Store runs the lifecycle statements against one pool.
+// Store runs the lifecycle statements against one pool. Its read side
+// (reads.go, ADR-0014) opens a database/sql handle on the same pool on
+// first use; Close releases it.
 type Store struct {
 	pool *pgxpool.Pool
+
+	readOnce sync.Once
+	readDB   *bun.DB
 }
 
 // New returns a Store on pool.

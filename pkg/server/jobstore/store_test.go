@@ -24,7 +24,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	return &testBundle{pool: pool, store: jobstore.New(pool)}
+	return &testBundle{pool: pool, store: newStore(t, pool)}
 }
 
 const ttl = time.Minute

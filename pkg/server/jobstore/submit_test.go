@@ -38,7 +38,7 @@ func countedSetup(t *testing.T) (*testBundle, *insertCounter) {
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return &testBundle{pool: pool, store: jobstore.New(pool)}, counter
+	return &testBundle{pool: pool, store: newStore(t, pool)}, counter
 }
 
 func countJobs(t *testing.T, pool *pgxpool.Pool) int {

@@ -33,7 +33,7 @@ func countTopic(t *testing.T, pool *pgxpool.Pool, topic string) int {
 func TestUniqueForReturnsTheFirstJobWithinThePeriod(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	first := uniqueJob("uniq", `{"a": 1, "b": [1, 2]}`, time.Hour)
 	res, err := store.Insert(ctx, []jobstore.NewJob{first})
@@ -71,7 +71,7 @@ func TestUniqueForReturnsTheFirstJobWithinThePeriod(t *testing.T) {
 func TestUniqueForEndsWithItsPeriod(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	first := uniqueJob("uniq.exp", `{"n":1}`, time.Second)
 	_, err := store.Insert(ctx, []jobstore.NewJob{first})
@@ -106,7 +106,7 @@ func TestUniqueForRaceCreatesExactlyOneJob(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	ids := make([]uuid.UUID, producers)
 	errs := make([]error, producers)
@@ -156,7 +156,7 @@ func TestUniqueForRaceCreatesExactlyOneJob(t *testing.T) {
 func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	keyed := newJob("uniq.idem", 5)
 	keyed.IdempotencyKey = "k1"
@@ -205,7 +205,7 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 func TestUniqueBatchRefusedMemberFailsAlone(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	good := uniqueJob("uniq.iso", `{"i":1}`, time.Hour)
 	bad := uniqueJob("uniq.iso", `{"i":2}`, time.Hour)
@@ -243,7 +243,7 @@ func TestUniqueBatchRefusedMemberFailsAlone(t *testing.T) {
 func TestUniqueKeyGoesWithItsJob(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	first := uniqueJob("uniq.ret", `{}`, time.Hour)
 	_, err := store.Insert(ctx, []jobstore.NewJob{first})
@@ -265,7 +265,7 @@ func TestUniqueKeyGoesWithItsJob(t *testing.T) {
 func TestSchemaTimeoutAndUniqueBounds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	for _, d := range []time.Duration{time.Millisecond, 25 * time.Hour} {
 		j := newJob("bounds", 5)
@@ -304,7 +304,7 @@ func TestSchemaTimeoutAndUniqueBounds(t *testing.T) {
 func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)

@@ -49,6 +49,7 @@ func New(t testing.TB, opts Options) *Bundle {
 	}
 	pool := pgtest.Pool(t)
 	store := jobstore.New(pool)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
 	if opts.Flushers == 0 {
 		opts.Flushers = 4
 	}

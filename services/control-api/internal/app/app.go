@@ -93,6 +93,7 @@ type App struct {
 	logger *slog.Logger
 
 	pool      *pgxpool.Pool
+	store     *jobstore.Store
 	coalescer *submit.Coalescer
 	expiry    *pauseexpiry.Sweeper
 	depth     *queuedepth.Refresher
@@ -180,7 +181,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 
 	return &App{
 		cfg: cfg, logger: logger,
-		pool: pool, coalescer: coalescer, grpc: grpcSrv, admin: admin,
+		pool: pool, store: store, coalescer: coalescer, grpc: grpcSrv, admin: admin,
 		expiry:   pauseexpiry.New(store, m, pauseexpiry.IntervalDefault, logger),
 		depth:    queuedepth.New(store, m, cfg.DepthInterval, logger),
 		serveErr: make(chan error, 1),
@@ -250,6 +251,7 @@ func (a *App) Stop(ctx context.Context) error {
 	if err := a.coalescer.Close(ctx); err != nil {
 		drainErr = fmt.Errorf("drain submit coalescer: %w", err)
 	}
+	closeErr := a.store.Close() // the read side, after the handlers
 	a.pool.Close()
-	return errors.Join(grpcErr, httpErr, drainErr)
+	return errors.Join(grpcErr, httpErr, drainErr, closeErr)
 }

@@ -24,6 +24,7 @@ func TestSweeper(t *testing.T) {
 	t.Run("ResumesAnExpiredPauseOnceAsTheSystem", func(t *testing.T) {
 		t.Parallel()
 		store := jobstore.New(pgtest.Pool(t))
+		t.Cleanup(func() { _ = store.Close() })
 		m := api.NewMetrics(prometheus.NewRegistry())
 		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 		ctx := context.Background()
@@ -57,6 +58,7 @@ func TestSweeper(t *testing.T) {
 	t.Run("LeavesAPauseWithoutExpiryAlone", func(t *testing.T) {
 		t.Parallel()
 		store := jobstore.New(pgtest.Pool(t))
+		t.Cleanup(func() { _ = store.Close() })
 		ctx := context.Background()
 		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: "mail", Mode: jobstore.PauseDrain, Reason: "indefinite", Actor: "alice"})
 		require.NoError(t, err)
