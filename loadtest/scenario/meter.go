@@ -228,21 +228,35 @@ func readStat(pid int) (procStat, bool) {
 // and the children that already exited (the postmaster's cutime and
 // cstime, added when it reaped them), so a backend that connected and
 // left between two samples still counts.
+//
+// A child reaped while /proc is being walked would be in neither sum (its
+// /proc entry gone, the postmaster's cutime read before), which happens
+// when a run ends by closing its pools: so the walk is repeated until the
+// postmaster reaped nothing during it. (A child that exited but is not
+// reaped yet is a zombie whose /proc/<pid>/stat still has its times.)
 func postgresCPU(postmaster int) float64 {
-	pm, ok := readStat(postmaster)
-	if !ok {
-		return 0
-	}
-	total := pm.self() + pm.cutime + pm.cstime
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == postmaster {
-			continue
+	var total float64
+	for range 10 {
+		before, ok := readStat(postmaster)
+		if !ok {
+			return 0
 		}
-		if st, ok := readStat(pid); ok && st.ppid == postmaster {
-			total += st.self()
+		total = before.self() + before.cutime + before.cstime
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == postmaster {
+				continue
+			}
+			if st, ok := readStat(pid); ok && st.ppid == postmaster {
+				total += st.self()
+			}
 		}
+		after, ok := readStat(postmaster)
+		if ok && after.cutime == before.cutime && after.cstime == before.cstime {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return total
 }
