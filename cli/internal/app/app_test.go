@@ -340,7 +340,7 @@ func TestSchedules(t *testing.T) {
 	var s schedule
 	okJSON(t, &s, ops("schedules", "create", "--name", name, "--topic", "cli.sched", "--kind", "every", "--expression", "1h", "--args", `{"a":1}`)...)
 	require.NotEmpty(t, s.ID)
-	assert.Equal(t, "enabled", s.state())
+	assert.Equal(t, "enabled", scheduleState(s))
 
 	var list struct {
 		Schedules []schedule `json:"schedules"`
@@ -354,7 +354,7 @@ func TestSchedules(t *testing.T) {
 	assert.Contains(t, ok(t, prod("schedules", "get", s.ID)...), name)
 
 	okJSON(t, &s, ops("schedules", "disable", s.ID)...)
-	assert.Equal(t, "disabled", s.state())
+	assert.Equal(t, "disabled", scheduleState(s))
 	assert.Contains(t, ok(t, ops("schedules", "enable", s.ID)...), "enabled")
 	okJSON(t, &s, ops("schedules", "update", s.ID, "--name", name, "--topic", "cli.sched", "--kind", "cron", "--expression", "0 2 * * *", "--time-zone", "Europe/Paris")...)
 	assert.Equal(t, "cron", s.Kind)

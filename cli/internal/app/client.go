@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 )
 
 // client talks to control-api's HTTP/JSON API.
@@ -99,13 +101,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		return data, nil
 	}
 	apiErr := &APIError{Status: resp.StatusCode}
-	var env struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field"`
-		} `json:"error"`
-	}
+	var env pulsehttp.ErrorEnvelope
 	if json.Unmarshal(data, &env) == nil && env.Error.Message != "" {
 		apiErr.Code, apiErr.Message, apiErr.Field = env.Error.Code, env.Error.Message, env.Error.Field
 	} else {

@@ -9,33 +9,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 )
 
-type scope struct {
-	Scope     string     `json:"scope"`
-	Paused    bool       `json:"paused"`
-	Mode      string     `json:"mode"`
-	Reason    string     `json:"reason"`
-	Actor     string     `json:"actor"`
-	PausedAt  *time.Time `json:"paused_at"`
-	Until     *time.Time `json:"until"`
-	UpdatedAt *time.Time `json:"updated_at"`
-	Version   int64      `json:"version"`
-	Queued    int64      `json:"queued"`
-	Running   int64      `json:"running"`
-	Drained   bool       `json:"drained"`
-}
-
-type dispatchStatus struct {
-	Version int64   `json:"version"`
-	Paused  bool    `json:"paused"`
-	Scopes  []scope `json:"scopes"`
-}
-
-type changeResult struct {
-	Changed bool  `json:"changed"`
-	State   scope `json:"state"`
-}
+// The JSON shapes are control-api's own (pkg/pulsehttp).
+type (
+	dispatchStatus = pulsehttp.DispatchState
+	changeResult   = pulsehttp.ControlResult
+)
 
 func scopeName(topic string) string {
 	if topic == "" {
@@ -101,15 +83,9 @@ scope with the same settings changes nothing.`,
 			default:
 				return usageErrorf("--mode must be drain or quiesce, not %q", mode)
 			}
-			body := map[string]any{"reason": reason, "mode": mode}
-			if topic != "" {
-				body["topic"] = topic
-			}
+			body := pulsehttp.Pause{Reason: reason, Mode: mode, Topic: topic, Until: until}
 			if forDur != 0 {
-				body["for"] = forDur.String()
-			}
-			if until != "" {
-				body["until"] = until
+				body.For = forDur.String()
 			}
 			raw, err := e.call(cmd, "POST", "/v1/dispatch/pause", nil, body)
 			if err != nil {
@@ -143,11 +119,7 @@ func newResumeCmd(e *env) *cobra.Command {
   pulse dispatch resume --topic email.send`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body := map[string]any{}
-			if topic != "" {
-				body["topic"] = topic
-			}
-			raw, err := e.call(cmd, "POST", "/v1/dispatch/resume", nil, body)
+			raw, err := e.call(cmd, "POST", "/v1/dispatch/resume", nil, pulsehttp.Resume{Topic: topic})
 			if err != nil {
 				return err
 			}
@@ -224,20 +196,7 @@ func newEventsCmd(e *env) *cobra.Command {
 				return err
 			}
 			return e.emit(raw, func(w io.Writer) error {
-				var r struct {
-					Events []struct {
-						ID      int64      `json:"id"`
-						Scope   string     `json:"scope"`
-						Action  string     `json:"action"`
-						Mode    string     `json:"mode"`
-						Reason  string     `json:"reason"`
-						Actor   string     `json:"actor"`
-						At      *time.Time `json:"at"`
-						Until   *time.Time `json:"until"`
-						Version int64      `json:"version"`
-					} `json:"events"`
-					NextPageToken string `json:"next_page_token"`
-				}
+				var r pulsehttp.EventList
 				if err := decode(raw, &r); err != nil {
 					return err
 				}
@@ -291,10 +250,7 @@ still running at --timeout (the pause stays in place); 1 on an API error
 				return err
 			}
 			if !scopePaused(st, topic) {
-				body := map[string]any{"reason": reason, "mode": mode}
-				if topic != "" {
-					body["topic"] = topic
-				}
+				body := pulsehttp.Pause{Reason: reason, Mode: mode, Topic: topic}
 				if _, err := e.call(cmd, "POST", "/v1/dispatch/pause", nil, body); err != nil {
 					return err
 				}

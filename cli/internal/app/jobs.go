@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -10,50 +9,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 )
 
 var jobStatuses = []string{"PENDING", "RUNNING", "RETRYING", "COMPLETED", "DEAD_LETTERED", "CANCELED"}
 
-type attemptError struct {
-	Attempt int32      `json:"attempt"`
-	Error   string     `json:"error"`
-	Worker  string     `json:"worker"`
-	At      *time.Time `json:"at"`
-}
-
-type job struct {
-	ID             string          `json:"id"`
-	Topic          string          `json:"topic"`
-	Args           json.RawMessage `json:"args"`
-	Priority       int32           `json:"priority"`
-	Status         string          `json:"status"`
-	Attempts       int32           `json:"attempts"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	Errors         []attemptError  `json:"errors"`
-	LockedBy       string          `json:"locked_by"`
-	LeaseUntil     *time.Time      `json:"lease_until"`
-	NextRunAt      *time.Time      `json:"next_run_at"`
-	SubmittedAt    *time.Time      `json:"submitted_at"`
-	StartedAt      *time.Time      `json:"started_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	ScheduleID     string          `json:"schedule_id"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Traceparent    string          `json:"traceparent"`
-	Timeout        *string         `json:"timeout"`
-	Waiting        *struct {
-		Reason         string     `json:"reason"`
-		PausedBy       *scope     `json:"paused_by"`
-		NotBefore      *time.Time `json:"not_before"`
-		Ahead          int64      `json:"ahead"`
-		AheadAtLeast   bool       `json:"ahead_at_least"`
-		WorkerLastSeen *time.Time `json:"worker_last_seen"`
-	} `json:"waiting"`
-}
-
-type jobList struct {
-	Jobs          []job  `json:"jobs"`
-	NextPageToken string `json:"next_page_token"`
-}
+// The JSON shapes are control-api's own (pkg/pulsehttp): a job as GET
+// /v1/jobs/{id} shows it, with why it waits, and a page of jobs.
+type (
+	job     = pulsehttp.JobWithWait
+	jobList = pulsehttp.JobList
+)
 
 func ts(t *time.Time) string {
 	if t == nil || t.IsZero() {
@@ -179,10 +146,10 @@ func printJob(w io.Writer, j job) {
 			}
 			why = fmt.Sprintf("queued behind%s %d job(s) of its topic", more, wt.Ahead)
 		case "no_worker":
-			if wt.WorkerLastSeen == nil {
+			if wt.WorkerLastSeen == nil || wt.WorkerLastSeen.At == nil {
 				why = "no worker serves its topic, and none ever has"
 			} else {
-				why = "no worker serves its topic; one was last connected at " + ts(wt.WorkerLastSeen)
+				why = "no worker serves its topic; one was last connected at " + ts(wt.WorkerLastSeen.At)
 			}
 		}
 		fmt.Fprintf(w, "Waiting:\t%s\n", why)
@@ -269,37 +236,29 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 			if err != nil {
 				return err
 			}
-			body := map[string]any{"topic": args[0], "args": a}
+			body := pulsehttp.JobSpec{Topic: args[0], Args: a, MaxAttempts: int32(maxAttempts), IdempotencyKey: key}
 			if cmd.Flags().Changed("priority") {
-				body["priority"] = priority
-			}
-			if maxAttempts != 0 {
-				body["max_attempts"] = maxAttempts
+				p := int32(priority)
+				body.Priority = &p
 			}
 			if at != "" {
 				if _, err := time.Parse(time.RFC3339, at); err != nil {
 					return usageErrorf("--at must be an RFC 3339 time like 2026-12-01T09:00:00Z, got %q", at)
 				}
-				body["run_at"] = at
-			}
-			if key != "" {
-				body["idempotency_key"] = key
+				body.RunAt = &at
 			}
 			if cmd.Flags().Changed("timeout") {
-				body["timeout"] = timeout.String()
+				body.Timeout = timeout.String()
 			}
 			if cmd.Flags().Changed("unique-for") {
-				body["unique_for"] = uniqueFor.String()
+				body.UniqueFor = uniqueFor.String()
 			}
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
 			}
 			return e.emit(raw, func(w io.Writer) error {
-				var r struct {
-					ID        string `json:"id"`
-					Duplicate bool   `json:"duplicate"`
-				}
+				var r pulsehttp.SubmitResult
 				if err := decode(raw, &r); err != nil {
 					return err
 				}

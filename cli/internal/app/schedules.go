@@ -1,32 +1,20 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 )
 
-type schedule struct {
-	ID          string          `json:"id"`
-	Name        string          `json:"name"`
-	Topic       string          `json:"topic"`
-	Args        json.RawMessage `json:"args"`
-	Priority    int32           `json:"priority"`
-	MaxAttempts int32           `json:"max_attempts"`
-	Kind        string          `json:"kind"`
-	Expression  string          `json:"expression"`
-	TimeZone    string          `json:"time_zone"`
-	Enabled     *bool           `json:"enabled"`
-	NextRunAt   *time.Time      `json:"next_run_at"`
-	LastFiredAt *time.Time      `json:"last_fired_at"`
-}
+// schedule is a schedule as control-api shows it (pkg/pulsehttp).
+type schedule = pulsehttp.Schedule
 
-func (s schedule) state() string {
+func scheduleState(s schedule) string {
 	if s.Enabled != nil && !*s.Enabled {
 		return "disabled"
 	}
@@ -36,7 +24,7 @@ func (s schedule) state() string {
 func printSchedules(w io.Writer, list []schedule, next string) {
 	fmt.Fprintln(w, "ID\tNAME\tTOPIC\tKIND\tEXPRESSION\tTZ\tSTATE\tNEXT RUN\tLAST FIRED")
 	for _, s := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Topic, s.Kind, s.Expression, dash(s.TimeZone), s.state(), ts(s.NextRunAt), ts(s.LastFiredAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Topic, s.Kind, s.Expression, dash(s.TimeZone), scheduleState(s), ts(s.NextRunAt), ts(s.LastFiredAt))
 	}
 	if next != "" {
 		fmt.Fprintf(w, "\nnext page: --page-token %s\n", next)
@@ -103,10 +91,7 @@ func newSchedulesCmd(e *env) *cobra.Command {
 				return err
 			}
 			return e.emit(raw, func(w io.Writer) error {
-				var r struct {
-					Schedules     []schedule `json:"schedules"`
-					NextPageToken string     `json:"next_page_token"`
-				}
+				var r pulsehttp.ScheduleList
 				if err := decode(raw, &r); err != nil {
 					return err
 				}
@@ -183,21 +168,18 @@ func newScheduleWriteCmd(e *env, update bool, print func([]byte) error) *cobra.C
 		if err != nil {
 			return err
 		}
-		body := map[string]any{"name": name, "topic": topic, "args": a, "kind": kind, "expression": expr}
-		if tz != "" {
-			body["time_zone"] = tz
-		}
+		body := pulsehttp.ScheduleDef{Name: name, Topic: topic, Args: a, Kind: kind, Expression: expr,
+			TimeZone: tz, MaxAttempts: int32(maxAttempts)}
 		if cmd.Flags().Changed("priority") {
-			body["priority"] = priority
-		}
-		if maxAttempts != 0 {
-			body["max_attempts"] = maxAttempts
+			p := int32(priority)
+			body.Priority = &p
 		}
 		method, path := "POST", "/v1/schedules"
 		if update {
 			method, path = "PUT", "/v1/schedules/"+url.PathEscape(args[0])
 		} else if disabled {
-			body["enabled"] = false
+			off := false
+			body.Enabled = &off
 		}
 		raw, err := e.call(cmd, method, path, nil, body)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/pausewire"
@@ -44,69 +45,21 @@ type dispatchRoutes struct {
 }
 
 // pauseJSON is the body of POST /v1/dispatch/pause.
-type pauseJSON struct {
-	Reason string `json:"reason"`
-	// Mode is drain (the default) or quiesce.
-	Mode  string `json:"mode"`
-	Topic string `json:"topic"`
-	// For is a Go duration ("30m", "2h"); Until an RFC 3339 time. At most
-	// one; either makes the pause resume by itself.
-	For   string `json:"for"`
-	Until string `json:"until"`
-}
+type pauseJSON = pulsehttp.Pause
 
-type resumeJSON struct {
-	Topic string `json:"topic"`
-}
+type resumeJSON = pulsehttp.Resume
 
-type scopeJSON struct {
-	Scope     string     `json:"scope"`
-	Paused    bool       `json:"paused"`
-	Mode      string     `json:"mode"`
-	Reason    string     `json:"reason"`
-	Actor     string     `json:"actor"`
-	PausedAt  *time.Time `json:"paused_at"`
-	Until     *time.Time `json:"until"`
-	UpdatedAt *time.Time `json:"updated_at"`
-	Version   int64      `json:"version"`
-}
+type scopeJSON = pulsehttp.ScopeState
 
-type scopeStatusJSON struct {
-	scopeJSON
-	Queued  int64 `json:"queued"`
-	Running int64 `json:"running"`
-	// Drained is running == 0: safe to upgrade what runs this scope.
-	Drained bool `json:"drained"`
-}
+type scopeStatusJSON = pulsehttp.ScopeStatus
 
-type dispatchStateJSON struct {
-	Version int64 `json:"version"`
-	// Paused is the global scope's state, the one-glance answer.
-	Paused bool              `json:"paused"`
-	Scopes []scopeStatusJSON `json:"scopes"`
-}
+type dispatchStateJSON = pulsehttp.DispatchState
 
-type controlResultJSON struct {
-	Changed bool      `json:"changed"`
-	State   scopeJSON `json:"state"`
-}
+type controlResultJSON = pulsehttp.ControlResult
 
-type eventJSON struct {
-	ID      int64      `json:"id"`
-	Scope   string     `json:"scope"`
-	Action  string     `json:"action"`
-	Mode    string     `json:"mode"`
-	Reason  string     `json:"reason"`
-	Actor   string     `json:"actor"`
-	At      *time.Time `json:"at"`
-	Until   *time.Time `json:"until"`
-	Version int64      `json:"version"`
-}
+type eventJSON = pulsehttp.Event
 
-type eventsJSON struct {
-	Events        []eventJSON `json:"events"`
-	NextPageToken string      `json:"next_page_token"`
-}
+type eventsJSON = pulsehttp.EventList
 
 func (d *dispatchRoutes) state(w http.ResponseWriter, r *http.Request) error {
 	resp, err := d.svc.GetDispatchState(r.Context(), &pulsev1.GetDispatchStateRequest{})
@@ -115,7 +68,7 @@ func (d *dispatchRoutes) state(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := dispatchStateJSON{Version: resp.GetVersion(), Scopes: make([]scopeStatusJSON, len(resp.GetScopes()))}
 	for i, s := range resp.GetScopes() {
-		out.Scopes[i] = scopeStatusJSON{scopeJSON: scopeToJSON(s.GetState()), Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained()}
+		out.Scopes[i] = scopeStatusJSON{ScopeState: scopeToJSON(s.GetState()), Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained()}
 		if s.GetState().GetScope() == "*" {
 			out.Paused = s.GetState().GetPaused()
 		}

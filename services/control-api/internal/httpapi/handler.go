@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
@@ -115,7 +115,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStorable(body, "", &in); err != nil {
 		return err
 	}
-	spec, err := in.toWire("")
+	spec, err := specToWire(&in, "")
 	if err != nil {
 		return err
 	}
@@ -135,9 +135,7 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		Jobs []json.RawMessage `json:"jobs"`
-	}
+	var in pulsehttp.Batch
 	if err := decodeObject(body, "", &in); err != nil {
 		return err
 	}
@@ -148,7 +146,7 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 		if err := decodeStorable(raw, prefix, &js); err != nil {
 			return err
 		}
-		spec, err := js.toWire(prefix)
+		spec, err := specToWire(&js, prefix)
 		if err != nil {
 			return err
 		}
@@ -170,7 +168,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, jobWithWaitJSON{jobJSON: jobToJSON(resp.GetJob()), Waiting: waitToJSON(resp.GetWait())})
+	return writeJSON(w, http.StatusOK, jobWithWaitJSON{Job: jobToJSON(resp.GetJob()), Waiting: waitToJSON(resp.GetWait())})
 }
 
 // listParams are the query parameters GET /v1/jobs understands.

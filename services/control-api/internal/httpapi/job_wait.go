@@ -1,41 +1,23 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"strings"
-	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // jobWithWaitJSON is GET /v1/jobs/{id}: the job and, when it is PENDING or
 // RETRYING, why it is not running.
-type jobWithWaitJSON struct {
-	jobJSON
-	Waiting *waitJSON `json:"waiting,omitempty"`
-}
+type jobWithWaitJSON = pulsehttp.JobWithWait
 
 // waitJSON says why a job waits: "paused" (by whom, since when, why,
 // until when), "scheduled" / "retry_backoff" (until not_before),
 // "no_worker" (no connected worker serves its topic; worker_last_seen says
 // when one last did, null if never), or "queued" behind `ahead` jobs of its
 // topic.
-type waitJSON struct {
-	Reason       string     `json:"reason"`
-	PausedBy     *scopeJSON `json:"paused_by,omitempty"`
-	NotBefore    *time.Time `json:"not_before,omitempty"`
-	Ahead        int64      `json:"ahead"`
-	AheadAtLeast bool       `json:"ahead_at_least,omitempty"`
-	// WorkerLastSeen is present for no_worker only, null when no worker
-	// ever served the topic.
-	WorkerLastSeen *lastSeenJSON `json:"worker_last_seen,omitempty"`
-}
-
-// lastSeenJSON is a time that encodes as null when unknown.
-type lastSeenJSON struct{ at *time.Time }
-
-func (l lastSeenJSON) MarshalJSON() ([]byte, error) { return json.Marshal(l.at) }
+type waitJSON = pulsehttp.Wait
 
 func waitToJSON(w *pulsev1.JobWait) *waitJSON {
 	if w == nil {
@@ -52,7 +34,7 @@ func waitToJSON(w *pulsev1.JobWait) *waitJSON {
 		out.PausedBy = &s
 	}
 	if w.GetReason() == pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER {
-		out.WorkerLastSeen = &lastSeenJSON{at: api.TimeFromWire(w.GetWorkerLastSeen())}
+		out.WorkerLastSeen = &pulsehttp.LastSeen{At: api.TimeFromWire(w.GetWorkerLastSeen())}
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
@@ -21,23 +22,15 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
+// The wire shapes are declared once, in pkg/pulsehttp, which the CLI
+// decodes too; the names here are this package's for them.
+
 // jobSpecJSON is the body of POST /v1/jobs and each entry of a batch.
 // args stays raw so its bytes (big integers, key order) reach the service
 // unchanged; priority is a pointer so an explicit 0 differs from "unset".
-type jobSpecJSON struct {
-	Topic          string          `json:"topic"`
-	Args           json.RawMessage `json:"args"`
-	Priority       *int32          `json:"priority"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	RunAt          *string         `json:"run_at"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	// Timeout and UniqueFor are Go durations ("30s", "1h30m"); empty or
-	// absent means none.
-	Timeout   string `json:"timeout"`
-	UniqueFor string `json:"unique_for"`
-}
+type jobSpecJSON = pulsehttp.JobSpec
 
-func (j *jobSpecJSON) toWire(prefix string) (*pulsev1.JobSpec, error) {
+func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	spec := &pulsev1.JobSpec{
 		Topic:          j.Topic,
 		MaxAttempts:    j.MaxAttempts,
@@ -79,50 +72,16 @@ func parseDuration(field, s, example string) (*durationpb.Duration, error) {
 	return durationpb.New(d), nil
 }
 
-type submitResultJSON struct {
-	ID        string `json:"id"`
-	Duplicate bool   `json:"duplicate"`
-}
+type submitResultJSON = pulsehttp.SubmitResult
 
-type batchResultJSON struct {
-	Results []submitResultJSON `json:"results"`
-}
+type batchResultJSON = pulsehttp.BatchResult
 
-type listJSON struct {
-	Jobs          []jobJSON `json:"jobs"`
-	NextPageToken string    `json:"next_page_token"`
-}
+type listJSON = pulsehttp.JobList
 
 // jobJSON is a job as the HTTP API shows it. Unset times are null.
-type jobJSON struct {
-	ID             string             `json:"id"`
-	Topic          string             `json:"topic"`
-	Args           json.RawMessage    `json:"args"`
-	Priority       int32              `json:"priority"`
-	Status         string             `json:"status"`
-	Attempts       int32              `json:"attempts"`
-	MaxAttempts    int32              `json:"max_attempts"`
-	Errors         []attemptErrorJSON `json:"errors"`
-	LockedBy       string             `json:"locked_by"`
-	LeaseUntil     *time.Time         `json:"lease_until"`
-	NextRunAt      *time.Time         `json:"next_run_at"`
-	SubmittedAt    *time.Time         `json:"submitted_at"`
-	StartedAt      *time.Time         `json:"started_at"`
-	FinishedAt     *time.Time         `json:"finished_at"`
-	ScheduleID     string             `json:"schedule_id"`
-	IdempotencyKey string             `json:"idempotency_key"`
-	Traceparent    string             `json:"traceparent"`
-	Tracestate     string             `json:"tracestate"`
-	// Timeout is a Go duration ("30s"), null when the job has none.
-	Timeout *string `json:"timeout"`
-}
+type jobJSON = pulsehttp.Job
 
-type attemptErrorJSON struct {
-	Attempt int32      `json:"attempt"`
-	Error   string     `json:"error"`
-	Worker  string     `json:"worker"`
-	At      *time.Time `json:"at"`
-}
+type attemptErrorJSON = pulsehttp.AttemptError
 
 func jobToJSON(j *pulsev1.Job) jobJSON {
 	out := jobJSON{
@@ -158,15 +117,9 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 	return out
 }
 
-type errorEnvelope struct {
-	Error errorJSON `json:"error"`
-}
+type errorEnvelope = pulsehttp.ErrorEnvelope
 
-type errorJSON struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
+type errorJSON = pulsehttp.Error
 
 // decodeObject decodes one JSON object strictly into v: unknown fields,
 // wrong types and trailing data are errors naming the offending field, as

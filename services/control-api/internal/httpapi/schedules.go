@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 
@@ -49,37 +49,13 @@ type scheduleRoutes struct {
 
 // scheduleDefJSON is the body of POST /v1/schedules and PUT
 // /v1/schedules/{id}.
-type scheduleDefJSON struct {
-	Name        string          `json:"name"`
-	Topic       string          `json:"topic"`
-	Args        json.RawMessage `json:"args"`
-	// Priority is a pointer so an explicit 0 differs from unset (the
-	// default, 5, as for a job).
-	Priority    *int32 `json:"priority"`
-	MaxAttempts int32  `json:"max_attempts"`
-	// Kind is at, every or cron.
-	Kind       string `json:"kind"`
-	Expression string `json:"expression"`
-	TimeZone   string `json:"time_zone"`
-	// Enabled is only read on create; nil means true.
-	Enabled *bool `json:"enabled,omitempty"`
-}
+type scheduleDefJSON = pulsehttp.ScheduleDef
 
-type scheduleJSON struct {
-	ID string `json:"id"`
-	scheduleDefJSON
-	NextRunAt   *time.Time `json:"next_run_at"`
-	LastFiredAt *time.Time `json:"last_fired_at"`
-	CreatedAt   *time.Time `json:"created_at"`
-	UpdatedAt   *time.Time `json:"updated_at"`
-}
+type scheduleJSON = pulsehttp.Schedule
 
-type scheduleListJSON struct {
-	Schedules     []scheduleJSON `json:"schedules"`
-	NextPageToken string         `json:"next_page_token"`
-}
+type scheduleListJSON = pulsehttp.ScheduleList
 
-func (d scheduleDefJSON) toWire() *pulsev1.ScheduleDefinition {
+func scheduleDefToWire(d scheduleDefJSON) *pulsev1.ScheduleDefinition {
 	def := &pulsev1.ScheduleDefinition{
 		Name: d.Name, Topic: d.Topic, Args: d.Args, MaxAttempts: d.MaxAttempts,
 		Kind: d.Kind, Expression: d.Expression, TimeZone: d.TimeZone,
@@ -96,7 +72,7 @@ func scheduleToJSON(s *pulsev1.Schedule) scheduleJSON {
 	priority := d.GetPriority()
 	out := scheduleJSON{
 		ID: s.GetId(),
-		scheduleDefJSON: scheduleDefJSON{
+		ScheduleDef: scheduleDefJSON{
 			Name: d.GetName(), Topic: d.GetTopic(), Args: d.GetArgs(), Priority: &priority,
 			MaxAttempts: d.GetMaxAttempts(), Kind: d.GetKind(), Expression: d.GetExpression(),
 			TimeZone: d.GetTimeZone(), Enabled: &enabled,
@@ -125,7 +101,7 @@ func (s *scheduleRoutes) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp, err := s.svc.CreateSchedule(r.Context(), &pulsev1.CreateScheduleRequest{
-		Definition: d.toWire(), Disabled: d.Enabled != nil && !*d.Enabled,
+		Definition: scheduleDefToWire(d), Disabled: d.Enabled != nil && !*d.Enabled,
 	})
 	if err != nil {
 		return err
@@ -141,7 +117,7 @@ func (s *scheduleRoutes) update(w http.ResponseWriter, r *http.Request) error {
 	if d.Enabled != nil {
 		return apierr.Invalid("enabled", "is changed with POST /v1/schedules/{id}/enable or /disable")
 	}
-	resp, err := s.svc.UpdateSchedule(r.Context(), &pulsev1.UpdateScheduleRequest{Id: r.PathValue("id"), Definition: d.toWire()})
+	resp, err := s.svc.UpdateSchedule(r.Context(), &pulsev1.UpdateScheduleRequest{Id: r.PathValue("id"), Definition: scheduleDefToWire(d)})
 	if err != nil {
 		return err
 	}
