@@ -21,7 +21,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
-// The dashboard as a person uses it (issue 8): the real control-api,
+// The dashboard as a person uses it (ADR-0009): the real control-api,
 // gateway and SDK workers, driven in a real headless Chromium. Every wait
 // is a liveness bound on something the page or the database shows; none
 // asserts speed.

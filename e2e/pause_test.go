@@ -26,7 +26,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
-// The pause tests (issue 5, docs/pause.md): real control-api, real
+// The pause tests (docs/pause.md, ADR-0007): real control-api, real
 // gateways, real SDK workers, the database as the witness. No assertion is
 // about speed: every wait is a liveness bound on an event.
 

@@ -22,7 +22,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
-// TestAWorkerActsOnlyAsItselfAcrossTheFleet (issue 13): real binaries, two
+// TestAWorkerActsOnlyAsItselfAcrossTheFleet (ADR-0012): real binaries, two
 // gateways, authentication on. Alice's worker holds two jobs; bob, a
 // worker too, reads their id, attempt and locked_by from the API as a
 // producer can, and tries to extend, complete, fail and dead-letter them

@@ -1,7 +1,9 @@
 -- +goose Up
 -- The jobs table is the queue. Every status change is checked by
 -- jobs_guard_transition below, so no service bug and no hand-typed UPDATE
--- can move a job along an edge that DESIGN.md does not allow.
+-- can move a job along an edge outside the transition table:
+--   PENDING, RETRYING -> RUNNING; RUNNING -> COMPLETED, RETRYING, DEAD_LETTERED;
+--   PENDING, RETRYING, RUNNING -> CANCELED; DEAD_LETTERED, CANCELED -> PENDING.
 
 -- +goose StatementBegin
 CREATE FUNCTION pulse_is_terminal(status text) RETURNS boolean

@@ -1,5 +1,5 @@
 -- +goose Up
--- Schedules (docs/architecture.md, schedule flow; issue 4). A schedule turns
+-- Schedules (docs/schedules.md, docs/architecture.md). A schedule turns
 -- into one ordinary job per occurrence. The scheduler reads due rows
 -- (enabled AND next_run_at <= now) FOR UPDATE SKIP LOCKED, inserts the job
 -- with a deterministic id (uuid v5 of schedule id and occurrence), and moves

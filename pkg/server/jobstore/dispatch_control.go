@@ -194,7 +194,8 @@ WITH changed AS (
 SELECT ` + scopeColumns + ` FROM changed`
 
 // resumeSQL resumes a paused scope: the reason and expiry go, paused_at
-// stays (seed ADR-0010). A scope that is not paused matches nothing.
+// stays, so the scope shows when its last pause began. A scope that is not
+// paused matches nothing.
 const resumeSQL = `
 WITH changed AS (
     UPDATE dispatch_control

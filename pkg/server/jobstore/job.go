@@ -10,7 +10,8 @@ import (
 // Status is a job's lifecycle state as stored in jobs.status.
 type Status string
 
-// The statuses of DESIGN.md's transition table.
+// The statuses of the transition table (migrations/00001_jobs.sql,
+// docs/architecture.md).
 const (
 	StatusPending      Status = "PENDING"
 	StatusRunning      Status = "RUNNING"

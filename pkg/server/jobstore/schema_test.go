@@ -24,7 +24,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
-// allowed is DESIGN.md's transition table.
+// allowed is the transition table (migrations/00001_jobs.sql).
 var allowed = map[[2]jobstore.Status]bool{
 	{jobstore.StatusPending, jobstore.StatusRunning}:      true,
 	{jobstore.StatusRetrying, jobstore.StatusRunning}:     true,

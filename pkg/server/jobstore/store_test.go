@@ -408,7 +408,7 @@ func TestFencing(t *testing.T) {
 		require.True(t, beats[0].LeaseUntil.After(c2[0].LeaseUntil))
 	})
 
-	// The self-zombie of seed ADR-0007: the same worker re-claims the job
+	// The self-zombie: the same worker re-claims the job
 	// its stuck goroutine still runs. locked_by matches; only the attempt
 	// fences the old goroutine out.
 	t.Run("AttemptFencesTheSelfZombie", func(t *testing.T) {

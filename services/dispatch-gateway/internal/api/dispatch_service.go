@@ -219,7 +219,8 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 			endDispatchSpans(spans, err)
 			if err != nil {
 				// A send error ends the stream; the sent-or-not jobs are
-				// leased and the lease covers them (seed ADR-0005).
+				// leased and the lease covers them: the reaper recovers them
+				// when it lapses (ADR-0004).
 				return err
 			}
 			if s.observer != nil {

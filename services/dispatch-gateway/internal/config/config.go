@@ -17,8 +17,8 @@ import (
 const (
 	GRPCAddrDefault          = ":50052"
 	AdminAddrDefault         = ":9101"
-	LeaseTTLDefault          = 30 * time.Second // seed ADR-0007
-	HeartbeatIntervalDefault = 10 * time.Second // seed ADR-0007: three beats per TTL
+	LeaseTTLDefault          = 30 * time.Second // a dead worker's jobs wait at most this (plus one sweep)
+	HeartbeatIntervalDefault = 10 * time.Second // three beats per TTL: one lost beat never loses a lease
 	PollIntervalDefault      = 500 * time.Millisecond
 	ClaimBatchDefault        = 500
 	DBMaxConnsDefault        = 10

@@ -63,7 +63,7 @@ type Observer interface {
 // claim statement; the gate only spares the database claims that could
 // take nothing.
 type Gate interface {
-	// GloballyPaused: no claim queries at all (seed ADR-0010).
+	// GloballyPaused: no claim queries at all (ADR-0007).
 	GloballyPaused() bool
 	// Blocks: every topic of a group is paused, so its claim is skipped.
 	Blocks(topics []string) bool
@@ -365,7 +365,7 @@ func (d *Dispatcher) drain(ctx context.Context) {
 }
 
 // claimGroup claims for g's slots from its topics that are not backed off.
-// A claim error keeps every stream (seed ADR-0005): it is logged, counted
+// A claim error keeps every stream: it is logged, counted
 // (the observer) and backed off for g alone — or, when Postgres refused
 // the data of a multi-topic claim, the topics are claimed one by one and
 // only a topic whose own claim fails backs off.

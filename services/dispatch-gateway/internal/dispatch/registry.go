@@ -83,7 +83,7 @@ func (r *Registry) Add(id string, topics []string, free int) *Worker {
 
 // Remove unregisters a stream. Jobs still in its outbox were claimed but
 // never sent: their lease covers them (the reaper recovers them), exactly
-// as seed ADR-0005 decided for claimed-but-unsent jobs. Remove returns them
+// as for every claimed-but-unsent job (ADR-0004). Remove returns them
 // so the caller can count and log them.
 func (r *Registry) Remove(w *Worker) []jobstore.Claimed {
 	r.mu.Lock()

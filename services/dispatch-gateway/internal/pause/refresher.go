@@ -15,7 +15,7 @@ import (
 // Defaults, named so config, docs and code agree.
 const (
 	// RefreshIntervalDefault is PULSE_PAUSE_REFRESH_INTERVAL's default: the
-	// reconciling poll behind NOTIFY (seed ADR-0010's 1 s).
+	// reconciling poll behind NOTIFY (1 s, as the predecessor polled).
 	RefreshIntervalDefault = time.Second
 	// PrimeTimeoutDefault bounds the boot prime's retries; after it the
 	// gateway exits rather than serve without knowing the pause state.
@@ -107,7 +107,7 @@ func (r *Refresher) Prime(ctx context.Context) error {
 // Run refreshes on every notification and every interval until ctx is
 // done. A failed read logs, counts, and keeps the last known state: at
 // runtime a known-good value exists, and a database blip must not flip the
-// gate (seed ADR-0010's fail-open).
+// gate (fail-open: a database blip must not pause or resume the fleet; ADR-0007).
 func (r *Refresher) Run(ctx context.Context) {
 	done := make(chan struct{})
 	if r.cfg.Listen != nil {

@@ -13,7 +13,7 @@ import (
 // Defaults, named so the operations guide and the code say the same thing.
 const (
 	AdminAddrDefault = ":9102"
-	// SweepIntervalDefault is the seed watchdog's tick (ADR-0007): worst-case
+	// SweepIntervalDefault is the lease sweep's tick: worst-case
 	// recovery latency is the lease TTL plus one tick.
 	SweepIntervalDefault = 10 * time.Second
 	// SweepBatchDefault bounds one reap statement, so a huge backlog of

@@ -1,6 +1,6 @@
 // Package sweep is the reaper's lease sweeper: the loop that finds RUNNING
 // jobs whose worker stopped heartbeating and routes them through the normal
-// retry path (seed ADR-0007). Recovery is not a subsystem; it is the failure
+// retry path. Recovery is not a subsystem; it is the failure
 // report the worker did not live to make.
 //
 // Each tick reaps in bounded batches until a batch comes back short, so a
