@@ -44,7 +44,8 @@ type Server struct {
 	notServing atomic.Bool
 	lastReady  atomic.Bool
 
-	tls *tls.Config
+	tls  *tls.Config
+	http *httpMetrics
 
 	lis  net.Listener
 	done chan struct{}
@@ -62,7 +63,7 @@ func New(addr string, reg *prometheus.Registry, logger *slog.Logger) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-	s := &Server{addr: addr, logger: logger, mux: http.NewServeMux()}
+	s := &Server{addr: addr, logger: logger, mux: http.NewServeMux(), http: newHTTPMetrics(reg)}
 	s.lastReady.Store(true)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry: reg,
@@ -131,6 +132,9 @@ func (s *Server) Start() error {
 	}
 	s.lis = lis
 	s.done = make(chan struct{})
+	// Outermost, around every middleware Use added: spans and request
+	// metrics see refused requests too.
+	s.srv.Handler = s.instrument(s.srv.Handler)
 	serve := s.srv.Serve
 	if s.tls != nil {
 		s.srv.TLSConfig = s.tls

@@ -12,12 +12,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// spans records every span the servers of these tests start.
+var spans = tracetest.NewSpanRecorder()
+
+func TestMain(m *testing.M) {
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	goleak.VerifyTestMain(m)
+}
 
 type testBundle struct {
 	server *adminhttp.Server

@@ -126,6 +126,14 @@ func (s *Server) Serve(lis net.Listener) error {
 	return nil
 }
 
+// SetNotServing marks the server and every service NOT_SERVING on the
+// health service, for good: the first step of a shutdown, taken while the
+// listener still answers, so clients and load balancers move away before
+// it closes.
+func (s *Server) SetNotServing() {
+	s.health.Shutdown()
+}
+
 // Stop marks health NOT_SERVING, then waits for in-flight calls and streams
 // to finish; when ctx is done first it closes them and reports that.
 func (s *Server) Stop(ctx context.Context) error {

@@ -4,13 +4,17 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
 )
 
 // NewRegistry returns a registry holding the Go runtime and process
-// collectors and pulse_service_info{service="<service>"} 1, which lets a
+// collectors, pulse_service_info{service="<service>"} 1, which lets a
 // dashboard tell which service a scrape target runs without relying on the
-// scrape configuration's job names. A private registry (not the global
-// default) keeps tests and services from sharing collectors.
+// scrape configuration's job names, and
+// pulse_build_info{service,version} 1 (buildinfo.Version). A private
+// registry (not the global default) keeps tests and services from sharing
+// collectors.
 func NewRegistry(service string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -19,10 +23,17 @@ func NewRegistry(service string) *prometheus.Registry {
 		ConstLabels: prometheus.Labels{"service": service},
 	})
 	info.Set(1)
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "pulse_build_info",
+		Help:        "Always 1; labels name the service and the build it runs (module version or VCS revision).",
+		ConstLabels: prometheus.Labels{"service": service, "version": buildinfo.Version()},
+	})
+	build.Set(1)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		info,
+		build,
 	)
 	return reg
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 
@@ -51,6 +52,26 @@ func TestNewRegistry(t *testing.T) {
 			return
 		}
 		t.Fatal("pulse_service_info not exported")
+	})
+
+	t.Run("ExportsTheBuildVersion", func(t *testing.T) {
+		t.Parallel()
+		mfs, err := metrics.NewRegistry("reaper").Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "pulse_build_info" {
+				continue
+			}
+			require.Len(t, mf.GetMetric(), 1)
+			labels := map[string]string{}
+			for _, l := range mf.GetMetric()[0].GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			require.Equal(t, map[string]string{"service": "reaper", "version": buildinfo.Version()}, labels)
+			require.NotEqual(t, "dev", labels["version"])
+			return
+		}
+		t.Fatal("pulse_build_info not exported")
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pulsequeue/pulse/pkg/server/backoff"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
@@ -26,7 +27,8 @@ const (
 	DefaultMaxConns int32 = 10
 	// RetryInitial is the first wait between connection attempts.
 	RetryInitial = 200 * time.Millisecond
-	// RetryMax caps the doubling wait between connection attempts.
+	// RetryMax caps the doubling wait between connection attempts (each
+	// wait is shortened by up to a fifth at random).
 	RetryMax = 5 * time.Second
 )
 
@@ -94,9 +96,14 @@ func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// retry spaces the connection attempts of a service waiting for its
+// database; the jitter keeps a fleet restarted with Postgres from knocking
+// in step.
+var retry = backoff.Policy{Initial: RetryInitial, Max: RetryMax, Jitter: 0.2}
+
 // waitForDatabase pings until the database answers or ctx is done.
 func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
-	delay := RetryInitial
+	b := backoff.New(retry)
 	for attempt := 1; ; attempt++ {
 		err := pool.Ping(ctx)
 		if err == nil {
@@ -105,16 +112,12 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 		if ctx.Err() != nil {
 			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
 		}
+		delay := b.Next()
 		logger.Warn("database unreachable, retrying",
 			"attempt", attempt, "retry_in", delay, logging.Error, err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, delay) != nil {
 			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
-		case <-t.C:
 		}
-		delay = min(delay*2, RetryMax)
 	}
 }
 

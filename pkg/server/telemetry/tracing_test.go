@@ -235,3 +235,25 @@ func TestSetupTracing(t *testing.T) {
 		require.ErrorContains(t, err, `OTEL_TRACES_EXPORTER: unsupported exporter "zipkin"`)
 	})
 }
+
+func TestTraceID(t *testing.T) {
+	t.Parallel()
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tc := range []struct{ in, want string }{
+		{"00-" + id + "-00f067aa0ba902b7-01", id},
+		{"00-" + id + "-00f067aa0ba902b7-00", id}, // not sampled: still its trace
+		{"", ""},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"00-" + id + "-0000000000000000-01", ""},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", ""},
+		{"00-" + id[:31] + "-00f067aa0ba902b7-01", ""},
+		{"ff-" + id + "-00f067aa0ba902b7-01", ""},
+		{"garbage", ""},
+	} {
+		require.Equal(t, tc.want, telemetry.TraceID(tc.in), "%q", tc.in)
+	}
+	sc := telemetry.StoredSpanContext("00-"+id+"-00f067aa0ba902b7-01", "vendor=x")
+	require.True(t, sc.IsValid())
+	require.True(t, sc.IsRemote())
+	require.Equal(t, "vendor=x", sc.TraceState().String())
+}
