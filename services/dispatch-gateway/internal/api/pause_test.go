@@ -29,6 +29,7 @@ func setupPaused(t *testing.T) *testBundle {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pool := pgtest.Pool(t)
 	store := jobstore.New(pool)
+	t.Cleanup(func() { _ = store.Close() }) // the read side (Cancel) opens a handle
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: 20 * time.Millisecond, Batch: 100}, store, nil, logger)
 	gate := pause.NewGate()
 	d.SetGate(gate)
