@@ -170,6 +170,20 @@ func TestBinary(t *testing.T) {
 		var sub struct{ ID string }
 		require.NoError(t, json.Unmarshal(body, &sub))
 
+		// Request metrics by route pattern, method and code; the build.
+		resp, err = http.Get(base + "/v1/jobs/" + sub.ID)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		resp, err = http.Get(base + "/metrics")
+		require.NoError(t, err)
+		metricsText, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Contains(t, string(metricsText), `http_server_requests_total{code="201",method="POST",route="/v1/jobs"} 1`)
+		require.Contains(t, string(metricsText), `http_server_requests_total{code="200",method="GET",route="/v1/jobs/{id}"} 1`)
+		require.Contains(t, string(metricsText), `http_server_request_duration_seconds_count{method="POST",route="/v1/jobs"} 1`)
+		require.Contains(t, string(metricsText), `pulse_build_info{service="control-api",version=`)
+		require.Contains(t, string(metricsText), `pulse_loop_errors_total{loop="queue_depth"} 0`)
+
 		conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		defer conn2.Close()

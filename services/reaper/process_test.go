@@ -113,8 +113,11 @@ func adminAddr(t *testing.T, stdout *lockedBuffer, exited <-chan struct{}) strin
 			var rec struct {
 				Msg       string `json:"msg"`
 				AdminAddr string `json:"admin_addr"`
+				Version   string `json:"version"`
 			}
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "reaper running" {
+				require.NotEmpty(t, rec.Version, "the start line names the build")
+				require.NotEqual(t, "dev", rec.Version)
 				addr = rec.AdminAddr
 				return true
 			}
@@ -195,7 +198,7 @@ func TestReaperProcess(t *testing.T) {
 		}
 		require.NoError(t, waitErr, "stderr:\n%s", stderr)
 		require.Equal(t, 0, cmd.ProcessState.ExitCode())
-		require.Contains(t, stdout.String(), `"msg":"stopped"`)
+		require.Contains(t, stdout.String(), `"msg":"stopped cleanly"`)
 	})
 
 	t.Run("RefusesASchemaOlderThanItNeeds", func(t *testing.T) {

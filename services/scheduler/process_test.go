@@ -117,8 +117,11 @@ func TestSchedulerProcess(t *testing.T) {
 				var rec struct {
 					Msg       string `json:"msg"`
 					AdminAddr string `json:"admin_addr"`
+					Version   string `json:"version"`
 				}
 				if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "scheduler running" {
+					require.NotEmpty(t, rec.Version, "the start line names the build")
+					require.NotEqual(t, "dev", rec.Version)
 					addr = rec.AdminAddr
 					return true
 				}
@@ -138,6 +141,7 @@ func TestSchedulerProcess(t *testing.T) {
 		}
 		require.NoError(t, waitErr, "stderr:\n%s", stderr)
 		require.Equal(t, 0, cmd.ProcessState.ExitCode())
+		require.Contains(t, stdout.String(), `"msg":"stopped cleanly"`)
 	})
 
 	t.Run("RefusesASchemaOlderThanItNeeds", func(t *testing.T) {

@@ -54,6 +54,12 @@ func (f Funcs) Stop(ctx context.Context) error {
 	return f.StopFunc(ctx)
 }
 
+// Closer is a Component that only closes something when stopped (a
+// store's read side, after the handlers using it are done).
+func Closer(close func() error) Component {
+	return Funcs{StopFunc: func(context.Context) error { return close() }}
+}
+
 // Go is a Component running fn in its own goroutine from Start until Stop
 // ends fn's context and fn returns.
 func Go(fn func(ctx context.Context)) Component { return &goComponent{fn: fn} }

@@ -2,27 +2,21 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"sync"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
-	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
-	"github.com/pulsequeue/pulse/pkg/server/logging"
-	"github.com/pulsequeue/pulse/pkg/server/metrics"
-	"github.com/pulsequeue/pulse/pkg/server/pgconn"
-	"github.com/pulsequeue/pulse/pkg/server/telemetry"
+	"github.com/pulsequeue/pulse/pkg/server/loop"
+	"github.com/pulsequeue/pulse/pkg/server/service"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
@@ -37,98 +31,66 @@ import (
 // pg_stat_activity.
 const Service = "control-api"
 
-// Version is stamped at build time (-ldflags "-X ...app.Version=v1.2.3").
-var Version = "dev"
-
 // MinSchemaVersion is the oldest schema control-api runs on: explaining a
 // waiting job reads worker_presence; a submit writes jobs.timeout and
 // claims unique keys in job_uniques.
 const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
 
-// Run serves control-api until ctx is done, then shuts down gracefully
-// within cfg.ShutdownTimeout.
-func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	shutdownTracing, err := telemetry.SetupTracing(ctx, Service, Version)
-	if err != nil {
-		return err
+// Command is the control-api binary: serve (the default) and migrate.
+func Command() service.Command[config.Config] {
+	return service.Command[config.Config]{
+		Name:        Service,
+		Load:        config.Load,
+		LogLevel:    func(c config.Config) string { return c.LogLevel },
+		Usage:       usage,
+		Serve:       Spec,
+		Subcommands: map[string]func(context.Context, config.Config, *slog.Logger) error{"migrate": Migrate},
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			logger.Warn("flush traces", logging.Error, err)
-		}
-	}()
-
-	a, err := New(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	if err := a.Start(); err != nil {
-		a.Stop(context.WithoutCancel(ctx))
-		return err
-	}
-	logger.Info("control-api serving", "http_addr", a.HTTPAddr(), "grpc_addr", a.GRPCAddr(), "version", Version)
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	case serveErr = <-a.serveErr:
-		logger.Error("grpc server failed; shutting down", logging.Error, serveErr)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	stopErr := a.Stop(sctx)
-	if err := errors.Join(serveErr, stopErr); err != nil {
-		return err
-	}
-	logger.Info("stopped cleanly")
-	return nil
 }
 
-// App is a wired control-api, not yet serving.
-type App struct {
-	cfg    config.Config
-	logger *slog.Logger
+// App is a wired control-api: the service runtime's handle (Start, Stop,
+// AdminAddr — the HTTP address — and GRPCAddr).
+type App = service.Service
 
-	pool      *pgxpool.Pool
-	store     *jobstore.Store
-	coalescer *submit.Coalescer
-	expiry    *pauseexpiry.Sweeper
-	depth     *queuedepth.Refresher
-	grpc      *grpcserver.Server
-	admin     *adminhttp.Server
-
-	grpcLis  net.Listener
-	serveErr chan error
-	served   sync.WaitGroup
-}
-
-// New connects to the database (waiting for it, refusing an old schema)
-// and builds every part.
+// New builds control-api on cfg (connecting to the database, refusing an
+// old schema), ready to Start. Bad credentials or TLS files fail before
+// the database is tried, as config.Load's validation does for the binary.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, error) {
+	if _, _, err := cfg.Security(); err != nil {
+		return nil, err
+	}
+	return service.New(ctx, Spec(cfg, logger))
+}
+
+// Spec is control-api as the runtime runs it: the ControlService,
+// DispatchControlService and ScheduleService on gRPC and on HTTP/JSON, the
+// dashboard, the submit coalescer, and the pause-expiry and queue-depth
+// loops. Shutdown: probes flip; the loops stop; both transports stop
+// taking requests and finish the ones in flight; then the coalescer
+// inserts (or answers with an error) every submit it accepted.
+func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
+	return service.Spec{
+		Name: Service, Logger: logger,
+		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
+		AdminAddr: cfg.HTTPAddr, AdminAddrVar: "PULSE_HTTP_ADDR", AdminAddrKey: "http_addr",
+		GRPCAddr: cfg.GRPCAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		Build: func(_ context.Context, s *service.Service) error { return build(cfg, s) },
+	}
+}
+
+func build(cfg config.Config, s *service.Service) error {
+	logger := s.Logger()
 	authn, tlsCfg, err := cfg.Security()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if authn == nil {
 		auth.LogOpenMode(logger)
 	}
-	pool, err := pgconn.Open(ctx, pgconn.Options{
-		URL:              cfg.DatabaseURL,
-		Service:          Service,
-		MinSchemaVersion: MinSchemaVersion,
-		MaxConns:         cfg.DBMaxConns,
-		Logger:           logger,
-	})
-	if err != nil {
-		return nil, err
-	}
-	store := jobstore.New(pool)
-	reg := metrics.NewRegistry(Service)
-	pgconn.RegisterPoolMetrics(reg, pool)
-	m := api.NewMetrics(reg)
+	store := jobstore.New(s.Pool())
+	// The store's read side (bun over the pool) closes after the handlers.
+	s.AddBackend("read_store", service.Funcs{StopFunc: func(context.Context) error { return store.Close() }})
+	m := api.NewMetrics(s.Registry())
 
 	coalescer := submit.NewCoalescer(store, submit.Options{
 		MaxBatch: cfg.SubmitCoalesceMax,
@@ -136,6 +98,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		OnFlush:  func(rows int) { m.InsertRows.Observe(float64(rows)) },
 		Logger:   logger,
 	})
+	// Handlers submit through it until both listeners have closed.
+	s.AddBackend("submit_coalescer", service.Funcs{StopFunc: func(ctx context.Context) error {
+		if err := coalescer.Close(ctx); err != nil {
+			return fmt.Errorf("drain submit coalescer: %w", err)
+		}
+		return nil
+	}})
 	svc := api.NewControlService(store, coalescer, api.Options{
 		Limits:       jobspec.Limits{MaxArgsBytes: cfg.MaxArgsBytes},
 		MaxBatchJobs: cfg.MaxBatchJobs,
@@ -152,7 +121,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
 	})
 
-	admin := adminhttp.New(cfg.HTTPAddr, reg, logger)
+	admin := s.Admin()
 	// The dashboard answers its own refusals with a page; the API with JSON.
 	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy()), dashboard.WriteAuthError))
 	// Outermost: a browser's state-changing request from another origin is
@@ -165,11 +134,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
 	dashboard.Register(admin)
-	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
 
-	grpcSrv := grpcserver.New(grpcserver.Options{
-		Logger:  logger,
-		Metrics: metrics.GRPCServerMetrics(reg),
+	grpcSrv := s.GRPC(grpcserver.Options{
 		// A batch may be as large over gRPC as over HTTP.
 		ServerOptions: append([]grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))}, auth.GRPCServerOptions(tlsCfg)...),
 		ExtraUnary:    []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(authn, api.AccessPolicy())},
@@ -179,13 +145,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)
 	pulsev1.RegisterScheduleServiceServer(grpcSrv.GRPC(), scheduleSvc)
 
-	return &App{
-		cfg: cfg, logger: logger,
-		pool: pool, store: store, coalescer: coalescer, grpc: grpcSrv, admin: admin,
-		expiry:   pauseexpiry.New(store, m, pauseexpiry.IntervalDefault, logger),
-		depth:    queuedepth.New(store, m, cfg.DepthInterval, logger),
-		serveErr: make(chan error, 1),
-	}, nil
+	expiry := pauseexpiry.New(store, m, logger)
+	s.Every(loop.Config{Name: "pause_expiry", Interval: pauseexpiry.IntervalDefault}, expiry.Sweep)
+	depth := queuedepth.New(store, m)
+	s.Every(loop.Config{Name: "queue_depth", Interval: cfg.DepthInterval, Immediate: true}, depth.Refresh)
+	return nil
 }
 
 // AccessPolicy is who may call each route of the HTTP port: the JSON API's
@@ -196,62 +160,19 @@ func AccessPolicy() auth.Policy {
 	return p
 }
 
-// Start binds both listeners, so a taken port fails start-up, and serves
-// in the background.
-func (a *App) Start() error {
-	lis, err := net.Listen("tcp", a.cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("listen grpc %s: %w", a.cfg.GRPCAddr, err)
-	}
-	if err := a.admin.Start(); err != nil {
-		_ = lis.Close()
+func usage(w io.Writer) error {
+	fmt.Fprint(w, `Usage: control-api [subcommand]
+
+Subcommands:
+  serve      serve the ControlService over gRPC and HTTP/JSON (the default)
+  migrate    apply every pending schema migration, then exit
+  help       print this help
+
+Environment (name, default, meaning):
+`)
+	if err := config.WriteUsage(w); err != nil {
 		return err
 	}
-	a.grpcLis = lis
-	a.expiry.Start()
-	a.depth.Start()
-	a.served.Go(func() {
-		if err := a.grpc.Serve(lis); err != nil {
-			a.serveErr <- err
-		}
-	})
+	fmt.Fprint(w, "\nTracing is configured by the standard OTEL_* variables (OTLP).\n")
 	return nil
-}
-
-// HTTPAddr is the bound HTTP address once started.
-func (a *App) HTTPAddr() string { return a.admin.Addr() }
-
-// GRPCAddr is the bound gRPC address once started.
-func (a *App) GRPCAddr() string {
-	if a.grpcLis == nil {
-		return ""
-	}
-	return a.grpcLis.Addr().String()
-}
-
-// Stop shuts down in order: probes go NOT_SERVING; both transports stop
-// taking requests and finish the ones in flight; the coalescer inserts (or
-// answers with an error) every submit it accepted; the pool closes. A ctx
-// that ends first cuts the transports' remaining requests short.
-func (a *App) Stop(ctx context.Context) error {
-	a.admin.SetNotServing()
-	a.expiry.Stop()
-	a.depth.Stop()
-
-	var grpcErr, httpErr error
-	var wg sync.WaitGroup
-	if a.grpcLis != nil {
-		wg.Go(func() { grpcErr = a.grpc.Stop(ctx) })
-	}
-	wg.Go(func() { httpErr = a.admin.Shutdown(ctx) })
-	wg.Wait()
-	a.served.Wait()
-
-	var drainErr error
-	if err := a.coalescer.Close(ctx); err != nil {
-		drainErr = fmt.Errorf("drain submit coalescer: %w", err)
-	}
-	closeErr := a.store.Close() // the read side, after the handlers
-	a.pool.Close()
-	return errors.Join(grpcErr, httpErr, drainErr, closeErr)
 }

@@ -32,7 +32,7 @@ func TestApp(t *testing.T) {
 		cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 		a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		require.NoError(t, a.Start())
+		require.NoError(t, a.Start(context.Background()))
 
 		conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestApp(t *testing.T) {
 		require.NoError(t, a.Stop(ctx))
 		wg.Wait()
 
-		_, err = http.Get("http://" + a.HTTPAddr() + "/healthz")
+		_, err = http.Get("http://" + a.AdminAddr() + "/healthz")
 		require.Error(t, err, "the HTTP listener is closed")
 
 		db, err := pgx.Connect(ctx, cfg.DatabaseURL)

@@ -70,7 +70,7 @@ func setupAuth(t *testing.T, withTLS bool) *authBundle {
 
 	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	require.NoError(t, a.Start())
+	require.NoError(t, a.Start(context.Background()))
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -93,7 +93,7 @@ type httpReply struct {
 
 func (b *authBundle) do(t *testing.T, method, path, body, authorization string) httpReply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, b.scheme+"://"+b.app.HTTPAddr()+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), method, b.scheme+"://"+b.app.AdminAddr()+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	if authorization != "" {
@@ -242,7 +242,7 @@ func TestAuth(t *testing.T) {
 		var logs strings.Builder
 		a, err := app.New(t.Context(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 		require.NoError(t, err)
-		require.NoError(t, a.Start())
+		require.NoError(t, a.Start(context.Background()))
 		defer func() { require.NoError(t, a.Stop(context.Background())) }()
 		require.Contains(t, logs.String(), "AUTHENTICATION IS OFF")
 

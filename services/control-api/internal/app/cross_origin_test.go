@@ -21,7 +21,7 @@ func TestCrossOriginRequestsAreRefused(t *testing.T) {
 
 	send := func(t *testing.T, method, path, contentType, body string, header http.Header) (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, b.scheme+"://"+b.app.HTTPAddr()+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), method, b.scheme+"://"+b.app.AdminAddr()+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", contentType)
 		req.Header.Set("Authorization", operator)
@@ -106,7 +106,7 @@ func TestCrossOriginRequestsAreRefused(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "CANCELED", jobStatus(t, id))
 	code, _, body = send(t, "POST", "/v1/dispatch/pause", "application/json", `{"reason":"maintenance"}`,
-		http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {b.scheme + "://" + b.app.HTTPAddr()}})
+		http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {b.scheme + "://" + b.app.AdminAddr()}})
 	require.Equal(t, http.StatusOK, code, body)
 	require.True(t, paused(t))
 	// Reads are never refused: they change nothing.

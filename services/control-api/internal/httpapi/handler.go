@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -93,12 +94,16 @@ func (h *Handler) Register(mux Mux) {
 	mux.Handle("POST /v1/jobs/{id}/retry", h.route(h.retry))
 }
 
-// route adapts a handler that returns its error, and puts the caller's W3C
-// trace context (traceparent/tracestate headers) into the request context
-// so a submitted job records the trace it belongs to, as over gRPC.
+// route adapts a handler that returns its error. A submitted job records
+// the trace it belongs to, as over gRPC: the server's HTTP span (adminhttp,
+// a child of the caller's W3C traceparent) when there is one, else the
+// caller's trace context read from the headers here.
 func (h *Handler) route(fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := r.Context()
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
 		if err := fn(w, r.WithContext(ctx)); err != nil {
 			h.writeError(w, r, err)
 		}

@@ -3,15 +3,15 @@ package pauseexpiry
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
-// IntervalDefault is how often the sweeper looks for expired pauses: a
-// pause ends at most this long after its expiry.
+// IntervalDefault is how often the sweeper looks for expired pauses (the
+// app runs Sweep on a pkg/server/loop at this interval): a pause ends at
+// most this long after its expiry.
 const IntervalDefault = time.Second
 
 // Store is the part of jobstore.Store the sweeper uses.
@@ -28,56 +28,18 @@ type Observer interface {
 	DispatchState(st jobstore.DispatchState)
 }
 
-// Sweeper resumes expired pauses on every tick.
+// Sweeper resumes expired pauses, one Sweep per tick of its loop. A sweep
+// cut short by the loop's stop rolls back whole; the next tick of any
+// replica finishes the job.
 type Sweeper struct {
 	store    Store
 	observer Observer
-	interval time.Duration
 	logger   *slog.Logger
-
-	cancel context.CancelFunc
-	done   sync.WaitGroup
 }
 
-// New builds the sweeper; interval 0 means IntervalDefault. observer may be
-// nil.
-func New(store Store, observer Observer, interval time.Duration, logger *slog.Logger) *Sweeper {
-	if interval <= 0 {
-		interval = IntervalDefault
-	}
-	return &Sweeper{store: store, observer: observer, interval: interval,
-		logger: logger.With(logging.Loop, "pause_expiry")}
-}
-
-// Start runs the loop in the background until Stop.
-func (s *Sweeper) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.done.Go(func() { s.run(ctx) })
-}
-
-// Stop ends the loop, abandoning a sweep in flight (its transaction rolls
-// back whole; the next tick of any replica finishes the job).
-func (s *Sweeper) Stop() {
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.done.Wait()
-}
-
-func (s *Sweeper) run(ctx context.Context) {
-	ticker := time.NewTicker(s.interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.logger.Warn("pause expiry sweep failed; retrying on the next tick", logging.Error, err)
-		}
-	}
+// New builds the sweeper. observer may be nil.
+func New(store Store, observer Observer, logger *slog.Logger) *Sweeper {
+	return &Sweeper{store: store, observer: observer, logger: logger.With(logging.Loop, "pause_expiry")}
 }
 
 // Sweep resumes every expired pause once, then refreshes the paused gauges.

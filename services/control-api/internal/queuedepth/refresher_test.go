@@ -2,8 +2,6 @@ package queuedepth
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,7 +27,7 @@ func TestRefreshZeroesEmptiedGroups(t *testing.T) {
 		{Topic: "b", Status: jobstore.StatusRunning, Jobs: 1},
 	}}
 	g := fakeGauge{}
-	r := New(store, g, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := New(store, g)
 	require.NoError(t, r.Refresh(context.Background()))
 	require.Equal(t, fakeGauge{{"a", "PENDING"}: 3, {"b", "RUNNING"}: 1}, g)
 

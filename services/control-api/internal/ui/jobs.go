@@ -13,6 +13,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/pausewire"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
@@ -181,7 +182,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 		jobRow: jobRowOf(j), Args: prettyJSON(j.GetArgs()),
 		LockedBy: j.GetLockedBy(), LeaseUntil: api.TimeFromWire(j.GetLeaseUntil()),
 		ScheduleID: j.GetScheduleId(), IdempotencyKey: j.GetIdempotencyKey(),
-		TraceID: traceID(j.GetTraceparent()),
+		TraceID: telemetry.TraceID(j.GetTraceparent()),
 		Waiting: d.waiting(resp.GetWait(), j.GetTopic()),
 	}
 	if view.TraceID != "" && d.opts.TraceURL != "" {
@@ -234,21 +235,6 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 		return fmt.Sprintf("Due, behind %s job(s) of topic %s that the claim takes first (higher priority, or older); it starts when a worker on %s has a free slot.", ahead, topic, topic)
 	}
 	return ""
-}
-
-// traceID is the trace id of a W3C traceparent ("00-<32 hex>-<16 hex>-01"),
-// or empty when there is none.
-func traceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
-		return ""
-	}
-	for _, c := range parts[1] {
-		if !strings.ContainsRune("0123456789abcdef", c) {
-			return ""
-		}
-	}
-	return parts[1]
 }
 
 // prettyJSON indents args for reading; the stored document is valid JSON.

@@ -25,7 +25,7 @@ var (
 	operatorCreds = authtest.Bearer("op-token")
 )
 
-// setupAuth is setup with the gateway's authentication wired as app.Run
+// setupAuth is setup with the gateway's authentication wired as the app
 // wires it (leases bound to the identity, presence recorded): a worker, a
 // producer and an operator token.
 func setupAuth(t *testing.T) (*testBundle, healthpb.HealthClient) {

@@ -34,11 +34,11 @@ type gatewayOpts struct {
 	presenceInterval time.Duration
 	presenceTTL      time.Duration
 	// withPause runs the pause gate's refresher too (polling only), as
-	// app.Run does.
+	// the app does.
 	withPause bool
 }
 
-// gateway is a replica wired as app.Run wires it, serving gRPC on a local
+// gateway is a replica wired as the app wires it, serving gRPC on a local
 // port: the dispatcher, the presence tracker, authentication with leases
 // bound to the identity when authn is set. Replicas started on the same
 // pool share one database, as a fleet does.

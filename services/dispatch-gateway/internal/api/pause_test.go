@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,13 +16,14 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/api"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/pause"
 )
 
-// setupPaused is setup with the pause gate wired as app.Run wires it.
+// setupPaused is setup with the pause gate wired as the app wires it.
 func setupPaused(t *testing.T) *testBundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -35,12 +35,11 @@ func setupPaused(t *testing.T) *testBundle {
 	d.SetGate(gate)
 	refresher := pause.NewRefresher(gate, store, pause.RefresherConfig{
 		Interval: 10 * time.Millisecond,
-		Listen: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-		},
 		OnChange: d.JobsReady,
 	}, logger)
 	require.NoError(t, refresher.Prime(t.Context()))
+	listener := pglisten.New(pglisten.FromPool(pool), logger)
+	listener.Handle(jobstore.DispatchControlChannel, pglisten.Handler{Notify: func(string) { refresher.Kick() }, Resync: refresher.Kick})
 	svc := api.NewDispatchService(api.Config{GatewayID: "gw-test", LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second,
 		Pause: gate}, store, d.Registry(), nil, logger)
 	srv := grpcserver.New(grpcserver.Options{Logger: logger})
@@ -51,6 +50,7 @@ func setupPaused(t *testing.T) *testBundle {
 	loopsDone := make(chan struct{}, 2)
 	go func() { d.Run(ctx); loopsDone <- struct{}{} }()
 	go func() { refresher.Run(ctx); loopsDone <- struct{}{} }()
+	require.NoError(t, listener.Start(ctx))
 	serveDone := make(chan struct{})
 	go func() { _ = srv.Serve(lis); close(serveDone) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -62,6 +62,7 @@ func setupPaused(t *testing.T) *testBundle {
 		defer c()
 		_ = srv.Stop(stopCtx)
 		<-serveDone
+		_ = listener.Stop(context.Background())
 		cancel()
 		<-loopsDone
 		<-loopsDone

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/backoff"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -19,6 +20,10 @@ const (
 	claimBackoffMin = 100 * time.Millisecond
 	claimBackoffMax = 5 * time.Second
 )
+
+// claimRetry is that schedule. No jitter: one gateway's keys need no
+// spreading, and operators read the delays off the log ("retry_in").
+var claimRetry = backoff.Policy{Initial: claimBackoffMin, Max: claimBackoffMax}
 
 // Reasons a claim statement failed, for logs and the
 // pulse_gateway_claim_errors_total metric: few and fixed.
@@ -116,8 +121,8 @@ type Dispatcher struct {
 }
 
 type claimBackoff struct {
-	until time.Time
-	delay time.Duration
+	until    time.Time
+	failures int
 }
 
 // NewDispatcher builds the loop; call Run to start it.
@@ -237,16 +242,15 @@ func (d *Dispatcher) failed(key string) time.Duration {
 	defer d.mu.Unlock()
 	now := time.Now()
 	b, ok := d.backoff[key]
-	switch {
-	case !ok || now.Sub(b.until) > claimBackoffMax:
+	if !ok || now.Sub(b.until) > claimBackoffMax {
 		// First failure, or the first after a long quiet: start over.
-		b.delay = claimBackoffMin
-	default:
-		b.delay = min(2*b.delay, claimBackoffMax)
+		b.failures = 0
 	}
-	b.until = now.Add(b.delay)
+	b.failures++
+	delay := claimRetry.Delay(b.failures)
+	b.until = now.Add(delay)
 	d.backoff[key] = b
-	return b.delay
+	return delay
 }
 
 // succeeded clears the backoff of a claim that went through: its key's

@@ -1,6 +1,8 @@
 // Package dispatch is the gateway's data plane: the Registry of connected
-// worker streams and their free slots, the one Dispatcher loop that claims
-// for all of them, and the Listener that wakes it when jobs are inserted.
+// worker streams and their free slots, and the one Dispatcher loop that
+// claims for all of them, woken by JobsReady when jobs are inserted (the
+// app subscribes it to pulse_jobs_ready on the process's LISTEN
+// connection, pkg/server/pglisten).
 //
 // One claim loop per gateway (not per worker) is what makes database load
 // scale with gateways and work instead of with idle connections; claiming

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
@@ -210,11 +211,14 @@ func outcomeLabel(s jobstore.Status) string {
 }
 
 // observeWithTrace records v with the job's trace id as the exemplar when
-// the job carries a W3C traceparent ("00-<trace id>-<span id>-<flags>").
+// the job carries a valid W3C traceparent (read by the OpenTelemetry
+// propagator, as the dashboard reads it).
 func observeWithTrace(o prometheus.Observer, v float64, traceparent string) {
-	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(traceparent) == 55 && traceparent[2] == '-' {
-		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": traceparent[3:35]})
-		return
+	if eo, ok := o.(prometheus.ExemplarObserver); ok {
+		if id := telemetry.TraceID(traceparent); id != "" {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": id})
+			return
+		}
 	}
 	o.Observe(v)
 }

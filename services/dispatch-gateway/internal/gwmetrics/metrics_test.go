@@ -23,6 +23,9 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 	m.Claimed(time.Millisecond, 2, []jobstore.Claimed{
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-40 * time.Millisecond), TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"},
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-3 * time.Second)}, // no trace: plain observation
+		// The right length, but no valid trace (an all-zero id): no
+		// exemplar, as the propagator reads it.
+		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-3 * time.Second), TraceParent: "00-00000000000000000000000000000000-00f067aa0ba902b7-01"},
 	}, nil)
 	require.Equal(t, 2, testutil.CollectAndCount(reg, "pulse_jobs_dispatched_total")+testutil.CollectAndCount(reg, "pulse_queue_wait_seconds"))
 
@@ -34,7 +37,7 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 			continue
 		}
 		for _, metric := range mf.GetMetric() {
-			require.EqualValues(t, 2, metric.GetHistogram().GetSampleCount())
+			require.EqualValues(t, 3, metric.GetHistogram().GetSampleCount())
 			for _, b := range metric.GetHistogram().GetBucket() {
 				if e := b.GetExemplar(); e != nil {
 					for _, l := range e.GetLabel() {

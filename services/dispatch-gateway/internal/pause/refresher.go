@@ -6,8 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/pulsequeue/pulse/pkg/server/backoff"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
@@ -43,10 +42,10 @@ type Observer interface {
 // RefresherConfig wires a Refresher.
 type RefresherConfig struct {
 	// Interval is the reconciling poll; zero means RefreshIntervalDefault.
+	// Changes arrive sooner through Kick, which the app calls on every
+	// NOTIFY on pulse_dispatch_control and after the process's LISTEN
+	// connection reconnects (pglisten).
 	Interval time.Duration
-	// Listen opens a dedicated connection to LISTEN for changes on; nil
-	// polls only.
-	Listen func(ctx context.Context) (*pgx.Conn, error)
 	// OnChange is called after the gate took a new state (the dispatcher's
 	// JobsReady: a resumed scope's backlog is claimable now).
 	OnChange func()
@@ -75,12 +74,15 @@ func NewRefresher(gate *Gate, reader Reader, cfg RefresherConfig, logger *slog.L
 	return &Refresher{gate: gate, reader: reader, cfg: cfg, logger: logger.With(logging.Loop, "pause_refresher"), kick: make(chan struct{}, 1)}
 }
 
+// primeRetry spaces the prime's reads while the state cannot be read.
+var primeRetry = backoff.Policy{Initial: primeRetryMin, Max: primeRetryMax, Jitter: 0.2}
+
 // Prime reads the state until it succeeds or ctx is done. It is the boot
 // half of the asymmetry: with no known-good value, the gateway must not
 // serve, so an error here is fatal to start-up (and /readyz fails until
 // then).
 func (r *Refresher) Prime(ctx context.Context) error {
-	delay := primeRetryMin
+	retry := backoff.New(primeRetry)
 	for attempt := 1; ; attempt++ {
 		st, err := r.reader.DispatchState(ctx)
 		if err == nil {
@@ -93,32 +95,17 @@ func (r *Refresher) Prime(ctx context.Context) error {
 			r.cfg.Observer.GateRefreshFailed()
 		}
 		r.logger.Warn("cannot read the pause state; not serving until it can be read", "attempt", attempt, logging.Error, err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, retry.Next()) != nil {
 			return fmt.Errorf("prime dispatch gate: the pause state could not be read (%w); last error: %v", ctx.Err(), err)
-		case <-t.C:
 		}
-		delay = min(delay*2, primeRetryMax)
 	}
 }
 
-// Run refreshes on every notification and every interval until ctx is
-// done. A failed read logs, counts, and keeps the last known state: at
-// runtime a known-good value exists, and a database blip must not flip the
-// gate (fail-open: a database blip must not pause or resume the fleet; ADR-0007).
+// Run refreshes on every Kick and every interval until ctx is done. A
+// failed read logs, counts, and keeps the last known state: at runtime a
+// known-good value exists, and a database blip must not flip the gate
+// (fail-open: a database blip must not pause or resume the fleet; ADR-0007).
 func (r *Refresher) Run(ctx context.Context) {
-	done := make(chan struct{})
-	if r.cfg.Listen != nil {
-		go func() {
-			defer close(done)
-			r.listen(ctx)
-		}()
-	} else {
-		close(done)
-	}
-	defer func() { <-done }()
 	ticker := time.NewTicker(r.cfg.Interval)
 	defer ticker.Stop()
 	for {
@@ -165,7 +152,8 @@ func (r *Refresher) refresh(ctx context.Context) {
 	}
 }
 
-// Kick asks for a refresh now.
+// Kick asks for a refresh now (a NOTIFY came, or the listener
+// reconnected). It never blocks.
 func (r *Refresher) Kick() {
 	select {
 	case r.kick <- struct{}{}:
@@ -200,42 +188,4 @@ func newestChange(st *jobstore.DispatchState, since int64) (jobstore.ScopeState,
 		}
 	}
 	return newest, found
-}
-
-// listen holds a connection LISTENing on the dispatch_control channel and
-// kicks a refresh on every notification, and after every (re)connect,
-// since notifications sent while not listening are lost.
-func (r *Refresher) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.logger.Warn("pause listen connection lost; the poll covers until it is back", logging.Error, err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (r *Refresher) listenOnce(ctx context.Context) error {
-	conn, err := r.cfg.Listen(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+jobstore.DispatchControlChannel); err != nil {
-		return err
-	}
-	r.Kick()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		r.Kick()
-	}
 }

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/pause"
 )
@@ -162,17 +162,20 @@ func TestRefresher(t *testing.T) {
 		pool := pgtest.Pool(t)
 		store := jobstore.New(pool)
 		gate := pause.NewGate()
+		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 		r := pause.NewRefresher(gate, store, pause.RefresherConfig{
 			Interval: time.Hour, // only NOTIFY can flip it within the test
-			Listen: func(ctx context.Context) (*pgx.Conn, error) {
-				return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-			},
-		}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		}, logger)
 		require.NoError(t, r.Prime(context.Background()))
+		// Wired as the app wires it: the process's LISTEN connection kicks
+		// a refresh on every notification and once LISTEN holds.
+		l := pglisten.New(pglisten.FromPool(pool), logger)
+		l.Handle(jobstore.DispatchControlChannel, pglisten.Handler{Notify: func(string) { r.Kick() }, Resync: r.Kick})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { r.Run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
+		require.NoError(t, l.Start(ctx))
+		defer func() { require.NoError(t, l.Stop(context.Background())); cancel(); <-done }()
 
 		require.False(t, gate.GloballyPaused())
 		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: jobstore.GlobalScope, Mode: jobstore.PauseDrain, Reason: "x", Actor: "t"})

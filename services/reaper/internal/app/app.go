@@ -1,21 +1,17 @@
-// Package app wires the reaper: the pool, the lease sweeper, the job
-// cleaner and the admin HTTP server.
+// Package app builds the reaper's parts — the lease sweep and retention
+// loops — for the service runtime (pkg/server/service), which runs them
+// with the pool and the admin HTTP server.
 package app
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/pulsequeue/pulse/migrations"
-	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
-	"github.com/pulsequeue/pulse/pkg/server/metrics"
-	"github.com/pulsequeue/pulse/pkg/server/pgconn"
+	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
-	"github.com/pulsequeue/pulse/pkg/server/telemetry"
+	"github.com/pulsequeue/pulse/pkg/server/service"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
@@ -29,79 +25,51 @@ const Service = "reaper"
 // sweep schedules a lapsed attempt's retry with pulse_retry_delay.
 const MinSchemaVersion = migrations.VersionRetryPolicy
 
-// Run sweeps and prunes until ctx is done, then shuts down in order: report
-// not ready, stop both loops (a statement in flight is rolled back whole),
-// stop the admin server, close the pool. The reaper ignores dispatch pause:
-// pause gates claims only, and a lapsed lease must still be recovered.
-func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	shutdownTracing, err := telemetry.SetupTracing(ctx, Service, "dev")
-	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
+// Command is the reaper binary.
+func Command() service.Command[config.Config] {
+	return service.Command[config.Config]{
+		Name:     Service,
+		Load:     service.LoadEnv[config.Config],
+		LogLevel: func(c config.Config) string { return c.LogLevel },
+		Usage: service.EnvUsage(Service, `Routes jobs whose worker lease lapsed through the retry path and deletes
+finished jobs past their retention age (an age of 0 keeps that status forever).`, config.Config{}),
+		Serve: Spec,
 	}
-	defer shutdownTracing(context.Background())
+}
 
-	pool, err := pgconn.Open(ctx, pgconn.Options{
-		URL: cfg.DatabaseURL, Service: Service, MinSchemaVersion: MinSchemaVersion,
-		MaxConns: cfg.DBMaxConns, Logger: logger,
-	})
-	if err != nil {
-		return err
+// Spec is the reaper as the runtime runs it. Shutdown stops both loops (a
+// statement in flight is rolled back whole) after readiness flipped. The
+// reaper ignores dispatch pause: pause gates claims only, and a lapsed
+// lease must still be recovered.
+func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
+	return service.Spec{
+		Name: Service, Logger: logger,
+		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
+		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
+			"retention_interval", cfg.RetentionInterval},
+		Build: func(ctx context.Context, s *service.Service) error {
+			store := jobstore.New(s.Pool())
+			// The read side closes last, after every handler and loop using it.
+			s.AddBackend("store", service.Closer(store.Close))
+			if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,
+				retrypolicy.Instance(Service, ""), s.Logger()); err != nil {
+				return err
+			}
+			m := reapmetrics.New(s.Registry())
+			sweeper := sweep.NewLeaseSweeper(sweep.Config{Batch: cfg.SweepBatch}, store, m, s.Logger())
+			cleaner := retention.NewJobCleaner(retention.Config{
+				CompletedAge:    cfg.RetentionCompleted,
+				CanceledAge:     cfg.RetentionCanceled,
+				DeadLetteredAge: cfg.RetentionDeadLettered,
+				Batch:           cfg.RetentionBatch,
+			}, store, m, s.Logger())
+			// Both run at start, so a restarted reaper catches up at once.
+			s.Every(loop.Config{Name: "lease_sweeper", Interval: cfg.SweepInterval, Immediate: true},
+				func(ctx context.Context) error { _, err := sweeper.Sweep(ctx); return err })
+			s.Every(loop.Config{Name: "job_cleaner", Interval: cfg.RetentionInterval, Immediate: true},
+				func(ctx context.Context) error { _, err := cleaner.Clean(ctx); return err })
+			return nil
+		},
 	}
-	defer pool.Close()
-	store := jobstore.New(pool)
-	if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,
-		retrypolicy.Instance(Service, ""), logger); err != nil {
-		return err
-	}
-
-	reg := metrics.NewRegistry(Service)
-	pgconn.RegisterPoolMetrics(reg, pool)
-	m := reapmetrics.New(reg)
-	sweeper := sweep.NewLeaseSweeper(sweep.Config{
-		Interval: cfg.SweepInterval,
-		Batch:    cfg.SweepBatch,
-	}, store, m, logger)
-	cleaner := retention.NewJobCleaner(retention.Config{
-		Interval:        cfg.RetentionInterval,
-		CompletedAge:    cfg.RetentionCompleted,
-		CanceledAge:     cfg.RetentionCanceled,
-		DeadLetteredAge: cfg.RetentionDeadLettered,
-		Batch:           cfg.RetentionBatch,
-	}, store, m, logger)
-
-	admin := adminhttp.New(cfg.AdminAddr, reg, logger)
-	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
-	if err := admin.Start(); err != nil {
-		return fmt.Errorf("admin http on %s (PULSE_ADMIN_ADDR): %w", cfg.AdminAddr, err)
-	}
-
-	loopCtx, stopLoops := context.WithCancel(context.Background())
-	defer stopLoops()
-	var loops sync.WaitGroup
-	loops.Add(2)
-	go func() { defer loops.Done(); sweeper.Run(loopCtx) }()
-	go func() { defer loops.Done(); cleaner.Run(loopCtx) }()
-	logger.Info("reaper running", "admin_addr", admin.Addr(),
-		"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
-		"retention_interval", cfg.RetentionInterval)
-
-	<-ctx.Done()
-
-	logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	admin.SetNotServing()
-	stopLoops()
-	stopped := make(chan struct{})
-	go func() { loops.Wait(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutdownCtx.Done():
-		logger.Warn("loops did not stop within PULSE_SHUTDOWN_TIMEOUT; closing anyway")
-	}
-	if err := admin.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.Canceled) {
-		logger.Warn("admin http stop", "error", err)
-	}
-	logger.Info("stopped")
-	return nil
 }

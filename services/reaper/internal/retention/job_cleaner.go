@@ -13,7 +13,6 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
-	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
 )
 
 // Deleter is the retention statement (jobstore.Store.DeleteFinished).
@@ -28,10 +27,9 @@ type Observer interface {
 }
 
 // Config tunes the cleaner. An age of zero disables deletion for that
-// status: its jobs are kept forever.
+// status: its jobs are kept forever. How often it cleans is the loop's
+// business (app: pkg/server/loop, every PULSE_RETENTION_INTERVAL).
 type Config struct {
-	// Interval is the time between retention passes.
-	Interval time.Duration
 	// CompletedAge, CanceledAge and DeadLetteredAge are how long after it
 	// finished a job of that status is deleted; zero keeps it forever.
 	CompletedAge    time.Duration
@@ -39,8 +37,6 @@ type Config struct {
 	DeadLetteredAge time.Duration
 	// Batch is the most rows one DELETE removes.
 	Batch int
-	// Clock paces the loop; nil means the wall clock.
-	Clock clock.Clock
 }
 
 // JobCleaner deletes finished jobs past their retention age.
@@ -51,11 +47,8 @@ type JobCleaner struct {
 	logger   *slog.Logger
 }
 
-// NewJobCleaner builds the loop; call Run to start it. observer may be nil.
+// NewJobCleaner builds the cleaner. observer may be nil.
 func NewJobCleaner(cfg Config, deleter Deleter, observer Observer, logger *slog.Logger) *JobCleaner {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real
-	}
 	if observer == nil {
 		observer = nopObserver{}
 	}
@@ -75,25 +68,6 @@ func (c *JobCleaner) ages() []statusAge {
 		{jobstore.StatusCompleted, c.cfg.CompletedAge},
 		{jobstore.StatusCanceled, c.cfg.CanceledAge},
 		{jobstore.StatusDeadLettered, c.cfg.DeadLetteredAge},
-	}
-}
-
-// Run cleans once at start, then on every tick, until ctx is done. A failed
-// pass is logged and tried again on the next tick.
-func (c *JobCleaner) Run(ctx context.Context) {
-	ticker := c.cfg.Clock.NewTicker(c.cfg.Interval)
-	defer ticker.Stop()
-	c.logger.Info("job cleaner started", "interval", c.cfg.Interval, "batch", c.cfg.Batch,
-		"completed_age", c.cfg.CompletedAge, "canceled_age", c.cfg.CanceledAge, "dead_lettered_age", c.cfg.DeadLetteredAge)
-	for {
-		if _, err := c.Clean(ctx); err != nil && ctx.Err() == nil {
-			c.logger.Error("retention pass failed; retrying on the next tick", logging.Error, err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
 	}
 }
 

@@ -16,13 +16,10 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
-	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
 )
-
-const interval = time.Minute
 
 // countingDeleter counts retention statements against the real store.
 type countingDeleter struct {
@@ -35,26 +32,14 @@ func (d *countingDeleter) DeleteFinished(ctx context.Context, s jobstore.Status,
 	return d.store.DeleteFinished(ctx, s, age, limit)
 }
 
-// cleanSignal forwards every finished pass to the test, wrapping the real
-// metrics so they are exercised too.
-type cleanSignal struct {
-	*reapmetrics.Metrics
-	done chan error
-}
-
-func (s *cleanSignal) Cleaned(err error) {
-	s.Metrics.Cleaned(err)
-	s.done <- err
-}
-
 type testBundle struct {
 	pool    *pgxpool.Pool
 	deleter *countingDeleter
 	metrics *reapmetrics.Metrics
-	signal  *cleanSignal
-	clock   *clock.Manual
 }
 
+// setup builds the store side; the tests call Clean, one tick of the
+// loop, themselves (the loop is pkg/server/loop's, tested there).
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -63,20 +48,14 @@ func setup(t *testing.T) *testBundle {
 		pool:    pool,
 		deleter: &countingDeleter{store: jobstore.New(pool)},
 		metrics: m,
-		signal:  &cleanSignal{Metrics: m, done: make(chan error, 100)},
-		clock:   clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}
 }
 
 func (b *testBundle) cleaner(cfg retention.Config) *retention.JobCleaner {
-	if cfg.Interval == 0 {
-		cfg.Interval = interval
-	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 1000
 	}
-	cfg.Clock = b.clock
-	return retention.NewJobCleaner(cfg, b.deleter, b.signal, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return retention.NewJobCleaner(cfg, b.deleter, b.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 func (b *testBundle) exists(t *testing.T, id uuid.UUID) bool {
@@ -172,35 +151,21 @@ func TestJobCleaner(t *testing.T) {
 		require.EqualValues(t, 25, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues("completed")))
 	})
 
-	t.Run("CleansAtStartAndOnEveryTick", func(t *testing.T) {
+	t.Run("EveryPassDeletesWhatAgedSinceTheLast", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		c := b.cleaner(retention.Config{CompletedAge: time.Hour})
 		first := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
-
-		runCtx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		go func() { c.Run(runCtx); close(stopped) }()
-		t.Cleanup(func() { cancel(); <-stopped })
-
-		require.NoError(t, nextPass(t, b))
+		_, err := c.Clean(ctx)
+		require.NoError(t, err)
 		require.False(t, b.exists(t, first))
 
 		second := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
-		b.clock.Advance(interval)
-		require.NoError(t, nextPass(t, b))
+		young := fixture.Finished(t, b.pool, jobstore.StatusCompleted, time.Minute)
+		_, err = c.Clean(ctx)
+		require.NoError(t, err)
 		require.False(t, b.exists(t, second))
+		require.True(t, b.exists(t, young))
 		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.RetentionRuns.WithLabelValues(reapmetrics.ResultOK)))
 	})
-}
-
-func nextPass(t *testing.T, b *testBundle) error {
-	t.Helper()
-	select {
-	case err := <-b.signal.done:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("no retention pass finished")
-		return nil
-	}
 }

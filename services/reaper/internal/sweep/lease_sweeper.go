@@ -11,7 +11,6 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
-	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 )
 
@@ -26,18 +25,15 @@ type Observer interface {
 	Swept(took time.Duration, err error)
 }
 
-// Config tunes the sweeper.
+// Config tunes the sweeper. How often it sweeps is the loop's business
+// (app: pkg/server/loop, every PULSE_SWEEP_INTERVAL; worst-case recovery
+// latency is the lease TTL plus one interval).
 type Config struct {
-	// Interval is the time between sweeps; worst-case recovery latency is
-	// the lease TTL plus one interval.
-	Interval time.Duration
 	// Batch is the most leases one statement settles.
 	Batch int
-	// Clock paces the loop; nil means the wall clock.
-	Clock clock.Clock
 }
 
-// LeaseSweeper settles lapsed leases on every tick.
+// LeaseSweeper settles lapsed leases, one Sweep per tick of its loop.
 type LeaseSweeper struct {
 	cfg      Config
 	reaper   Reaper
@@ -45,46 +41,25 @@ type LeaseSweeper struct {
 	logger   *slog.Logger
 }
 
-// NewLeaseSweeper builds the loop; call Run to start it. observer may be nil.
+// NewLeaseSweeper builds the sweeper. observer may be nil.
 func NewLeaseSweeper(cfg Config, reaper Reaper, observer Observer, logger *slog.Logger) *LeaseSweeper {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real
-	}
 	if observer == nil {
 		observer = nopObserver{}
 	}
 	return &LeaseSweeper{cfg: cfg, reaper: reaper, observer: observer, logger: logger.With(logging.Loop, "lease_sweeper")}
 }
 
-// Run sweeps once at start (a restarted reaper catches up at once), then on
-// every tick, until ctx is done. A failed sweep, a database outage included,
-// is logged and tried again on the next tick; it never ends the loop.
-// Cancelling ctx abandons the statement in flight, which Postgres rolls
-// back whole: no job is ever half-reaped.
-func (s *LeaseSweeper) Run(ctx context.Context) {
-	ticker := s.cfg.Clock.NewTicker(s.cfg.Interval)
-	defer ticker.Stop()
-	s.logger.Info("lease sweeper started", "interval", s.cfg.Interval, "batch", s.cfg.Batch)
-	for {
-		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.logger.Error("lease sweep failed; retrying on the next tick", logging.Error, err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
-	}
-}
-
 // Sweep reaps expired leases batch after batch until one comes back short,
-// and returns how many it reaped.
+// and returns how many it reaped. A failure, a database outage included,
+// is returned for the loop to log, count and retry; cancelling ctx
+// abandons the statement in flight, which Postgres rolls back whole: no
+// job is ever half-reaped.
 func (s *LeaseSweeper) Sweep(ctx context.Context) (int, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.lease_sweep")
 	defer span.End()
-	start := s.cfg.Clock.Now()
+	start := time.Now()
 	total, err := s.sweep(ctx)
-	s.observer.Swept(s.cfg.Clock.Now().Sub(start), err)
+	s.observer.Swept(time.Since(start), err)
 	span.SetAttributes(attribute.Int("pulse.reaped", total))
 	if err != nil {
 		span.RecordError(err)

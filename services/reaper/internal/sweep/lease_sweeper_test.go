@@ -19,13 +19,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
-	"github.com/pulsequeue/pulse/services/reaper/internal/clock"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/sweep"
 )
-
-const interval = 10 * time.Second
 
 // countingReaper counts reap statements against the real store and can
 // pretend the database is down.
@@ -43,27 +40,16 @@ func (r *countingReaper) Reap(ctx context.Context, limit int) ([]jobstore.Reaped
 	return r.store.Reap(ctx, limit)
 }
 
-// sweepSignal forwards every finished sweep to the test, wrapping the real
-// metrics so they are exercised too.
-type sweepSignal struct {
-	*reapmetrics.Metrics
-	done chan error
-}
-
-func (s *sweepSignal) Swept(took time.Duration, err error) {
-	s.Metrics.Swept(took, err)
-	s.done <- err
-}
-
 type testBundle struct {
 	pool    *pgxpool.Pool
 	reaper  *countingReaper
 	metrics *reapmetrics.Metrics
-	signal  *sweepSignal
-	clock   *clock.Manual
 	sweeper *sweep.LeaseSweeper
 }
 
+// setup builds a sweeper on a fresh database. The tests call Sweep, one
+// tick of the loop, themselves: when the loop ticks is pkg/server/loop's
+// business, tested there.
 func setup(t *testing.T, batch int) *testBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -72,34 +58,10 @@ func setup(t *testing.T, batch int) *testBundle {
 		pool:    pool,
 		reaper:  &countingReaper{store: jobstore.New(pool)},
 		metrics: m,
-		signal:  &sweepSignal{Metrics: m, done: make(chan error, 100)},
-		clock:   clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}
-	b.sweeper = sweep.NewLeaseSweeper(sweep.Config{
-		Interval: interval, Batch: batch, Clock: b.clock,
-	}, b.reaper, b.signal, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.sweeper = sweep.NewLeaseSweeper(sweep.Config{Batch: batch},
+		b.reaper, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return b
-}
-
-// run starts the loop and stops it when the test ends.
-func (b *testBundle) run(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { b.sweeper.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
-}
-
-// nextSweep waits for the loop to finish a sweep and returns its error.
-func (b *testBundle) nextSweep(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-b.signal.done:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("no sweep finished")
-		return nil
-	}
 }
 
 func TestLeaseSweeper(t *testing.T) {
@@ -150,19 +112,22 @@ func TestLeaseSweeper(t *testing.T) {
 		for range 35 {
 			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
 		}
-		b.run(t)
-		require.NoError(t, b.nextSweep(t)) // the sweep at start
+		n, err := b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 35, n)
 		require.EqualValues(t, 35, countStatus(t, b.pool, jobstore.StatusRetrying))
-		require.GreaterOrEqual(t, b.reaper.calls.Load(), int64(4), "each statement settles at most one batch")
+		require.EqualValues(t, 4, b.reaper.calls.Load(), "each statement settles at most one batch: 10+10+10+5")
 
 		// The next backlog waits for the next tick, then drains the same way.
 		for range 12 {
 			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
 		}
-		b.clock.Advance(interval)
-		require.NoError(t, b.nextSweep(t))
+		n, err = b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 12, n)
 		require.EqualValues(t, 47, countStatus(t, b.pool, jobstore.StatusRetrying))
 		require.EqualValues(t, 0, countStatus(t, b.pool, jobstore.StatusRunning))
+		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultOK)))
 	})
 
 	t.Run("ConcurrentSweepersReapEachJobExactlyOnce", func(t *testing.T) {
@@ -174,7 +139,7 @@ func TestLeaseSweeper(t *testing.T) {
 		}
 		sweepers := make([]*sweep.LeaseSweeper, 3)
 		for i := range sweepers {
-			sweepers[i] = sweep.NewLeaseSweeper(sweep.Config{Interval: interval, Batch: 7},
+			sweepers[i] = sweep.NewLeaseSweeper(sweep.Config{Batch: 7},
 				b.reaper, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		}
 		var total atomic.Int64
@@ -207,32 +172,34 @@ func TestLeaseSweeper(t *testing.T) {
 		}
 	})
 
-	t.Run("KeepsSweepingThroughADatabaseOutage", func(t *testing.T) {
+	t.Run("ReportsADatabaseOutageAndCatchesUpAfterIt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 100)
 		expired := fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
 		b.reaper.down.Store(true)
-		b.run(t)
-		require.ErrorIs(t, b.nextSweep(t), apierr.ErrUnavailable)
-		b.clock.Advance(interval)
-		require.ErrorIs(t, b.nextSweep(t), apierr.ErrUnavailable)
+		for range 2 {
+			_, err := b.sweeper.Sweep(ctx)
+			require.ErrorIs(t, err, apierr.ErrUnavailable, "returned for the loop to log, count and retry")
+		}
 		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultError)))
+		require.Equal(t, jobstore.StatusRunning, fixture.Job(t, b.pool, expired).Status)
 
 		b.reaper.down.Store(false)
-		b.clock.Advance(interval)
-		require.NoError(t, b.nextSweep(t))
+		n, err := b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
 		require.Equal(t, jobstore.StatusRetrying, fixture.Job(t, b.pool, expired).Status)
 	})
 
-	t.Run("StopsWhenItsContextEnds", func(t *testing.T) {
+	t.Run("ACanceledSweepReapsNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 100)
-		ctx, cancel := context.WithCancel(context.Background())
-		stopped := make(chan struct{})
-		go func() { b.sweeper.Run(ctx); close(stopped) }()
-		require.NoError(t, b.nextSweep(t))
+		expired := fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
+		canceled, cancel := context.WithCancel(ctx)
 		cancel()
-		<-stopped
+		_, err := b.sweeper.Sweep(canceled)
+		require.Error(t, err)
+		require.Equal(t, jobstore.StatusRunning, fixture.Job(t, b.pool, expired).Status, "a statement cut short rolls back whole")
 	})
 }
 

@@ -1,21 +1,17 @@
-// Package app wires the scheduler: the pool, the fire loop (At / Every /
+// Package app builds the scheduler's parts — the fire loop (At / Every /
 // Cron schedules turned into jobs, each occurrence exactly once; see
-// internal/fire), its NOTIFY listener and the admin HTTP server.
+// internal/fire) and its subscription to pulse_schedules_changed — for the
+// service runtime (pkg/server/service).
 package app
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/pulsequeue/pulse/migrations"
-	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
-	"github.com/pulsequeue/pulse/pkg/server/metrics"
-	"github.com/pulsequeue/pulse/pkg/server/pgconn"
-	"github.com/pulsequeue/pulse/pkg/server/telemetry"
+	"github.com/pulsequeue/pulse/pkg/server/pglisten"
+	"github.com/pulsequeue/pulse/pkg/server/service"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/config"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/fire"
 )
@@ -26,57 +22,39 @@ const Service = "scheduler"
 // MinSchemaVersion is the oldest schema this build can run against.
 const MinSchemaVersion = migrations.VersionSchedules
 
-// Run serves the admin surface until ctx is done, then shuts down: report
-// not ready, stop the admin server, close the pool.
-func Run(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	shutdownTracing, err := telemetry.SetupTracing(ctx, Service, "dev")
-	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
+// Command is the scheduler binary.
+func Command() service.Command[config.Config] {
+	return service.Command[config.Config]{
+		Name:     Service,
+		Load:     service.LoadEnv[config.Config],
+		LogLevel: func(c config.Config) string { return c.LogLevel },
+		Usage: service.EnvUsage(Service, `Turns schedules into jobs, each occurrence exactly once; serves /metrics,
+/healthz and /readyz.`, config.Config{}),
+		Serve: Spec,
 	}
-	defer shutdownTracing(context.Background())
+}
 
-	pool, err := pgconn.Open(ctx, pgconn.Options{
-		URL: cfg.DatabaseURL, Service: Service, MinSchemaVersion: MinSchemaVersion,
-		MaxConns: cfg.DBMaxConns, Logger: logger,
-	})
-	if err != nil {
-		return err
+// Spec is the scheduler as the runtime runs it.
+func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
+	return service.Spec{
+		Name: Service, Logger: logger,
+		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
+		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		StartAttrs: []any{"reconcile", cfg.ScheduleReconcile},
+		Build: func(_ context.Context, s *service.Service) error {
+			store := jobstore.New(s.Pool())
+			// The read side closes last, after the loop using it.
+			s.AddBackend("store", service.Closer(store.Close))
+			loop := fire.New(fire.Config{Batch: cfg.ScheduleBatch, Reconcile: cfg.ScheduleReconcile},
+				store, fire.NewMetrics(s.Registry()), s.Logger())
+			s.Add("fire", service.Go(loop.Run))
+			// A change wakes the loop at once; after a reconnect, so does
+			// the resync (changes meanwhile went unnoticed).
+			s.Listener().Handle(jobstore.SchedulesChannel, pglisten.Handler{
+				Notify: func(string) { loop.Wake() },
+				Resync: loop.Wake,
+			})
+			return nil
+		},
 	}
-	defer pool.Close()
-
-	reg := metrics.NewRegistry(Service)
-	pgconn.RegisterPoolMetrics(reg, pool)
-	loop := fire.New(fire.Config{Batch: cfg.ScheduleBatch, Reconcile: cfg.ScheduleReconcile},
-		jobstore.New(pool), fire.NewMetrics(reg), logger)
-	admin := adminhttp.New(cfg.AdminAddr, reg, logger)
-	admin.AddReadinessCheck("database", pgconn.ReadinessCheck(pool, MinSchemaVersion))
-	if err := admin.Start(); err != nil {
-		return fmt.Errorf("admin http on %s (PULSE_ADMIN_ADDR): %w", cfg.AdminAddr, err)
-	}
-	loopCtx, stopLoops := context.WithCancel(context.Background())
-	defer stopLoops()
-	var loops sync.WaitGroup
-	loops.Go(func() { loop.Run(loopCtx) })
-	loops.Go(func() { fire.Listen(loopCtx, pool, loop.Wake, logger) })
-	logger.Info("scheduler running", "admin_addr", admin.Addr(), "reconcile", cfg.ScheduleReconcile)
-
-	<-ctx.Done()
-
-	logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	admin.SetNotServing()
-	stopLoops()
-	stopped := make(chan struct{})
-	go func() { loops.Wait(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutdownCtx.Done():
-		logger.Warn("loops did not stop within PULSE_SHUTDOWN_TIMEOUT; closing anyway")
-	}
-	if err := admin.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.Canceled) {
-		logger.Warn("admin http stop", "error", err)
-	}
-	logger.Info("stopped")
-	return nil
 }

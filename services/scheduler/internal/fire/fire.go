@@ -12,8 +12,10 @@
 // the first occurrence after now.
 //
 // Waking: the loop sleeps until the earliest next_run_at, but never longer
-// than Config.Reconcile (1s by default), and wakes at once on a NOTIFY on
-// pulse_schedules_changed (a trigger on schedules sends it). It does not
+// than Config.Reconcile (1s by default), and wakes at once on Wake, which
+// the app calls on every NOTIFY on pulse_schedules_changed (a trigger on
+// schedules sends it; the process's one LISTEN connection, pglisten,
+// receives it) and after the listener reconnects. It does not
 // look at dispatch pause: a paused fleet still gets its scheduled jobs,
 // which simply queue.
 package fire
@@ -47,17 +49,6 @@ type Observer interface {
 	Counted(c jobstore.ScheduleCounts)
 }
 
-// Clock tells the time and sleeps; tests drive it by hand.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Config tunes the loop.
 type Config struct {
 	// Batch is the most schedules one transaction fires.
@@ -65,8 +56,6 @@ type Config struct {
 	// Reconcile caps every sleep, so a missed NOTIFY costs at most this
 	// long; 0 means ReconcileDefault.
 	Reconcile time.Duration
-	// Clock is nil for the wall clock.
-	Clock Clock
 }
 
 // ReconcileDefault is the longest the loop sleeps without looking.
@@ -83,9 +72,6 @@ type Loop struct {
 
 // New builds a loop; observer may be nil.
 func New(cfg Config, store Store, observer Observer, logger *slog.Logger) *Loop {
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 100
 	}
@@ -115,19 +101,28 @@ func (l *Loop) Run(ctx context.Context) {
 		if _, err := l.Pass(ctx); err != nil && ctx.Err() == nil {
 			l.logger.Error("schedule pass failed; retrying", logging.Error, err)
 		}
-		wait := l.cfg.Reconcile
-		if next, ok, err := l.store.NextScheduleDue(ctx); err == nil && ok {
-			if d := next.Sub(l.cfg.Clock.Now()); d < wait {
-				wait = max(d, 0)
-			}
-		}
+		t := time.NewTimer(l.nextWait(ctx))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-l.wake:
-		case <-l.cfg.Clock.After(wait):
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// nextWait is how long to sleep: until the earliest next_run_at, at most
+// Reconcile.
+func (l *Loop) nextWait(ctx context.Context) time.Duration {
+	wait := l.cfg.Reconcile
+	if next, ok, err := l.store.NextScheduleDue(ctx); err == nil && ok {
+		if d := time.Until(next); d < wait {
+			wait = max(d, 0)
 		}
 	}
+	return wait
 }
 
 // Pass fires every schedule due now, batch after batch, and returns how
@@ -135,14 +130,14 @@ func (l *Loop) Run(ctx context.Context) {
 func (l *Loop) Pass(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		now := l.cfg.Clock.Now()
+		now := time.Now()
 		fired, err := l.store.FireDue(ctx, now, l.cfg.Batch, func(sc *jobstore.Schedule) jobstore.Fire {
 			return l.plan(ctx, sc, now)
 		})
 		if err != nil {
 			return total, err
 		}
-		inserted := l.cfg.Clock.Now()
+		inserted := time.Now()
 		for _, f := range fired {
 			sc := f.Schedule
 			if f.Fire.Skip {
@@ -162,7 +157,7 @@ func (l *Loop) Pass(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	if c, err := l.store.CountSchedules(ctx, l.cfg.Clock.Now()); err == nil {
+	if c, err := l.store.CountSchedules(ctx, time.Now()); err == nil {
 		l.observer.Counted(c)
 	}
 	return total, nil

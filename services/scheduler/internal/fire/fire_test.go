@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,55 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/pkg/server/schedule"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/fire"
 )
-
-// manualClock moves only when the test says so.
-type manualClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []waiter
-}
-
-type waiter struct {
-	at time.Time
-	c  chan time.Time
-}
-
-func (m *manualClock) Now() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.now
-}
-
-func (m *manualClock) After(d time.Duration) <-chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := make(chan time.Time, 1)
-	if d <= 0 {
-		c <- m.now
-		return c
-	}
-	m.waiters = append(m.waiters, waiter{m.now.Add(d), c})
-	return c
-}
-
-func (m *manualClock) Advance(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.now = m.now.Add(d)
-	kept := m.waiters[:0]
-	for _, w := range m.waiters {
-		if w.at.After(m.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.c <- m.now
-	}
-	m.waiters = kept
-}
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -83,15 +40,24 @@ func jobsOf(t *testing.T, store *jobstore.Store, id uuid.UUID) []*jobstore.Job {
 	return jobs
 }
 
+// The loop's clock is the bubble's (testing/synctest): time starts at
+// midnight and moves only when every goroutine of the test waits, by
+// exactly what they wait for, so a test sleeps ten seconds in no time and
+// each step is one occurrence. The database is real; its pool lives in the
+// bubble.
+
 func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testPassFiresEveryCronAndAtOnTime)
+}
+
+func testPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	ctx := context.Background()
 	store := jobstore.New(pgtest.Pool(t))
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &manualClock{now: t0}
+	t0 := time.Now()
 	reg := prometheus.NewRegistry()
 	m := fire.NewMetrics(reg)
-	loop := fire.New(fire.Config{Clock: clk, Batch: 2}, store, m, discard)
+	loop := fire.New(fire.Config{Batch: 2}, store, m, discard)
 
 	every := create(t, store, schedule.KindEvery, "2s", t0.Add(2*time.Second))
 	cronS, _ := schedule.Parse(schedule.KindCron, "*/3 * * * * *", "UTC")
@@ -99,7 +65,7 @@ func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	at := create(t, store, schedule.KindAt, t0.Add(5*time.Second).Format(time.RFC3339), t0.Add(5*time.Second))
 
 	for range 10 {
-		clk.Advance(time.Second)
+		time.Sleep(time.Second)
 		_, err := loop.Pass(ctx)
 		require.NoError(t, err)
 	}
@@ -117,7 +83,7 @@ func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	require.Equal(t, 3.0, testutil.ToFloat64(m.Schedules.WithLabelValues("enabled")))
 
 	// Downtime: 30s pass without a pass; the latest missed fires once.
-	clk.Advance(30 * time.Second)
+	time.Sleep(30 * time.Second)
 	_, err = loop.Pass(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobsOf(t, store, every.ID), 6)
@@ -126,71 +92,103 @@ func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 
 func TestRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testRunSleepsUntilTheNextDueAndWakesOnChange)
+}
+
+func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 	pool := pgtest.Pool(t)
 	store := jobstore.New(pool)
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &manualClock{now: t0}
-	loop := fire.New(fire.Config{Clock: clk}, store, nil, discard)
+	t0 := time.Now()
+	loop := fire.New(fire.Config{Reconcile: time.Second}, store, nil, discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { loop.Run(ctx) })
-	wg.Go(func() { fire.Listen(ctx, pool, loop.Wake, discard) })
 	defer func() { cancel(); wg.Wait() }()
 
-	sc := create(t, store, schedule.KindEvery, "1s", t0.Add(time.Second))
+	sc := create(t, store, schedule.KindEvery, "3s", t0.Add(3*time.Second))
+	synctest.Wait() // the loop sleeps (at most Reconcile)
 	for i := 1; i <= 3; i++ {
-		// Advance only once the loop sleeps, so each step is one occurrence.
-		require.Eventually(t, func() bool {
-			clk.mu.Lock()
-			defer clk.mu.Unlock()
-			return len(clk.waiters) > 0
-		}, 5*time.Second, time.Millisecond)
-		clk.Advance(time.Second)
-		require.Eventually(t, func() bool { return len(jobsOf(t, store, sc.ID)) == i }, 5*time.Second, 5*time.Millisecond)
+		// Not a second early: the occurrence is due at 3s.
+		time.Sleep(3*time.Second - time.Nanosecond)
+		synctest.Wait()
+		require.Len(t, jobsOf(t, store, sc.ID), i-1, "before occurrence %d", i)
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		require.Len(t, jobsOf(t, store, sc.ID), i, "at occurrence %d", i)
 	}
-	// Updated: moved to the topic "fire.updated" and a cursor 10s out, the
-	// running loop picks the change up (NOTIFY) and fires the new version.
-	waitSleeping := func() {
-		require.Eventually(t, func() bool {
-			clk.mu.Lock()
-			defer clk.mu.Unlock()
-			return len(clk.waiters) > 0
-		}, 5*time.Second, time.Millisecond)
-	}
+
+	// Updated: moved to the topic "fire.updated" and a cursor 10s out; the
+	// change wakes the loop (the app's NOTIFY listener calls Wake; see
+	// TestAScheduleChangeNotifies) and it fires the new version.
 	updated := *sc
 	updated.Topic = "fire.updated"
-	next := clk.Now().Add(10 * time.Second)
+	next := time.Now().Add(10 * time.Second)
 	updated.NextRunAt = &next
 	_, err := store.UpdateSchedule(context.Background(), updated)
 	require.NoError(t, err)
-	waitSleeping()
-	clk.Advance(10 * time.Second)
-	require.Eventually(t, func() bool {
-		jobs := jobsOf(t, store, sc.ID)
-		return len(jobs) == 4 && jobs[0].Topic == "fire.updated"
-	}, 5*time.Second, 5*time.Millisecond, "the update took effect without a restart")
+	loop.Wake()
+	synctest.Wait()
+	time.Sleep(10 * time.Second)
+	synctest.Wait()
+	jobs := jobsOf(t, store, sc.ID)
+	require.Len(t, jobs, 4)
+	require.Equal(t, "fire.updated", jobs[0].Topic, "the update took effect without a restart")
 
-	// Disabled: the loop notices without a restart and fires nothing more.
+	// Disabled: the loop notices without a restart and fires nothing more,
+	// however long it runs (a minute of passes, every Reconcile).
 	_, err = store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
-	clk.Advance(5 * time.Second)
-	time.Sleep(200 * time.Millisecond)
+	loop.Wake()
+	synctest.Wait()
+	time.Sleep(time.Minute)
+	synctest.Wait()
 	require.Len(t, jobsOf(t, store, sc.ID), 4)
+}
+
+// TestAScheduleChangeNotifies: every write to schedules sends
+// pulse_schedules_changed, which the scheduler's listener turns into Wake.
+func TestAScheduleChangeNotifies(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := jobstore.New(pool)
+	woken := make(chan struct{}, 16)
+	l := pglisten.New(pglisten.FromPool(pool), discard)
+	l.Handle(jobstore.SchedulesChannel, pglisten.Handler{
+		Notify: func(string) { woken <- struct{}{} },
+		Resync: func() { woken <- struct{}{} },
+	})
+	require.NoError(t, l.Start(t.Context()))
+	defer func() { require.NoError(t, l.Stop(context.Background())) }()
+	next := func(what string) {
+		t.Helper()
+		select {
+		case <-woken:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no wake-up: %s", what)
+		}
+	}
+	next("the resync once LISTEN holds")
+	sc := create(t, store, schedule.KindEvery, "1s", time.Now().Add(time.Hour))
+	next("create")
+	_, err := store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
+	require.NoError(t, err)
+	next("disable")
 }
 
 func TestFiresWhileDispatchIsPaused(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testFiresWhileDispatchIsPaused)
+}
+
+func testFiresWhileDispatchIsPaused(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	store := jobstore.New(pool)
 	_, err := pool.Exec(ctx, `UPDATE dispatch_control SET paused = true, reason = 'upgrade', actor = 'op', paused_at = now() WHERE scope = '*'`)
 	require.NoError(t, err)
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &manualClock{now: t0}
-	loop := fire.New(fire.Config{Clock: clk}, store, nil, discard)
-	sc := create(t, store, schedule.KindEvery, "1s", t0.Add(time.Second))
-	clk.Advance(time.Second)
+	loop := fire.New(fire.Config{}, store, nil, discard)
+	sc := create(t, store, schedule.KindEvery, "1s", time.Now().Add(time.Second))
+	time.Sleep(time.Second)
 	n, err := loop.Pass(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -206,16 +204,19 @@ func TestFiresWhileDispatchIsPaused(t *testing.T) {
 // still fires.
 func TestAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testAScheduleWithoutAnOccurrenceNeverFires)
+}
+
+func testAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
 	ctx := context.Background()
 	store := jobstore.New(pgtest.Pool(t))
-	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := &manualClock{now: t0}
-	loop := fire.New(fire.Config{Clock: clk}, store, nil, discard)
+	t0 := time.Now()
+	loop := fire.New(fire.Config{}, store, nil, discard)
 
 	never := create(t, store, schedule.KindCron, "0 0 30 2 *", time.Time{})
 	zeroEvery := create(t, store, schedule.KindEvery, "1h", time.Time{})
 	good := create(t, store, schedule.KindEvery, "1s", t0.Add(time.Second))
-	clk.Advance(time.Second)
+	time.Sleep(time.Second)
 	n, err := loop.Pass(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the good schedule fired")
