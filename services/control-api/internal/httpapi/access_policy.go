@@ -35,5 +35,10 @@ func AccessPolicy() auth.Policy {
 		"DELETE /v1/schedules/{id}":       operator,
 		"POST /v1/schedules/{id}/enable":  operator,
 		"POST /v1/schedules/{id}/disable": operator,
+
+		// The fallback (FallbackPattern): a path under /v1/ no route has,
+		// or a method its route does not take, answers 404 or 405 in the
+		// JSON error format to any caller with a role. It runs nothing.
+		FallbackPattern: producer,
 	}
 }

@@ -57,7 +57,10 @@ func TestAccessPolicy(t *testing.T) {
 			{"GET", "/v1/dispatch/events", producer},
 			{"POST", "/v1/dispatch/pause", operator},
 			{"POST", "/v1/dispatch/resume", operator},
-			{"POST", "/v1/dispatch", nil},
+			// A wrong method or an unknown path under /v1/ reaches the
+			// fallback, which answers 405 or 404 and runs nothing.
+			{"POST", "/v1/dispatch", producer},
+			{"GET", "/v1/nope", producer},
 			{"GET", "/", nil},
 		}
 		for _, tc := range cases {

@@ -34,10 +34,10 @@ type DispatchService interface {
 // RegisterDispatch mounts the pause routes (docs/pause.md) on mux.
 func (h *Handler) RegisterDispatch(mux Mux, svc DispatchService) {
 	d := &dispatchRoutes{svc: svc}
-	mux.Handle("GET /v1/dispatch", h.route(d.state))
-	mux.Handle("POST /v1/dispatch/pause", h.route(d.pause))
-	mux.Handle("POST /v1/dispatch/resume", h.route(d.resume))
-	mux.Handle("GET /v1/dispatch/events", h.route(d.events))
+	h.mount(mux, "GET /v1/dispatch", h.route(d.state))
+	h.mount(mux, "POST /v1/dispatch/pause", h.route(d.pause))
+	h.mount(mux, "POST /v1/dispatch/resume", h.route(d.resume))
+	h.mount(mux, "GET /v1/dispatch/events", h.route(d.events))
 }
 
 type dispatchRoutes struct {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -59,6 +60,11 @@ type Handler struct {
 	logger      *slog.Logger
 	singleLimit int64
 	batchLimit  int64
+	// routes holds every pattern mounted so far, so the /v1/ fallback can
+	// tell a path no route has (404) from a method its route does not take
+	// (405).
+	routesMu sync.Mutex
+	routes   *http.ServeMux
 }
 
 // New returns a Handler calling svc.
@@ -72,7 +78,7 @@ func New(svc Service, opts Options) *Handler {
 	}
 	single := int64(opts.MaxArgsBytes) + BodySlack
 	batch := max(single, BatchBodyMinLimit)
-	return &Handler{svc: svc, logger: logger, singleLimit: single, batchLimit: batch}
+	return &Handler{svc: svc, logger: logger, singleLimit: single, batchLimit: batch, routes: http.NewServeMux()}
 }
 
 // BatchBodyLimit is the largest batch body accepted, in bytes; gRPC's
@@ -84,14 +90,57 @@ type Mux interface {
 	Handle(pattern string, h http.Handler)
 }
 
-// Register mounts every route on mux.
+// Register mounts every job route on mux, and the fallback that answers
+// any other request under /v1/ in the JSON error format: 404 for a path
+// no route has, 405 (with Allow) for a method its route does not take.
 func (h *Handler) Register(mux Mux) {
-	mux.Handle("POST /v1/jobs", h.route(h.submit))
-	mux.Handle("POST /v1/jobs:batch", h.route(h.submitBatch))
-	mux.Handle("GET /v1/jobs", h.route(h.list))
-	mux.Handle("GET /v1/jobs/{id}", h.route(h.get))
-	mux.Handle("POST /v1/jobs/{id}/cancel", h.route(h.cancel))
-	mux.Handle("POST /v1/jobs/{id}/retry", h.route(h.retry))
+	h.mount(mux, "POST /v1/jobs", h.route(h.submit))
+	h.mount(mux, "POST /v1/jobs:batch", h.route(h.submitBatch))
+	h.mount(mux, "GET /v1/jobs", h.route(h.list))
+	h.mount(mux, "GET /v1/jobs/{id}", h.route(h.get))
+	h.mount(mux, "POST /v1/jobs/{id}/cancel", h.route(h.cancel))
+	h.mount(mux, "POST /v1/jobs/{id}/retry", h.route(h.retry))
+	mux.Handle(FallbackPattern, h.route(h.fallback))
+}
+
+// FallbackPattern is the route that answers requests under /v1/ that no
+// other route takes.
+const FallbackPattern = "/v1/"
+
+// mount mounts a route on mux and remembers its pattern for the fallback.
+func (h *Handler) mount(mux Mux, pattern string, handler http.Handler) {
+	mux.Handle(pattern, handler)
+	h.routesMu.Lock()
+	defer h.routesMu.Unlock()
+	h.routes.Handle(pattern, http.NotFoundHandler())
+}
+
+// fallbackMethods are the methods a /v1/ route may take.
+var fallbackMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// fallback answers a request no route took: 405 naming the methods the
+// path's routes take, or 404.
+func (h *Handler) fallback(w http.ResponseWriter, r *http.Request) error {
+	var allowed []string
+	h.routesMu.Lock()
+	for _, m := range fallbackMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.routes.Handler(probe); pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	h.routesMu.Unlock()
+	path := r.URL.Path
+	if storable.Text("path", path) != nil {
+		path = strconv.Quote(path)
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		return &statusError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+			err: fmt.Errorf("%s %s: method not allowed; this route takes %s", r.Method, path, strings.Join(allowed, ", "))}
+	}
+	return apierr.NotFound("route", r.Method+" "+path)
 }
 
 // route adapts a handler that returns its error. A submitted job records
@@ -282,9 +331,10 @@ func parseStatus(s string) (pulsev1.JobStatus, error) {
 }
 
 // statusError overrides the status apierr.HTTPStatus would pick, for the
-// one case HTTP has and gRPC does not: 413.
+// cases HTTP has and gRPC does not: 413, and 405 (with its own code).
 type statusError struct {
 	status int
+	code   string // "": apierr.HTTPCode's
 	err    error
 }
 
@@ -293,11 +343,14 @@ func (e *statusError) Unwrap() error { return e.err }
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := apierr.HTTPStatus(err)
+	body := errorJSON{Code: apierr.HTTPCode(err), Message: err.Error(), Field: apierr.FieldOf(err)}
 	var se *statusError
 	if errors.As(err, &se) {
 		code = se.status
+		if se.code != "" {
+			body.Code = se.code
+		}
 	}
-	body := errorJSON{Code: apierr.HTTPCode(err), Message: err.Error(), Field: apierr.FieldOf(err)}
 	if code >= 500 {
 		level := slog.LevelWarn
 		if code == http.StatusInternalServerError {

@@ -33,14 +33,14 @@ type ScheduleService interface {
 // operators read; operators write (AccessPolicy).
 func (h *Handler) RegisterSchedules(mux Mux, svc ScheduleService) {
 	s := &scheduleRoutes{svc: svc}
-	mux.Handle("POST /v1/schedules", h.route(s.create))
-	mux.Handle("GET /v1/schedules", h.route(s.list))
-	mux.Handle("GET /v1/schedules/{id}", h.route(s.get))
-	mux.Handle("PUT /v1/schedules/{id}", h.route(s.update))
-	mux.Handle("DELETE /v1/schedules/{id}", h.route(s.delete))
-	mux.Handle("POST /v1/schedules/{id}/enable", h.route(s.enable))
-	mux.Handle("POST /v1/schedules/{id}/disable", h.route(s.disable))
-	mux.Handle("GET /v1/schedules/{id}/jobs", h.route(s.jobs))
+	h.mount(mux, "POST /v1/schedules", h.route(s.create))
+	h.mount(mux, "GET /v1/schedules", h.route(s.list))
+	h.mount(mux, "GET /v1/schedules/{id}", h.route(s.get))
+	h.mount(mux, "PUT /v1/schedules/{id}", h.route(s.update))
+	h.mount(mux, "DELETE /v1/schedules/{id}", h.route(s.delete))
+	h.mount(mux, "POST /v1/schedules/{id}/enable", h.route(s.enable))
+	h.mount(mux, "POST /v1/schedules/{id}/disable", h.route(s.disable))
+	h.mount(mux, "GET /v1/schedules/{id}/jobs", h.route(s.jobs))
 }
 
 type scheduleRoutes struct {
