@@ -160,10 +160,18 @@ type attemptErrorView struct {
 
 type jobDetailView struct {
 	jobRow
-	Args           string
-	Errors         []attemptErrorView
-	LockedBy       string
-	LeaseUntil     *time.Time
+	Args   string
+	Errors []attemptErrorView
+	// AttemptsText says where the job is in its attempt budget, in words
+	// that fit its status ("completed on attempt 3 of 25, after 2 failed").
+	AttemptsText string
+	// WorkerLabel names LockedBy's role: the worker running the job now,
+	// or the one that ran its last attempt.
+	WorkerLabel string
+	LockedBy    string
+	LeaseUntil  *time.Time
+	// Timeout bounds each attempt; empty when the job has none.
+	Timeout        string
 	ScheduleID     string
 	IdempotencyKey string
 	TraceID        string
@@ -193,8 +201,63 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 			Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt()),
 		})
 	}
+	view.AttemptsText, view.WorkerLabel = attemptsText(j), workerLabel(j.GetStatus())
+	if t := j.GetTimeout(); t != nil {
+		view.Timeout = t.AsDuration().String() + " per attempt"
+	}
 	d.render(w, r, http.StatusOK, "job", view)
 	return nil
+}
+
+// workerLabel says what locked_by means for a job in status st: the
+// worker holding the lease while it runs; otherwise the one that ran its
+// last attempt (a finished job ran, in the past tense).
+func workerLabel(st pulsev1.JobStatus) string {
+	switch st {
+	case pulsev1.JobStatus_JOB_STATUS_RUNNING:
+		return "Running on"
+	case pulsev1.JobStatus_JOB_STATUS_COMPLETED:
+		return "Ran on"
+	}
+	return "Last attempt ran on"
+}
+
+// attemptsText puts a job's attempts in words that fit its status. Its
+// failures are its error history, which an operator retry keeps while
+// starting the count of attempts again.
+func attemptsText(j *pulsev1.Job) string {
+	n, limit, failed := j.GetAttempts(), j.GetMaxAttempts(), len(j.GetErrors())
+	plural := func(k int, one, many string) string {
+		if k == 1 {
+			return one
+		}
+		return strconv.Itoa(k) + " " + many
+	}
+	failures := ""
+	if failed > 0 {
+		failures = ", after " + plural(failed, "1 failed attempt", "failed attempts")
+	}
+	switch j.GetStatus() {
+	case pulsev1.JobStatus_JOB_STATUS_COMPLETED:
+		if n == 1 && failed == 0 {
+			return fmt.Sprintf("Completed on its first attempt (of %d allowed)", limit)
+		}
+		return fmt.Sprintf("Completed on attempt %d of %d%s", n, limit, failures)
+	case pulsev1.JobStatus_JOB_STATUS_RUNNING:
+		return fmt.Sprintf("Running attempt %d of %d%s", n, limit, failures)
+	case pulsev1.JobStatus_JOB_STATUS_RETRYING:
+		return fmt.Sprintf("%d of %d made, %s; attempt %d is next", n, limit, plural(failed, "1 failed", "failed"), n+1)
+	case pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED:
+		return fmt.Sprintf("Dead-lettered on attempt %d of %d; %s", n, limit, plural(failed, "1 attempt failed", "attempts failed"))
+	case pulsev1.JobStatus_JOB_STATUS_PENDING:
+		if n == 0 {
+			if failed > 0 {
+				return fmt.Sprintf("None yet of %d (retried by an operator%s)", limit, failures)
+			}
+			return fmt.Sprintf("None yet of %d", limit)
+		}
+	}
+	return fmt.Sprintf("%d of %d made%s", n, limit, failures)
 }
 
 // waiting puts GetJob's why-not-running answer in a sentence.
