@@ -6,6 +6,7 @@ replace (
 	github.com/pulsequeue/pulse/deploy/localfleet => ../deploy/localfleet
 	github.com/pulsequeue/pulse/migrations => ../migrations
 	github.com/pulsequeue/pulse/pkg => ../pkg
+	github.com/pulsequeue/pulse/pkg/pulsetx => ../pkg/pulsetx
 	github.com/pulsequeue/pulse/pkg/server => ../pkg/server
 )
 
@@ -16,6 +17,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pulsequeue/pulse/deploy/localfleet v0.0.0-00010101000000-000000000000
 	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/pkg/pulsetx v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
