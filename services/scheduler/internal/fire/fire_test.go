@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -22,6 +23,14 @@ import (
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newStore is a store on pool whose read side closes when the test ends
+// (in a synctest bubble nothing may outlive the test).
+func newStore(t *testing.T, pool *pgxpool.Pool) *jobstore.Store {
+	store := jobstore.New(pool)
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
 
 func create(t *testing.T, store *jobstore.Store, kind, expr string, next time.Time) *jobstore.Schedule {
 	t.Helper()
@@ -53,7 +62,7 @@ func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 
 func testPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	ctx := context.Background()
-	store := jobstore.New(pgtest.Pool(t))
+	store := newStore(t, pgtest.Pool(t))
 	t0 := time.Now()
 	reg := prometheus.NewRegistry()
 	m := fire.NewMetrics(reg)
@@ -97,7 +106,7 @@ func TestRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 
 func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 	t0 := time.Now()
 	loop := fire.New(fire.Config{Reconcile: time.Second}, store, nil, discard)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,7 +159,7 @@ func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 func TestAScheduleChangeNotifies(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 	woken := make(chan struct{}, 16)
 	l := pglisten.New(pglisten.FromPool(pool), discard)
 	l.Handle(jobstore.SchedulesChannel, pglisten.Handler{
@@ -183,7 +192,7 @@ func TestFiresWhileDispatchIsPaused(t *testing.T) {
 func testFiresWhileDispatchIsPaused(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	store := jobstore.New(pool)
+	store := newStore(t, pool)
 	_, err := pool.Exec(ctx, `UPDATE dispatch_control SET paused = true, reason = 'upgrade', actor = 'op', paused_at = now() WHERE scope = '*'`)
 	require.NoError(t, err)
 	loop := fire.New(fire.Config{}, store, nil, discard)
@@ -209,7 +218,7 @@ func TestAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
 
 func testAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
 	ctx := context.Background()
-	store := jobstore.New(pgtest.Pool(t))
+	store := newStore(t, pgtest.Pool(t))
 	t0 := time.Now()
 	loop := fire.New(fire.Config{}, store, nil, discard)
 
