@@ -341,3 +341,39 @@ func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 	require.Zero(t, claims)
 	require.Equal(t, 1, countTopic(t, pool, "uniq.racekey"))
 }
+
+// A unique insert, its duplicate, a timed job and a claim of them never
+// call a guard function: the new rules are a CHECK and a table's keys.
+func TestUniqueAndTimeoutPathsNeverEnterPLpgSQL(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		t.Skipf("cannot count function calls here: %v", err)
+	}
+	store := newStore(t, pool)
+	guardCalls := func() int64 {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname LIKE 'jobs\_guard\_%'`).Scan(&n))
+		return n
+	}
+	timed := newJob("plpgsql.free", 5)
+	timed.Timeout = time.Minute
+	_, err = store.Insert(ctx, []jobstore.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour), timed})
+	require.NoError(t, err)
+	res, err := store.Insert(ctx, []jobstore.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour)})
+	require.NoError(t, err)
+	require.True(t, res[0].Duplicate)
+	claimed, err := store.Claim(ctx, []string{"plpgsql.free"}, slots("w", 2), time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	require.Zero(t, guardCalls())
+}
