@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,7 +151,9 @@ func findAttempt(spans []receivedSpan, service, prefix string, attempt int64) (r
 // fails, so the job is retried), all exporting to the same receiver, and
 // requires every hop of both attempts in one trace, each span the parent of
 // the next: root → publish → control-api SubmitJob → gateway receive →
-// worker process → settle.
+// worker process → settle. Then one job submitted over HTTP (POST /v1/jobs
+// with the producer's traceparent): root → control-api's HTTP server span
+// → gateway receive → worker process.
 func TestOneTracePerJob(t *testing.T) {
 	// Not parallel: it installs the global tracer provider and propagator
 	// the in-process SDK uses.
@@ -296,6 +299,68 @@ func TestOneTracePerJob(t *testing.T) {
 	require.Len(t, job.Errors, 1)
 	require.Equal(t, "traced-0", job.Errors[0].Worker, "attempt 1 ran on the first worker")
 	require.Equal(t, "traced-1", job.LockedBy, "the retry ran on the second worker")
+
+	// The same over HTTP: a job submitted with POST /v1/jobs under the
+	// producer's traceparent is one trace too, through control-api's HTTP
+	// server span (otelhttp, named after the route pattern).
+	httpCtx, httpRoot := tp.Tracer("e2e").Start(ctx, "e2e http root")
+	req, err := http.NewRequestWithContext(httpCtx, http.MethodPost, f.ControlHTTP+"/v1/jobs",
+		strings.NewReader(`{"topic":"`+topic+`","args":{"n":2}}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	otel.GetTextMapPropagator().Inject(httpCtx, propagation.HeaderCarrier(req.Header))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	httpRoot.End()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+	var httpJob struct{ ID string }
+	require.NoError(t, json.Unmarshal(body, &httpJob))
+	// Its first attempt fails on the running worker; the retry completes.
+	for id := ""; id != httpJob.ID; {
+		select {
+		case id = <-done:
+		case <-ctx.Done():
+			t.Fatal("the HTTP-submitted job was not processed")
+		}
+	}
+	httpTrace := httpRoot.SpanContext().TraceID()
+	var httpChain []receivedSpan
+	require.Eventually(t, func() bool {
+		spans := recv.trace(httpTrace[:])
+		httpChain = httpChain[:0]
+		for _, want := range []struct {
+			service, prefix string
+			attempt         int64
+		}{
+			{"e2e-sdk", "e2e http root", 0},
+			{"control-api", "POST /v1/jobs", 0},
+			{"dispatch-gateway", "receive " + topic, 1},
+			{"e2e-sdk", "process " + topic, 1},
+		} {
+			var s receivedSpan
+			var ok bool
+			if want.attempt == 0 {
+				s, ok = find(spans, want.service, want.prefix)
+			} else {
+				s, ok = findAttempt(spans, want.service, want.prefix, want.attempt)
+			}
+			if !ok {
+				t.Logf("trace %s: no %s span %q yet; have %v", httpTrace, want.service, want.prefix, spans)
+				return false
+			}
+			httpChain = append(httpChain, s)
+		}
+		return true
+	}, 30*time.Second, 500*time.Millisecond, "the HTTP-submitted job's hops in one trace")
+	for i := 1; i < len(httpChain); i++ {
+		require.Equal(t, httpChain[i-1].span.GetSpanId(), httpChain[i].span.GetParentSpanId(),
+			"%v must be the parent of %v", httpChain[i-1], httpChain[i])
+	}
+	require.Equal(t, tracepb.Span_SPAN_KIND_SERVER, httpChain[1].span.GetKind())
+	require.Equal(t, "/v1/jobs", attrString(httpChain[1].span.GetAttributes(), "http.route"))
+	require.Equal(t, httpJob.ID, attrString(httpChain[2].span.GetAttributes(), "messaging.message.id"))
 
 	if path := os.Getenv(EnvTracePicture); path != "" {
 		drawTrace(t, path, recv.trace(traceID[:]))
