@@ -10,6 +10,14 @@
 // handlers must be idempotent. [Job.ID] together with [Job.Attempt] names one
 // attempt and is the natural deduplication key.
 //
+// A job may carry a [Timeout] (or take its topic's, [WithTimeout]): its
+// handler's context carries the deadline, and an attempt that overruns it
+// fails with a [TimeoutError] and is retried. [UniqueFor] makes a job
+// unique by topic and args for a period. [Worker.Use] wraps every handler
+// in middleware and [WithEnqueueInterceptor] every enqueue of a client.
+// To enqueue inside the application's own database transaction, see
+// package pulsetx (module github.com/pulsequeue/pulse/pkg/pulsetx).
+//
 // The package depends only on gRPC, protobuf and the OpenTelemetry API, so
 // importing it never pulls in a server dependency.
 package pulse
