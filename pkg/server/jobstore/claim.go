@@ -109,7 +109,10 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	err := s.queryPinnedAs(ctx, claimPlanSQL, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
 		var timeoutMicros int64
-		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, &c.Args, &c.Priority, &c.MaxAttempts,
+		// Args scans as plain bytes: pgx decodes jsonb into a json.RawMessage
+		// through encoding/json (a full parse per job), into a []byte by
+		// copying. Postgres's jsonb text is valid JSON; the bytes are the same.
+		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, (*[]byte)(&c.Args), &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState, &timeoutMicros); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -20,8 +21,16 @@ const tracerName = "github.com/pulsequeue/pulse/services/dispatch-gateway"
 // stream's span, and returns the assignment carrying the dispatch span's
 // context so the worker's process span is its child. The span ends when the
 // assignment has been sent (endDispatchSpans).
+//
+// With tracing off (the gateway installs the no-op provider) it returns no
+// span and builds none of its attributes: those cost more per job than the
+// assignment itself. The assignment then carries the job's stored trace
+// context, as it would with a span that records nothing.
 func tracedAssignment(streamCtx context.Context, j jobstore.Claimed) (*pulsev1.Assignment, trace.Span) {
 	a := assignment(j)
+	if _, off := otel.GetTracerProvider().(noop.TracerProvider); off {
+		return a, nil
+	}
 	parent := context.Background()
 	if j.TraceParent != "" {
 		parent = otel.GetTextMapPropagator().Extract(parent,
@@ -52,9 +61,13 @@ func tracedAssignment(streamCtx context.Context, j jobstore.Claimed) (*pulsev1.A
 	return a, span
 }
 
-// endDispatchSpans ends the spans of one sent batch, marking a failed send.
+// endDispatchSpans ends the spans of one sent batch, marking a failed send;
+// nil spans (tracing off) are skipped.
 func endDispatchSpans(spans []trace.Span, err error) {
 	for _, s := range spans {
+		if s == nil {
+			continue
+		}
 		if err != nil {
 			s.RecordError(err)
 			s.SetStatus(codes.Error, "send assignment")
