@@ -10,12 +10,12 @@ package loop
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/backoff"
+	"github.com/pulsequeue/pulse/pkg/server/internal/background"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
@@ -78,10 +78,7 @@ type Loop struct {
 	fn     func(ctx context.Context) error
 	logger *slog.Logger
 	errs   prometheus.Counter
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	bg     background.Runner
 }
 
 // New builds a loop running fn. fn gets a context that ends at Stop; an
@@ -112,37 +109,13 @@ func (l *Loop) Name() string { return l.cfg.Name }
 // Start runs the loop in its own goroutine until Stop; ctx is only the
 // start's (its values are kept, its end is not).
 func (l *Loop) Start(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return nil
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel, l.done = cancel, make(chan struct{})
-	go func() {
-		defer close(l.done)
-		l.Run(runCtx)
-	}()
+	l.bg.Start(ctx, l.Run)
 	return nil
 }
 
 // Stop ends the loop and waits for it, or for ctx; a run in flight sees
 // its context end.
-func (l *Loop) Stop(ctx context.Context) error {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (l *Loop) Stop(ctx context.Context) error { return l.bg.Stop(ctx) }
 
 // Run runs the loop until ctx is done.
 func (l *Loop) Run(ctx context.Context) {

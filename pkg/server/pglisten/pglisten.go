@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pulsequeue/pulse/pkg/server/backoff"
+	"github.com/pulsequeue/pulse/pkg/server/internal/background"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
@@ -58,8 +59,7 @@ type Listener struct {
 	handlers map[string][]Handler
 	order    []string
 	started  bool
-	cancel   context.CancelFunc
-	done     chan struct{}
+	bg       background.Runner
 }
 
 // New returns a listener that opens its connection with connect.
@@ -94,48 +94,29 @@ func (l *Listener) Channels() []string {
 // Start listens in the background until Stop. With no channel subscribed
 // it does nothing.
 func (l *Listener) Start(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.started {
-		return nil
+	if l.start() {
+		l.bg.Start(ctx, l.run)
 	}
-	l.started = true
-	if len(l.order) == 0 {
-		return nil
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel, l.done = cancel, make(chan struct{})
-	go func() {
-		defer close(l.done)
-		l.run(runCtx)
-	}()
 	return nil
 }
 
 // Stop closes the connection and waits for the listener, or for ctx.
-func (l *Listener) Stop(ctx context.Context) error {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (l *Listener) Stop(ctx context.Context) error { return l.bg.Stop(ctx) }
 
 // Run listens until ctx is done, reconnecting with backoff; it is what
 // Start runs, for callers that own the goroutine.
 func (l *Listener) Run(ctx context.Context) {
-	l.mu.Lock()
-	l.started = true
-	l.mu.Unlock()
+	l.start()
 	l.run(ctx)
+}
+
+// start closes the subscriptions and reports whether there is anything to
+// listen for.
+func (l *Listener) start() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.started = true
+	return len(l.order) > 0
 }
 
 func (l *Listener) run(ctx context.Context) {

@@ -75,6 +75,17 @@ func (cmd Command[C]) Run(args []string, stdout io.Writer) error {
 	return Run(ctx, cmd.Serve(cfg, logger))
 }
 
+// EnvCommand is the Command of a service whose configuration C is read
+// by config.Load and has a LogLevel field, with no subcommand: -h prints
+// about and the variables C reads.
+func EnvCommand[C any](name, about string, logLevel func(C) string, serve func(C, *slog.Logger) Spec) Command[C] {
+	var zero C
+	return Command[C]{
+		Name: name, Load: LoadEnv[C], LogLevel: logLevel, Serve: serve,
+		Usage: EnvUsage(name, about, zero),
+	}
+}
+
 // LoadEnv is a Command's Load for a configuration read by config.Load
 // (envconfig defaults in struct tags, a Validate method).
 func LoadEnv[C any]() (C, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
+	"github.com/pulsequeue/pulse/pkg/server/internal/background"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
@@ -65,33 +66,12 @@ func Closer(close func() error) Component {
 func Go(fn func(ctx context.Context)) Component { return &goComponent{fn: fn} }
 
 type goComponent struct {
-	fn     func(ctx context.Context)
-	cancel context.CancelFunc
-	done   chan struct{}
+	fn func(ctx context.Context)
+	bg background.Runner
 }
 
-func (g *goComponent) Start(ctx context.Context) error {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	g.cancel, g.done = cancel, make(chan struct{})
-	go func() {
-		defer close(g.done)
-		g.fn(runCtx)
-	}()
-	return nil
-}
-
-func (g *goComponent) Stop(ctx context.Context) error {
-	if g.done == nil {
-		return nil
-	}
-	g.cancel()
-	select {
-	case <-g.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (g *goComponent) Start(ctx context.Context) error { g.bg.Start(ctx, g.fn); return nil }
+func (g *goComponent) Stop(ctx context.Context) error  { return g.bg.Stop(ctx) }
 
 // Spec is one service: what the runtime needs to run it, and Build, which
 // wires the service's own parts.

@@ -38,14 +38,8 @@ const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
-	return service.Command[config.Config]{
-		Name:     Service,
-		Load:     service.LoadEnv[config.Config],
-		LogLevel: func(c config.Config) string { return c.LogLevel },
-		Usage: service.EnvUsage(Service,
-			"Serves DispatchService (StreamJobs, Heartbeat, ReportResult) to workers.", config.Config{}),
-		Serve: Spec,
-	}
+	return service.EnvCommand(Service, "Serves DispatchService (StreamJobs, Heartbeat, ReportResult) to workers.",
+		func(c config.Config) string { return c.LogLevel }, Spec)
 }
 
 // Spec is the gateway as the runtime runs it. It serves no gRPC until the

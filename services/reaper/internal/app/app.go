@@ -27,14 +27,9 @@ const MinSchemaVersion = migrations.VersionRetryPolicy
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {
-	return service.Command[config.Config]{
-		Name:     Service,
-		Load:     service.LoadEnv[config.Config],
-		LogLevel: func(c config.Config) string { return c.LogLevel },
-		Usage: service.EnvUsage(Service, `Routes jobs whose worker lease lapsed through the retry path and deletes
-finished jobs past their retention age (an age of 0 keeps that status forever).`, config.Config{}),
-		Serve: Spec,
-	}
+	return service.EnvCommand(Service, `Routes jobs whose worker lease lapsed through the retry path and deletes
+finished jobs past their retention age (an age of 0 keeps that status forever).`,
+		func(c config.Config) string { return c.LogLevel }, Spec)
 }
 
 // Spec is the reaper as the runtime runs it. Shutdown stops both loops (a

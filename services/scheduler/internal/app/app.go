@@ -24,14 +24,9 @@ const MinSchemaVersion = migrations.VersionSchedules
 
 // Command is the scheduler binary.
 func Command() service.Command[config.Config] {
-	return service.Command[config.Config]{
-		Name:     Service,
-		Load:     service.LoadEnv[config.Config],
-		LogLevel: func(c config.Config) string { return c.LogLevel },
-		Usage: service.EnvUsage(Service, `Turns schedules into jobs, each occurrence exactly once; serves /metrics,
-/healthz and /readyz.`, config.Config{}),
-		Serve: Spec,
-	}
+	return service.EnvCommand(Service, `Turns schedules into jobs, each occurrence exactly once; serves /metrics,
+/healthz and /readyz.`,
+		func(c config.Config) string { return c.LogLevel }, Spec)
 }
 
 // Spec is the scheduler as the runtime runs it.
