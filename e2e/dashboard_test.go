@@ -317,11 +317,19 @@ func (b *browserTab) open(url string) {
 
 // submit clicks a button or link that loads a page (a form's redirect
 // included) and requires the page it lands on to answer 200.
+//
+// The live panels are re-rendered in place every refresh, so the node the
+// selector found can be replaced between finding and clicking it ("Could
+// not find node with given id"): nothing was clicked then, and the click is
+// tried again on the new node.
 func (b *browserTab) submit(sel chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := b.bounded()
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, sel)
+	for try := 0; err != nil && strings.Contains(err.Error(), "Could not find node") && try < 5; try++ {
+		resp, err = chromedp.RunResponse(ctx, sel)
+	}
 	require.NoError(b.t, err)
 	require.Equal(b.t, int64(http.StatusOK), resp.Status, resp.URL)
 }
