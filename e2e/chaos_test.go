@@ -56,7 +56,10 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d (replay with %s=%d), duration %s", seed, envChaosSeed, seed, duration)
 	rng := rand.New(rand.NewPCG(seed, 3))
 
-	f := upChaosFleet(t, localfleet.Options{Gateways: 3, Reaper: true}, nil)
+	// Durable Postgres: the test crashes it, and a commit acknowledged
+	// under synchronous_commit=off (the other tests' setting) may
+	// legitimately be lost in a crash.
+	f := upChaosFleet(t, localfleet.Options{Gateways: 3, Reaper: true, DurablePostgres: true}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, f.DatabaseURL)
