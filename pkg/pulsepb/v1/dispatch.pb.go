@@ -931,11 +931,15 @@ func (x *HeartbeatResult) GetQuiesced() bool {
 }
 
 type JobResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Outcome       Outcome                `protobuf:"varint,3,opt,name=outcome,proto3,enum=pulse.v1.Outcome" json:"outcome,omitempty"`
-	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Outcome Outcome                `protobuf:"varint,3,opt,name=outcome,proto3,enum=pulse.v1.Outcome" json:"outcome,omitempty"`
+	Error   string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// For OUTCOME_FAIL: the handler asked for the next attempt to wait this
+	// long (1ms..366d) instead of the job's backoff. Ignored when no attempt
+	// remains.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -996,6 +1000,13 @@ func (x *JobResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *JobResult) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 type ReportResultRequest struct {
@@ -1241,12 +1252,14 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12\x1a\n" +
 	"\bcanceled\x18\x05 \x01(\bR\bcanceled\x12\x1a\n" +
-	"\bquiesced\x18\x06 \x01(\bR\bquiesced\"\x7f\n" +
+	"\bquiesced\x18\x06 \x01(\bR\bquiesced\"\xbb\x01\n" +
 	"\tJobResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12+\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x11.pulse.v1.OutcomeR\aoutcome\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"a\n" +
 	"\x13ReportResultRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12-\n" +
 	"\aresults\x18\x02 \x03(\v2\x13.pulse.v1.JobResultR\aresults\"?\n" +
@@ -1324,20 +1337,21 @@ var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	5,  // 14: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
 	19, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
 	0,  // 16: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
-	13, // 17: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
-	16, // 18: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
-	20, // 19: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
-	1,  // 20: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
-	10, // 21: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
-	14, // 22: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
-	4,  // 23: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
-	11, // 24: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
-	15, // 25: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 17: pulse.v1.JobResult.retry_after:type_name -> google.protobuf.Duration
+	13, // 18: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
+	16, // 19: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
+	20, // 20: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
+	1,  // 21: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
+	10, // 22: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
+	14, // 23: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
+	4,  // 24: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
+	11, // 25: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
+	15, // 26: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
+	24, // [24:27] is the sub-list for method output_type
+	21, // [21:24] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_dispatch_proto_init() }

@@ -113,7 +113,10 @@ type JobSpec struct {
 	// a job with the same topic and args (compared as canonical JSON)
 	// submitted less than unique_for ago exists, whatever its status, a
 	// submit returns that job as a duplicate. Unset means not unique.
-	UniqueFor     *durationpb.Duration `protobuf:"bytes,9,opt,name=unique_for,json=uniqueFor,proto3" json:"unique_for,omitempty"`
+	UniqueFor *durationpb.Duration `protobuf:"bytes,9,opt,name=unique_for,json=uniqueFor,proto3" json:"unique_for,omitempty"`
+	// The backoff between this job's attempts; unset means the schema's
+	// policy (the retry_policy row).
+	Retry         *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +214,79 @@ func (x *JobSpec) GetUniqueFor() *durationpb.Duration {
 	return nil
 }
 
+func (x *JobSpec) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryPolicy is one job's backoff between attempts, in exactly one form:
+// exponential with jitter (base, and optionally max), or fixed. Durations
+// are whole milliseconds or more, at most 366 days.
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exponential: the n-th retry waits about base * 2^(n-1), jittered,
+	// never more than max (unset max: the schema policy's cap).
+	Base *durationpb.Duration `protobuf:"bytes,1,opt,name=base,proto3" json:"base,omitempty"`
+	Max  *durationpb.Duration `protobuf:"bytes,2,opt,name=max,proto3" json:"max,omitempty"`
+	// Fixed: every retry waits exactly this long.
+	Fixed         *durationpb.Duration `protobuf:"bytes,3,opt,name=fixed,proto3" json:"fixed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RetryPolicy) GetBase() *durationpb.Duration {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetFixed() *durationpb.Duration {
+	if x != nil {
+		return x.Fixed
+	}
+	return nil
+}
+
 // AttemptError is one entry of a job's per-attempt error history.
 type AttemptError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -224,7 +300,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	mi := &file_pulse_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +312,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	mi := &file_pulse_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +325,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -303,14 +379,16 @@ type Job struct {
 	Traceparent string `protobuf:"bytes,17,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	Tracestate  string `protobuf:"bytes,18,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	// How long one attempt may run; unset when the job has no timeout.
-	Timeout       *durationpb.Duration `protobuf:"bytes,19,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,19,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The job's own backoff; unset when it follows the schema's policy.
+	Retry         *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_pulse_v1_job_proto_msgTypes[2]
+	mi := &file_pulse_v1_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +400,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_job_proto_msgTypes[2]
+	mi := &file_pulse_v1_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +413,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Job) GetId() string {
@@ -471,11 +549,18 @@ func (x *Job) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Job) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x03\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -486,12 +571,18 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x123\n" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x128\n" +
 	"\n" +
-	"unique_for\x18\t \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\"\x82\x01\n" +
+	"unique_for\x18\t \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\x12+\n" +
+	"\x05retry\x18\n" +
+	" \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\"\x9a\x01\n" +
+	"\vRetryPolicy\x12-\n" +
+	"\x04base\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x04base\x12+\n" +
+	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12/\n" +
+	"\x05fixed\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05fixed\"\x82\x01\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x85\x06\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb2\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -518,7 +609,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"tracestate\x18\x12 \x01(\tR\n" +
 	"tracestate\x123\n" +
-	"\atimeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\atimeout*\xc1\x01\n" +
+	"\atimeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12+\n" +
+	"\x05retry\x18\x14 \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_STATUS_PENDING\x10\x01\x12\x16\n" +
@@ -541,33 +633,39 @@ func file_pulse_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pulse_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_pulse_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_pulse_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                // 0: pulse.v1.JobStatus
 	(*JobSpec)(nil),               // 1: pulse.v1.JobSpec
-	(*AttemptError)(nil),          // 2: pulse.v1.AttemptError
-	(*Job)(nil),                   // 3: pulse.v1.Job
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*RetryPolicy)(nil),           // 2: pulse.v1.RetryPolicy
+	(*AttemptError)(nil),          // 3: pulse.v1.AttemptError
+	(*Job)(nil),                   // 4: pulse.v1.Job
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
 }
 var file_pulse_v1_job_proto_depIdxs = []int32{
-	4,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	5,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
-	5,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
-	4,  // 3: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	0,  // 4: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
-	2,  // 5: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
-	4,  // 6: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	4,  // 7: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
-	4,  // 8: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	4,  // 9: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	4,  // 10: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	5,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	6,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
+	6,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
+	2,  // 3: pulse.v1.JobSpec.retry:type_name -> pulse.v1.RetryPolicy
+	6,  // 4: pulse.v1.RetryPolicy.base:type_name -> google.protobuf.Duration
+	6,  // 5: pulse.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	6,  // 6: pulse.v1.RetryPolicy.fixed:type_name -> google.protobuf.Duration
+	5,  // 7: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	0,  // 8: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
+	3,  // 9: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
+	5,  // 10: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	5,  // 11: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
+	5,  // 12: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	5,  // 13: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	5,  // 14: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	6,  // 15: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
+	2,  // 16: pulse.v1.Job.retry:type_name -> pulse.v1.RetryPolicy
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_job_proto_init() }
@@ -581,7 +679,7 @@ func file_pulse_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_job_proto_rawDesc), len(file_pulse_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
