@@ -36,6 +36,10 @@ type fakeGateway struct {
 	streams chan *fakeStream
 	results chan *pulsev1.JobResult
 
+	// holdHalfClosed keeps a stream the worker half-closed open, still
+	// sending what the test queues on out, until the test closes its end.
+	holdHalfClosed bool
+
 	mu          sync.Mutex
 	heartbeats  []*pulsev1.HeartbeatRequest
 	reportCalls int
@@ -51,6 +55,7 @@ type fakeStream struct {
 	credits chan int32
 	kill    chan struct{}
 	gone    chan struct{} // closed when the worker side ends the stream
+	end     chan struct{} // closed by a test to end a held half-closed stream
 }
 
 // fastWelcome makes heartbeats frequent so tests do not wait on them.
@@ -106,8 +111,10 @@ func (g *fakeGateway) StreamJobs(srv pulsev1.DispatchService_StreamJobsServer) e
 		credits: make(chan int32, 1000),
 		kill:    make(chan struct{}),
 		gone:    make(chan struct{}),
+		end:     make(chan struct{}),
 	}
 	g.streams <- fs
+	gone := (<-chan struct{})(fs.gone)
 	go func() {
 		defer close(fs.gone)
 		for {
@@ -128,8 +135,24 @@ func (g *fakeGateway) StreamJobs(srv pulsev1.DispatchService_StreamJobsServer) e
 			}
 		case <-fs.kill:
 			return status.Error(codes.Unavailable, "gateway going away")
-		case <-fs.gone:
-			return nil
+		case <-gone:
+			if !g.holdHalfClosed {
+				return nil
+			}
+			gone = nil
+		case <-fs.end:
+			for { // what the test queued before ending goes out first
+				select {
+				case m := <-fs.out:
+					if err := srv.Send(m); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
+			}
+		case <-srv.Context().Done():
+			return srv.Context().Err()
 		}
 	}
 }

@@ -16,6 +16,9 @@ import (
 const (
 	reconnectMin = 100 * time.Millisecond
 	reconnectMax = 5 * time.Second
+	// halfCloseGrace bounds how long a stopping worker waits for the
+	// gateway to send what it already claimed and end the stream.
+	halfCloseGrace = 3 * time.Second
 )
 
 // streamLoop keeps one StreamJobs stream open to some gateway: it opens the
@@ -50,8 +53,10 @@ func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exe
 	}
 }
 
-// run streams until ctx is done. Canceling ctx also cancels the open
-// stream, which is how the gateway learns the worker stopped taking work.
+// run streams until ctx is done. Then the worker half-closes its stream,
+// which is how the gateway learns it takes no more work: the gateway sends
+// what it had already claimed for the worker (those jobs run in the drain)
+// and ends the stream, so a worker that stops cleanly strands no lease.
 func (s *streamLoop) run(ctx context.Context) {
 	bo := backoff{min: reconnectMin, max: reconnectMax, jitter: true}
 	for {
@@ -74,12 +79,21 @@ func (s *streamLoop) run(ctx context.Context) {
 // session runs one stream to completion. It reports whether the gateway
 // welcomed the worker, and the error that ended the stream.
 func (s *streamLoop) session(ctx context.Context, client pulsev1.DispatchServiceClient, target string) (bool, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	// The stream outlives ctx by up to halfCloseGrace: once ctx is done the
+	// credit sender half-closes, and the gateway ends the stream after
+	// sending what it claimed for this worker. The grace bounds the wait
+	// for a gateway that does not.
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(halfCloseGrace, cancel) })
 	var sender sync.WaitGroup
 	defer sender.Wait()
 	defer cancel()
+	defer stopGrace()
 
-	stream, err := client.StreamJobs(ctx)
+	stream, err := client.StreamJobs(streamCtx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
 	}
@@ -108,7 +122,7 @@ func (s *streamLoop) session(ctx context.Context, client pulsev1.DispatchService
 	sender.Add(1)
 	go func() {
 		defer sender.Done()
-		s.sendCredits(ctx, stream)
+		s.sendCredits(ctx, streamCtx, stream)
 	}()
 
 	for {
@@ -128,11 +142,15 @@ func (s *streamLoop) session(ctx context.Context, client pulsev1.DispatchService
 
 // sendCredits is the stream's only sender after Open. Each time it wakes it
 // sends one Credit with every slot freed since the last, so a burst of
-// finished handlers costs one message.
-func (s *streamLoop) sendCredits(ctx context.Context, stream pulsev1.DispatchService_StreamJobsClient) {
+// finished handlers costs one message. When stop is done it half-closes
+// the stream and sends nothing more.
+func (s *streamLoop) sendCredits(stop, streamCtx context.Context, stream pulsev1.DispatchService_StreamJobsClient) {
 	for {
 		select {
-		case <-ctx.Done():
+		case <-streamCtx.Done():
+			return
+		case <-stop.Done():
+			_ = stream.CloseSend() // an error means the stream is gone already
 			return
 		case <-s.ledger.wake:
 		}

@@ -169,17 +169,19 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 	}
 
 	ctx := stream.Context()
-	recvErr := make(chan error, 1)
+	var finished <-chan struct{} // set when the worker half-closes
+	errc := make(chan error, 1)
+	recvErr := (<-chan error)(errc) // nil once the worker half-closed
 	go func() {
 		for {
 			msg, err := stream.Recv()
 			if err != nil {
-				recvErr <- err
+				errc <- err
 				return
 			}
 			if c := msg.GetCredit(); c != nil {
 				if c.GetSlots() < 0 || c.GetSlots() > MaxConcurrency {
-					recvErr <- apierr.Invalid("credit.slots", "is %d; it must be between 0 and %d", c.GetSlots(), MaxConcurrency)
+					errc <- apierr.Invalid("credit.slots", "is %d; it must be between 0 and %d", c.GetSlots(), MaxConcurrency)
 					return
 				}
 				s.registry.Credit(w, int(c.GetSlots()))
@@ -201,33 +203,46 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 			return &apierr.Error{Kind: apierr.KindAlreadyExists,
 				Msg: "worker id " + strconv.Quote(open.GetWorkerId()) + " is now streaming under another identity"}
 		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case <-w.Ready():
-			jobs := w.TakeOutbox()
-			if len(jobs) == 0 {
-				continue
-			}
-			msg := &pulsev1.Assignments{Jobs: make([]*pulsev1.Assignment, len(jobs))}
-			spans := make([]trace.Span, len(jobs))
-			for i, j := range jobs {
-				msg.Jobs[i], spans[i] = tracedAssignment(stream.Context(), j)
-			}
-			err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Assignments{Assignments: msg}})
-			endDispatchSpans(spans, err)
-			if err != nil {
-				// A send error ends the stream; the sent-or-not jobs are
-				// leased and the lease covers them: the reaper recovers them
-				// when it lapses (ADR-0004).
+			if !errors.Is(err, io.EOF) {
 				return err
 			}
-			if s.observer != nil {
-				s.observer.Sent(len(jobs))
+			// The worker half-closed: it takes no more work. Claims already
+			// in flight for it may still land; wait them out and send what
+			// they took, so a worker that stops cleanly strands no lease.
+			recvErr, finished = nil, s.registry.Finish(w)
+		case <-finished:
+			return s.sendOutbox(stream, w)
+		case <-w.Ready():
+			if err := s.sendOutbox(stream, w); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// sendOutbox sends the jobs claimed for w since the last send, if any.
+func (s *DispatchService) sendOutbox(stream pulsev1.DispatchService_StreamJobsServer, w *dispatch.Worker) error {
+	jobs := w.TakeOutbox()
+	if len(jobs) == 0 {
+		return nil
+	}
+	msg := &pulsev1.Assignments{Jobs: make([]*pulsev1.Assignment, len(jobs))}
+	spans := make([]trace.Span, len(jobs))
+	for i, j := range jobs {
+		msg.Jobs[i], spans[i] = tracedAssignment(stream.Context(), j)
+	}
+	err := stream.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Assignments{Assignments: msg}})
+	endDispatchSpans(spans, err)
+	if err != nil {
+		// A send error ends the stream; the sent-or-not jobs are leased and
+		// the lease covers them: the reaper recovers them when it lapses
+		// (ADR-0004).
+		return err
+	}
+	if s.observer != nil {
+		s.observer.Sent(len(jobs))
+	}
+	return nil
 }
 
 func assignment(j jobstore.Claimed) *pulsev1.Assignment {

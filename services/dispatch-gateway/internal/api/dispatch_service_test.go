@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -122,6 +124,39 @@ func TestStreamJobs(t *testing.T) {
 		var running int
 		require.NoError(t, b.store.Pool().QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE status = 'RUNNING' AND locked_by = 'w1'`).Scan(&running))
 		require.Equal(t, 3, running)
+	})
+
+	t.Run("AHalfCloseEndsTheStreamAfterSendingEveryJobClaimedForIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insert(t, b.store, 200)
+		// The open frees slots, which wakes the dispatcher; the half-close
+		// races its claim. Whatever the claim took must reach the worker
+		// before the stream ends: no lease is left to lapse.
+		for round := range 20 {
+			worker := fmt.Sprintf("half-close-%d", round)
+			stream, _ := open(t, b, worker, 5)
+			require.NoError(t, stream.CloseSend())
+			received := map[string]bool{}
+			for {
+				msg, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err, "the stream ends cleanly")
+				for _, a := range msg.GetAssignments().GetJobs() {
+					received[a.GetJobId()] = true
+				}
+			}
+			rows, err := b.store.Pool().Query(t.Context(), `SELECT id::text FROM jobs WHERE status = 'RUNNING' AND locked_by = $1`, worker)
+			require.NoError(t, err)
+			claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.Len(t, claimed, len(received), "round %d: every job claimed for the worker was sent to it", round)
+			for _, id := range claimed {
+				require.True(t, received[id], "round %d: job %s was claimed for the worker but never sent", round, id)
+			}
+		}
 	})
 
 	t.Run("RejectsABadOpen", func(t *testing.T) {

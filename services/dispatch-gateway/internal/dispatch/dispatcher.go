@@ -332,7 +332,14 @@ func (d *Dispatcher) drain(ctx context.Context) {
 		}
 		full := false
 		epoch := d.currentEpoch()
-		for _, g := range groups {
+		for i, g := range groups {
+			if ctx.Err() != nil {
+				// Shutting down: give the slots back unclaimed.
+				for _, rest := range groups[i:] {
+					d.registry.Settle(rest, nil)
+				}
+				return
+			}
 			if d.gate != nil && d.gate.Blocks(g.Topics) {
 				// Every topic of the group is paused: give the slots back
 				// and rest until the next change or tick.
@@ -348,9 +355,6 @@ func (d *Dispatcher) drain(ctx context.Context) {
 				if d.observer != nil {
 					d.observer.Undeliverable(lost)
 				}
-			}
-			if ctx.Err() != nil {
-				return
 			}
 			if len(claimed) < len(g.Slots) {
 				// Short (or failed: then backed off, and the end of the

@@ -16,11 +16,16 @@ type Worker struct {
 	Topics   []string // sorted
 	groupKey string
 
-	mu     sync.Mutex
-	free   int
-	outbox []jobstore.Claimed
-	closed bool
-	ready  chan struct{} // signalled when the outbox gains jobs
+	mu       sync.Mutex
+	free     int
+	reserved int // slots a claim in flight holds; Settle returns them
+	outbox   []jobstore.Claimed
+	closed   bool
+	ready    chan struct{} // signalled when the outbox gains jobs
+	// finishing is set by Finish: the worker takes no new reservations,
+	// and finished is closed once no claim in flight holds its slots.
+	finishing bool
+	finished  chan struct{}
 }
 
 // TakeOutbox returns and clears the jobs waiting to be sent.
@@ -97,6 +102,24 @@ func (r *Registry) Remove(w *Worker) []jobstore.Claimed {
 	return left
 }
 
+// Finish stops reserving slots for w (the worker half-closed its stream:
+// it takes no more work) and returns a channel closed once no claim in
+// flight holds a slot of w. Every job claimed for w is in its outbox by
+// then, so the stream can send them and end without leaving a lease to
+// lapse.
+func (r *Registry) Finish(w *Worker) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.finishing {
+		w.finishing = true
+		w.finished = make(chan struct{})
+		if w.reserved == 0 {
+			close(w.finished)
+		}
+	}
+	return w.finished
+}
+
 // Credit returns n slots to w.
 func (r *Registry) Credit(w *Worker, n int) {
 	if n <= 0 {
@@ -150,8 +173,9 @@ func (r *Registry) Reserve(wanted func(groupKey string) bool, max int) []Group {
 					break
 				}
 				w.mu.Lock()
-				if w.free > 0 && !w.closed {
+				if w.free > 0 && !w.closed && !w.finishing {
 					w.free--
+					w.reserved++
 					g.Slots = append(g.Slots, w.ID)
 					g.workers = append(g.workers, w)
 					total++
@@ -194,11 +218,17 @@ func (r *Registry) Settle(g Group, claimed []jobstore.Claimed) (undeliverable []
 		if n > 0 && !w.deliver(mine) {
 			undeliverable = append(undeliverable, mine...)
 		}
-		if unused := reserved[w] - n; unused > 0 {
-			w.mu.Lock()
-			w.free += unused
-			w.mu.Unlock()
+		w.mu.Lock()
+		w.free += reserved[w] - n
+		w.reserved -= reserved[w]
+		if w.finishing && w.reserved == 0 {
+			select {
+			case <-w.finished:
+			default:
+				close(w.finished)
+			}
 		}
+		w.mu.Unlock()
 	}
 	return undeliverable
 }

@@ -46,6 +46,32 @@ func TestRegistry(t *testing.T) {
 		require.Equal(t, []string{"z"}, groups[1].Topics)
 	})
 
+	t.Run("FinishWaitsOutTheClaimInFlightAndReservesNothingMore", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		a := r.Add("a", []string{"t"}, 2)
+		g := r.Reserve(nil, 1)[0]
+		finished := r.Finish(a)
+		select {
+		case <-finished:
+			t.Fatal("finished while a claim still holds a slot of the worker")
+		default:
+		}
+		require.Empty(t, r.Reserve(nil, 10), "a finishing worker's free slot is not reserved")
+		require.Empty(t, r.Settle(g, claimedFor("a")), "the claim in flight is delivered, not lost")
+		<-finished
+		require.Len(t, a.TakeOutbox(), 1)
+		require.Equal(t, finished, r.Finish(a), "Finish is idempotent")
+	})
+
+	t.Run("FinishWithNothingInFlightIsImmediate", func(t *testing.T) {
+		t.Parallel()
+		r := dispatch.NewRegistry(nil)
+		a := r.Add("a", []string{"t"}, 2)
+		r.Settle(r.Reserve(nil, 10)[0], nil)
+		<-r.Finish(a)
+	})
+
 	t.Run("SettleDeliversAndReturnsUnfilledSlots", func(t *testing.T) {
 		t.Parallel()
 		r := dispatch.NewRegistry(nil)

@@ -1,0 +1,47 @@
+package pulse
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+)
+
+// TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed: when Run's
+// context ends, the worker half-closes its stream instead of tearing it
+// down, so a job the gateway claimed for it in that instant still arrives,
+// runs in the drain and is reported: no lease is left to lapse.
+func TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed(t *testing.T) {
+	t.Parallel()
+	gw := newFakeGateway(t, "gw-1", fastWelcome())
+	gw.holdHalfClosed = true
+	ran := make(chan string, 1)
+	w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": func(_ context.Context, job *Job) error {
+		ran <- job.ID
+		return nil
+	}})
+	fs := gw.nextStream(t)
+
+	w.cancel()
+	select {
+	case <-fs.gone: // the worker half-closed; the stream is still open
+	case <-time.After(liveness):
+		t.Fatal("the stopping worker never half-closed its stream")
+	}
+	fs.assign(assignment("claimed-in-the-last-instant", "t"))
+	close(fs.end)
+
+	select {
+	case id := <-ran:
+		require.Equal(t, "claimed-in-the-last-instant", id)
+	case <-time.After(liveness):
+		t.Fatal("the job sent after the half-close never ran")
+	}
+	require.NoError(t, w.stop(t))
+	r := gw.nextResult(t)
+	require.Equal(t, "claimed-in-the-last-instant", r.GetJobId())
+	require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, r.GetOutcome())
+}
