@@ -67,6 +67,9 @@ type rangeLink struct {
 type tick struct {
 	At    float64
 	Label string
+	// Anchor is the label's text-anchor: a label at the plot's right edge
+	// ends there instead of running past it.
+	Anchor string
 }
 
 // chartOf lays series out in the chart's viewBox.
@@ -126,7 +129,11 @@ func chartOf(s api.ThroughputSeries) *chartView {
 	every := xTickEvery(s.Range.Span)
 	for i, p := range s.Points {
 		if t := p.Start.UTC(); t.Truncate(every).Equal(t) {
-			c.XTicks = append(c.XTicks, tick{At: x(i), Label: t.Format("15:04")})
+			anchor := "middle"
+			if x(i) > c.PlotRight-20 {
+				anchor = "end"
+			}
+			c.XTicks = append(c.XTicks, tick{At: x(i), Label: t.Format("15:04"), Anchor: anchor})
 		}
 	}
 	return c
