@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -27,13 +28,23 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Job, error) {
 type ListFilter struct {
 	Topic  string
 	Status Status
+	// Args, a JSON object, keeps the jobs whose args contain it (jsonb
+	// @>); nil does not filter. The caller validates it
+	// (jobspec.ValidateArgsFilter).
+	Args []byte
+	// ByFinished lists finished jobs by finished_at, latest first (dead
+	// letters by their time of death), instead of by id.
+	ByFinished bool
 	// Before pages: only jobs with id < Before (ids are uuid v7, so this is
-	// "submitted earlier").
-	Before *uuid.UUID
-	Limit  int
+	// "submitted earlier"); with ByFinished, jobs before (BeforeFinished,
+	// Before) in the listing's order.
+	Before         *uuid.UUID
+	BeforeFinished *time.Time
+	Limit          int
 }
 
-// List returns jobs newest first by walking the primary key backwards.
+// List returns jobs newest first by walking the primary key backwards, or
+// finished jobs latest finished first (ByFinished).
 func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
 	if f.Limit <= 0 {
 		return nil, nil
@@ -46,10 +57,23 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
 	if f.Status != "" {
 		q = q.Where("j.status = ?", string(f.Status))
 	}
-	if f.Before != nil {
-		q = q.Where("j.id < ?", *f.Before)
+	if f.Args != nil {
+		q = q.Where("j.args @> ?::jsonb", string(f.Args))
 	}
-	if err := q.OrderExpr("j.id DESC").Limit(int64(f.Limit)).Scan(ctx); err != nil {
+	switch {
+	case f.ByFinished:
+		q = q.Where("j.finished_at IS NOT NULL")
+		if f.Before != nil && f.BeforeFinished != nil {
+			q = q.Where("(j.finished_at, j.id) < (?, ?)", f.BeforeFinished.UTC(), *f.Before)
+		}
+		q = q.OrderExpr("j.finished_at DESC, j.id DESC")
+	default:
+		if f.Before != nil {
+			q = q.Where("j.id < ?", *f.Before)
+		}
+		q = q.OrderExpr("j.id DESC")
+	}
+	if err := q.Limit(int64(f.Limit)).Scan(ctx); err != nil {
 		return nil, readError("list jobs", err)
 	}
 	return jobsOf(rows), nil

@@ -147,46 +147,7 @@ func (s *ControlService) GetJob(ctx context.Context, req *pulsev1.GetJobRequest)
 // ListJobs pages jobs newest first. It reads one job more than the page
 // holds, so the last page has no next token instead of an empty page after.
 func (s *ControlService) ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error) {
-	limit := int(req.GetLimit())
-	switch {
-	case limit == 0:
-		limit = ListLimitDefault
-	case limit < 1 || limit > ListLimitMax:
-		return nil, apierr.Invalid("limit", "is %d; it must be between 1 and %d", limit, ListLimitMax)
-	}
-	f := jobstore.ListFilter{Limit: limit + 1}
-	if t := req.GetTopic(); t != "" {
-		if err := jobspec.ValidateTopic("topic", t); err != nil {
-			return nil, err
-		}
-		f.Topic = t
-	}
-	st, err := StatusFromWire("status", req.GetStatus())
-	if err != nil {
-		return nil, err
-	}
-	f.Status = st
-	if tok := req.GetPageToken(); tok != "" {
-		before, err := decodePageToken(tok)
-		if err != nil {
-			return nil, err
-		}
-		f.Before = &before
-	}
-	jobs, err := s.store.List(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := &pulsev1.ListJobsResponse{}
-	if len(jobs) > limit {
-		jobs = jobs[:limit]
-		out.NextPageToken = encodePageToken(jobs[limit-1].ID)
-	}
-	out.Jobs = make([]*pulsev1.Job, len(jobs))
-	for i, j := range jobs {
-		out.Jobs[i] = JobToWire(j)
-	}
-	return out, nil
+	return s.SearchJobs(ctx, JobQuery{Topic: req.GetTopic(), Status: req.GetStatus(), Limit: req.GetLimit(), PageToken: req.GetPageToken()})
 }
 
 // CancelJob moves a live job to CANCELED.

@@ -117,8 +117,14 @@ func build(cfg config.Config, s *service.Service) error {
 	})
 	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	scheduleSvc := api.NewSchedules(store, nil, logger)
+	bulkSvc := api.NewBulkJobs(store, api.BulkOptions{Logger: logger})
 	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
+		Throughput: api.NewThroughput(store),
+		// Interim until the TopicService lands (ADR-0019): then it is
+		// that service, which also sets limits.
+		Topics: api.NewInterimTopics(store),
+		Bulk:   bulkSvc,
 	})
 
 	admin := s.Admin()
@@ -133,6 +139,7 @@ func build(cfg config.Config, s *service.Service) error {
 	jsonAPI.Register(admin)
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
+	jsonAPI.RegisterBulk(admin, bulkSvc)
 	dashboard.Register(admin)
 
 	grpcSrv := s.GRPC(grpcserver.Options{

@@ -20,6 +20,9 @@ func AccessPolicy() auth.Policy {
 		"GET /v1/jobs/{id}":         producer,
 		"POST /v1/jobs/{id}/cancel": operator,
 		"POST /v1/jobs/{id}/retry":  operator,
+		// Bulk actions by filter (RegisterBulk).
+		"POST /v1/jobs/cancel": operator,
+		"POST /v1/jobs/delete": operator,
 
 		"GET /v1/dispatch":         producer,
 		"GET /v1/dispatch/events":  producer,

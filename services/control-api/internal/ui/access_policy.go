@@ -18,6 +18,9 @@ func AccessPolicy() auth.Policy {
 		"GET /ui/dead-letters":  producer,
 		"GET /ui/schedules":     producer,
 		"GET /ui/audit":         producer,
+		// The confirmation page of a bulk action: the first step of an
+		// operator's action, so for operators.
+		"GET /ui/bulk/{action}": operator,
 
 		"POST /ui/dispatch/pause":         operator,
 		"POST /ui/dispatch/resume":        operator,
@@ -26,5 +29,7 @@ func AccessPolicy() auth.Policy {
 		"POST /ui/dead-letters/retry":     operator,
 		"POST /ui/schedules/{id}/enable":  operator,
 		"POST /ui/schedules/{id}/disable": operator,
+		"POST /ui/topics/limit":           operator,
+		"POST /ui/bulk/{action}":          operator,
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
 // formBodyLimit bounds a posted form: a bulk retry of bulkRetryMax ids is
@@ -28,6 +30,9 @@ const RefreshDefault = 2 * time.Second
 type JobService interface {
 	GetJob(ctx context.Context, req *pulsev1.GetJobRequest) (*pulsev1.GetJobResponse, error)
 	ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error)
+	// SearchJobs is ListJobs with an args filter and an order: the jobs
+	// browser and the dead letters.
+	SearchJobs(ctx context.Context, q api.JobQuery) (*pulsev1.ListJobsResponse, error)
 	CancelJob(ctx context.Context, req *pulsev1.CancelJobRequest) (*pulsev1.CancelJobResponse, error)
 	RetryJob(ctx context.Context, req *pulsev1.RetryJobRequest) (*pulsev1.RetryJobResponse, error)
 }
@@ -59,6 +64,15 @@ type Options struct {
 	Logger  *slog.Logger // nil: discard
 	// Now is the clock relative times are shown against; nil is time.Now.
 	Now func() time.Time
+
+	// Throughput feeds the overview's chart; nil shows none.
+	Throughput ThroughputService
+	// Topics feeds the overview's per-topic table and its limit form; nil
+	// shows none.
+	Topics TopicService
+	// Bulk cancels and deletes by filter from the jobs browser; nil offers
+	// no bulk actions.
+	Bulk BulkService
 }
 
 // Dashboard serves the /ui pages.
@@ -121,6 +135,7 @@ func (d *Dashboard) Register(mux Mux) {
 	mux.Handle("GET /ui/dead-letters", d.page(d.deadLetters))
 	mux.Handle("GET /ui/schedules", d.page(d.scheduleList))
 	mux.Handle("GET /ui/audit", d.page(d.audit))
+	mux.Handle("GET /ui/bulk/{action}", d.page(d.bulkConfirm))
 
 	csrf := http.NewCrossOriginProtection()
 	post := func(fn func(w http.ResponseWriter, r *http.Request) error) http.Handler {
@@ -136,6 +151,8 @@ func (d *Dashboard) Register(mux Mux) {
 	mux.Handle("POST /ui/dead-letters/retry", post(d.retryDeadLetters))
 	mux.Handle("POST /ui/schedules/{id}/enable", post(d.enableSchedule))
 	mux.Handle("POST /ui/schedules/{id}/disable", post(d.disableSchedule))
+	mux.Handle("POST /ui/topics/limit", post(d.setTopicLimit))
+	mux.Handle("POST /ui/bulk/{action}", post(d.bulkRun))
 }
 
 // page adapts a handler that returns its error: the security headers every

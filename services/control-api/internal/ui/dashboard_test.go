@@ -51,7 +51,12 @@ func setup(t *testing.T) *testBundle {
 	b := apitest.New(t, apitest.Options{})
 	dispatch := api.NewDispatchControl(b.Store, api.DispatchOptions{})
 	sched := api.NewSchedules(b.Store, nil, nil)
-	d := ui.New(b.Service, dispatch, sched, ui.Options{TraceURL: "http://traces.example/trace/{trace_id}"})
+	d := ui.New(b.Service, dispatch, sched, ui.Options{
+		TraceURL:   "http://traces.example/trace/{trace_id}",
+		Throughput: api.NewThroughput(b.Store),
+		Topics:     api.NewInterimTopics(b.Store),
+		Bulk:       api.NewBulkJobs(b.Store, api.BulkOptions{Batch: 2}),
+	})
 	mux := http.NewServeMux()
 	d.Register(mux)
 	authn, err := auth.New(operatorName+":operator:op-pass,"+producerName+":producer:prod-pass", "")

@@ -64,11 +64,25 @@ func jobRowOf(j *pulsev1.Job) jobRow {
 	return row
 }
 
-// jobFilter is the jobs browser's query: topic, status and page.
+// jobFilter is the jobs browser's query: topic, status, args (a JSON
+// object the jobs' args contain), order and page.
 type jobFilter struct {
-	Topic     string
-	Status    string
+	Topic  string
+	Status string
+	Args   string
+	// Order is "" or "submitted" (newest submitted first) or "finished"
+	// (latest finished first).
+	Order     string
 	PageToken string
+}
+
+// jobFilterOf reads the filter from a page's query string.
+func jobFilterOf(r *http.Request) jobFilter {
+	q := r.URL.Query()
+	return jobFilter{
+		Topic: strings.TrimSpace(q.Get("topic")), Status: q.Get("status"),
+		Args: strings.TrimSpace(q.Get("args")), Order: q.Get("order"), PageToken: q.Get("page_token"),
+	}
 }
 
 // query is the filter as a query string for links, without the page.
@@ -80,13 +94,31 @@ func (f jobFilter) query() url.Values {
 	if f.Status != "" {
 		q.Set("status", f.Status)
 	}
+	if f.Args != "" {
+		q.Set("args", f.Args)
+	}
+	if f.Order != "" {
+		q.Set("order", f.Order)
+	}
 	return q
+}
+
+// bulkURL is the confirmation page of action on the filter's jobs.
+func (f jobFilter) bulkURL(action string) string {
+	q := f.query()
+	q.Del("order")
+	return withQuery("/ui/bulk/"+action, q)
 }
 
 type jobListView struct {
 	Filter   jobFilter
 	Statuses []string
 	Jobs     []jobRow
+	// CancelURL and DeleteURL lead to the confirmation of a bulk action
+	// on every job the filter matches; empty when the filter is empty or
+	// its status rules the action out.
+	CancelURL string
+	DeleteURL string
 	// NextURL and FirstURL page through the list; empty when there is no
 	// such page.
 	NextURL  string
@@ -96,22 +128,36 @@ type jobListView struct {
 }
 
 func (d *Dashboard) jobList(w http.ResponseWriter, r *http.Request) error {
-	view, code, err := d.listJobs(r, "/ui/jobs", jobFilter{
-		Topic: strings.TrimSpace(r.URL.Query().Get("topic")), Status: r.URL.Query().Get("status"),
-		PageToken: r.URL.Query().Get("page_token"),
-	})
+	view, code, err := d.listJobs(r, "/ui/jobs", jobFilterOf(r))
 	if err != nil {
 		return err
+	}
+	f := view.Filter
+	if d.opts.Bulk != nil && view.Error == "" && (f.Topic != "" || f.Status != "" || f.Args != "") {
+		if f.Status == "" || cancelable[f.Status] {
+			view.CancelURL = f.bulkURL("cancel")
+		}
+		if f.Status == "" || !cancelable[f.Status] {
+			view.DeleteURL = f.bulkURL("delete")
+		}
 	}
 	d.render(w, r, code, "jobs", view)
 	return nil
 }
 
+// cancelable are the statuses a cancel acts on; the others are finished,
+// which a delete acts on.
+var cancelable = map[string]bool{"PENDING": true, "RETRYING": true, "RUNNING": true}
+
 // listJobs reads one page of jobs for a list page at path. A filter the
 // API refuses is shown on the page, naming the field, with no rows.
 func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobListView, int, error) {
 	view := jobListView{Filter: f, Statuses: statuses}
-	req := &pulsev1.ListJobsRequest{Topic: f.Topic, PageToken: f.PageToken, Limit: pageSize}
+	order := f.Order
+	if order == "submitted" { // the form's name for the API's default
+		order = ""
+	}
+	req := api.JobQuery{Topic: f.Topic, PageToken: f.PageToken, Limit: pageSize, Args: []byte(f.Args), Order: api.JobOrder(order)}
 	if f.Status != "" {
 		v, ok := pulsev1.JobStatus_value["JOB_STATUS_"+strings.ToUpper(f.Status)]
 		if !ok || v == 0 {
@@ -121,7 +167,7 @@ func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobList
 		}
 		req.Status = pulsev1.JobStatus(v)
 	}
-	resp, err := d.jobs.ListJobs(r.Context(), req)
+	resp, err := d.jobs.SearchJobs(r.Context(), req)
 	if err != nil {
 		if !isClientError(err) {
 			return view, 0, err
@@ -338,10 +384,13 @@ func (d *Dashboard) afterAction(w http.ResponseWriter, r *http.Request, fallback
 }
 
 func (d *Dashboard) deadLetters(w http.ResponseWriter, r *http.Request) error {
-	view, code, err := d.listJobs(r, "/ui/dead-letters", jobFilter{
-		Topic: strings.TrimSpace(r.URL.Query().Get("topic")), Status: "DEAD_LETTERED",
-		PageToken: r.URL.Query().Get("page_token"),
-	})
+	// Dead letters list by their time of death unless asked otherwise.
+	f := jobFilterOf(r)
+	f.Status = "DEAD_LETTERED"
+	if !r.URL.Query().Has("order") {
+		f.Order = string(api.OrderFinished)
+	}
+	view, code, err := d.listJobs(r, "/ui/dead-letters", f)
 	if err != nil {
 		return err
 	}

@@ -108,17 +108,49 @@ type pauseForm struct {
 
 type overviewView struct {
 	Pause pauseForm
+	// Chart and Topics are nil when the dashboard has no such service.
+	Chart  *chartView
+	Topics *topicsView
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) error {
-	d.render(w, r, http.StatusOK, "overview", overviewView{Pause: pauseForm{Mode: "drain"}})
+	d.render(w, r, http.StatusOK, "overview", d.overviewOf(r, pauseForm{Mode: "drain"}))
 	return nil
 }
 
+// overviewOf reads the overview's numbers: the chart in the range the
+// query names, and the per-topic table.
+func (d *Dashboard) overviewOf(r *http.Request, pause pauseForm) overviewView {
+	return overviewView{Pause: pause, Chart: d.chart(r), Topics: d.topicsOf(r)}
+}
+
+// chart reads the throughput chart for the page's range; a bad range or a
+// failed read shows in the panel.
+func (d *Dashboard) chart(r *http.Request) *chartView {
+	if d.opts.Throughput == nil {
+		return nil
+	}
+	name := r.URL.Query().Get("range")
+	series, err := d.opts.Throughput.Series(r.Context(), name, "")
+	if err != nil {
+		if !isClientError(err) {
+			d.logger.Warn("dashboard: read throughput", "error", err)
+		}
+		return &chartView{Range: name, Ranges: rangeLinks(name), Error: "The chart cannot be shown: " + err.Error()}
+	}
+	return chartOf(series)
+}
+
 // live is the fragment open pages fetch to refresh the banner and the
-// drain panel in place.
+// drain panel in place; the overview's live URL names its chart range
+// ("/ui/live?range=6h"), which adds the chart and the topic table.
 func (d *Dashboard) live(w http.ResponseWriter, r *http.Request) error {
-	d.render(w, r, http.StatusOK, "live", nil)
+	var view *overviewView
+	if r.URL.Query().Has("range") {
+		v := d.overviewOf(r, pauseForm{})
+		view = &v
+	}
+	d.render(w, r, http.StatusOK, "live", view)
 	return nil
 }
 
@@ -143,7 +175,7 @@ func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	form.Error, form.Field = err.Error(), apierr.FieldOf(err)
-	d.render(w, r, apierr.HTTPStatus(err), "overview", overviewView{Pause: form})
+	d.render(w, r, apierr.HTTPStatus(err), "overview", d.overviewOf(r, form))
 	return nil
 }
 

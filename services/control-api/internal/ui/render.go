@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"time"
@@ -31,8 +32,12 @@ var fragments = map[string]bool{"live": true}
 
 func mustParsePages(now func() time.Time) map[string]*pageTemplate {
 	funcs := template.FuncMap{
-		"abs": absTime,
-		"rel": func(t *time.Time) string { return relTime(t, now()) },
+		"abs":     absTime,
+		"rel":     func(t *time.Time) string { return relTime(t, now()) },
+		"shortid": shortID,
+		"topicsData": func(root pageData, v *topicsView) topicsData {
+			return topicsData{CanAct: root.Viewer.CanAct, T: v}
+		},
 		"iso": func(t *time.Time) string {
 			if t == nil {
 				return ""
@@ -66,6 +71,9 @@ type pageData struct {
 	Status    statusView
 	Flash     *flash
 	RefreshMS int64
+	// LiveURL is what the page's live refresh fetches: the overview's
+	// names its chart range, so the chart refreshes in that range.
+	LiveURL string
 	// Here is the page's own path and query, where its forms come back to.
 	Here string
 	View any
@@ -81,11 +89,19 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, nam
 		Viewer:    viewerOf(r.Context()),
 		Status:    d.status(r),
 		RefreshMS: d.opts.Refresh.Milliseconds(),
+		LiveURL:   "/ui/live",
 		Here:      r.URL.RequestURI(),
 		View:      view,
 	}
 	if t := d.pages[name]; t != nil && !t.fragment {
 		data.Flash = takeFlash(w, r)
+	}
+	if ov, ok := view.(overviewView); ok {
+		var name string
+		if ov.Chart != nil {
+			name = ov.Chart.Range
+		}
+		data.LiveURL = withQuery("/ui/live", url.Values{"range": {name}})
 	}
 	d.renderPage(w, r, code, name, data)
 }
@@ -113,12 +129,12 @@ func (d *Dashboard) renderPage(w http.ResponseWriter, r *http.Request, code int,
 
 // titles and navOf name each page in the browser tab and the navigation.
 var titles = map[string]string{
-	"overview": "Overview", "jobs": "Jobs", "job": "Job", "dead_letters": "Dead letters",
+	"overview": "Overview", "jobs": "Jobs", "bulk": "Confirm", "job": "Job", "dead_letters": "Dead letters",
 	"schedules": "Schedules", "audit": "Audit log", "error": "Error",
 }
 
 var navOf = map[string]string{
-	"overview": "overview", "jobs": "jobs", "job": "jobs", "dead_letters": "dead-letters",
+	"overview": "overview", "jobs": "jobs", "job": "jobs", "bulk": "jobs", "dead_letters": "dead-letters",
 	"schedules": "schedules", "audit": "audit",
 }
 
@@ -203,6 +219,23 @@ func relTime(t *time.Time, now time.Time) string {
 		return "in " + s
 	}
 	return s + " ago"
+}
+
+// topicsData is the topic table's partial's data: the table, and whether
+// the viewer gets the limit forms.
+type topicsData struct {
+	CanAct bool
+	T      *topicsView
+}
+
+// shortID is the part of a job id a list shows: its last 8 hex digits.
+// A uuid v7 begins with its millisecond timestamp, so jobs submitted in
+// the same minute share their first digits; the end is random.
+func shortID(id string) string {
+	if len(id) <= 8 {
+		return id
+	}
+	return id[len(id)-8:]
 }
 
 // statusName is a job status as the API spells it: "DEAD_LETTERED".

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"time"
+
+	"github.com/google/uuid"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+)
+
+// JobOrder is how a job listing is sorted.
+type JobOrder string
+
+// The listing orders.
+const (
+	// OrderSubmitted is newest submitted first (the id, a uuid v7).
+	OrderSubmitted JobOrder = ""
+	// OrderFinished is latest finished first, finished jobs only: dead
+	// letters by their time of death.
+	OrderFinished JobOrder = "finished"
+)
+
+// JobQuery is ListJobs with what the wire request does not carry yet: an
+// args filter and the order. The dashboard's jobs browser uses it.
+type JobQuery struct {
+	Topic  string
+	Status pulsev1.JobStatus
+	// Args is a JSON object the listed jobs' args contain; empty does not
+	// filter.
+	Args      []byte
+	Order     JobOrder
+	Limit     int32
+	PageToken string
+}
+
+// SearchJobs pages jobs as ListJobs does, filtered by args containment
+// and in q's order. Errors name the query's fields: topic, status, args,
+// order, limit, page_token.
+func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.ListJobsResponse, error) {
+	limit := int(q.Limit)
+	switch {
+	case limit == 0:
+		limit = ListLimitDefault
+	case limit < 1 || limit > ListLimitMax:
+		return nil, apierr.Invalid("limit", "is %d; it must be between 1 and %d", limit, ListLimitMax)
+	}
+	f := jobstore.ListFilter{Limit: limit + 1}
+	if q.Topic != "" {
+		if err := jobspec.ValidateTopic("topic", q.Topic); err != nil {
+			return nil, err
+		}
+		f.Topic = q.Topic
+	}
+	st, err := StatusFromWire("status", q.Status)
+	if err != nil {
+		return nil, err
+	}
+	f.Status = st
+	if f.Args, err = jobspec.ValidateArgsFilter("args", q.Args); err != nil {
+		return nil, err
+	}
+	switch q.Order {
+	case OrderSubmitted:
+	case OrderFinished:
+		f.ByFinished = true
+	default:
+		return nil, apierr.Invalid("order", "%q is not an order; use %q (newest submitted first) or %q (latest finished first)",
+			string(q.Order), string(OrderSubmitted), string(OrderFinished))
+	}
+	if tok := q.PageToken; tok != "" {
+		before, finished, err := decodeListToken(tok, f.ByFinished)
+		if err != nil {
+			return nil, err
+		}
+		f.Before, f.BeforeFinished = &before, finished
+	}
+	jobs, err := s.store.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.ListJobsResponse{}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		out.NextPageToken = encodeListToken(jobs[limit-1], f.ByFinished)
+	}
+	out.Jobs = make([]*pulsev1.Job, len(jobs))
+	for i, j := range jobs {
+		out.Jobs[i] = JobToWire(j)
+	}
+	return out, nil
+}
+
+// encodeListToken is the page token after j: its id (encodePageToken), or
+// for a listing by finished_at, the time in microseconds (8 bytes, big
+// endian) followed by the id.
+func encodeListToken(j *jobstore.Job, byFinished bool) string {
+	if !byFinished || j.FinishedAt == nil {
+		return encodePageToken(j.ID)
+	}
+	b := binary.BigEndian.AppendUint64(nil, uint64(j.FinishedAt.UnixMicro()))
+	return base64.RawURLEncoding.EncodeToString(append(b, j.ID[:]...))
+}
+
+func decodeListToken(tok string, byFinished bool) (uuid.UUID, *time.Time, error) {
+	if !byFinished {
+		id, err := decodePageToken(tok)
+		return id, nil, err
+	}
+	b, ok := decodeToken(tok)
+	if !ok || len(b) != 8+len(uuid.UUID{}) {
+		return uuid.Nil, nil, apierr.Invalid("page_token", "%q is not a page token from an earlier answer in this order", tok)
+	}
+	at := time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC()
+	return uuid.UUID(b[8:]), &at, nil
+}
