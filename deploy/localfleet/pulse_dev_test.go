@@ -41,7 +41,7 @@ func TestPulseDev(t *testing.T) {
 	require.NoError(t, err, "build pulse-dev:\n%s", out)
 
 	var stdout, stderr syncBuffer
-	dev := exec.Command(filepath.Join(binDir, "pulse-dev"), "-gateways", "2", "-demo=true")
+	dev := exec.Command(filepath.Join(binDir, "pulse-dev"), "-gateways", "2", "-demo=true", "-status", "300ms")
 	dev.Dir = root
 	dev.Stdout, dev.Stderr = &stdout, &stderr
 	require.NoError(t, dev.Start())
@@ -105,6 +105,12 @@ func TestPulseDev(t *testing.T) {
 		return strings.HasSuffix(status, "COMPLETED")
 	}, time.Minute, 100*time.Millisecond, "job %s never completed; last status %q\n%s", id, status, output())
 	require.Equal(t, id, <-handled)
+	require.Contains(t, summary, "export PULSE_SERVER="+controlHTTP, "the summary says how to point the CLI at the fleet")
+
+	// The status line counts the completed job (and the demo's work).
+	doneCount := regexp.MustCompile(`(?m)^status: \S+  done ([1-9][0-9]*) · failed attempts [0-9]+ · dead [0-9]+ · queued [0-9]+ · running [0-9]+$`)
+	require.Eventually(t, func() bool { return doneCount.MatchString(stdout.String()) }, time.Minute, 100*time.Millisecond,
+		"no status line counting a completed job\n%s", output())
 
 	stopWorker()
 	require.NoError(t, <-workerDone)

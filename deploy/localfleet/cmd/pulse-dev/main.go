@@ -3,8 +3,10 @@
 // scheduler (once they exist) and, by default, a demo producer and worker.
 // Run it from anywhere inside the repository:
 //
-//	go run ./deploy/localfleet/cmd/pulse-dev [-gateways 2] [-demo=true] [-keep-data=false]
+//	go run ./deploy/localfleet/cmd/pulse-dev [-gateways 2] [-demo=true] [-keep-data=false] [-status 5s]
 //
+// It prints where everything listens and commands to try, then a one-line
+// status (jobs done, failed, queued, running) every -status interval.
 // Ctrl-C (or SIGTERM) stops every process, stops Postgres and removes every
 // file it created unless -keep-data is set.
 package main
@@ -22,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 )
 
@@ -36,6 +40,7 @@ func run() error {
 	gateways := flag.Int("gateways", localfleet.GatewaysDefault, "number of dispatch-gateway replicas")
 	demo := flag.Bool("demo", true, "also run demo-producer and demo-worker so the dashboards move")
 	keepData := flag.Bool("keep-data", false, "leave logs, binaries and the Postgres data directory on disk after exit")
+	statusEvery := flag.Duration("status", 5*time.Second, "print a one-line status this often (0: never)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -64,6 +69,9 @@ func run() error {
 	}
 	pids, paths := fleet.PIDs(), fleet.Paths()
 	printSummary(os.Stdout, fleet, pids, paths)
+	if *statusEvery > 0 {
+		go printStatus(ctx, os.Stdout, fleet.DatabaseURL, *statusEvery, logger)
+	}
 
 	<-ctx.Done()
 	stop() // a second Ctrl-C now kills pulse-dev the default way
@@ -103,10 +111,54 @@ func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths [
 		pidList = append(pidList, fmt.Sprintf("%s=%d", name, pids[name]))
 	}
 	fmt.Fprintf(w, "  pids: %s\n", strings.Join(pidList, " "))
-	fmt.Fprintln(w, "  try:")
+	fmt.Fprintln(w, "  try (from the repository root, in another terminal):")
 	fmt.Fprintf(w, "    curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"topic\":\"email.send\",\"args\":{\"to\":\"a@example.com\"}}'\n", f.ControlHTTP)
 	fmt.Fprintf(w, "    curl -s '%s/v1/jobs?limit=10'\n", f.ControlHTTP)
+	fmt.Fprintf(w, "    export PULSE_SERVER=%s   # the pulse CLI's server\n", f.ControlHTTP)
+	fmt.Fprintln(w, "    go run ./cli jobs list --limit 10")
+	fmt.Fprintln(w, "    go run ./cli dispatch pause --reason 'trying pause'")
+	fmt.Fprintln(w, "    go run ./cli dispatch resume")
 	fmt.Fprintln(w, "  Ctrl-C stops everything.")
+}
+
+// statusSQL counts the jobs by what a developer watches. A dev fleet's
+// table is small; a production one would read the throughput rollup.
+const statusSQL = `
+SELECT count(*) FILTER (WHERE status = 'COMPLETED'),
+       count(*) FILTER (WHERE status = 'DEAD_LETTERED'),
+       count(*) FILTER (WHERE status IN ('PENDING', 'RETRYING')),
+       count(*) FILTER (WHERE status = 'RUNNING'),
+       coalesce(sum(jsonb_array_length(errors)), 0)
+FROM jobs`
+
+// printStatus prints one status line every interval until ctx is done, so
+// the console shows the fleet is alive. The line starts "status:"; the
+// end-to-end test reads it.
+func printStatus(ctx context.Context, w io.Writer, databaseURL string, every time.Duration, logger *slog.Logger) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		logger.Warn("pulse-dev: no status line: cannot connect to the database", "error", err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var done, dead, queued, running, failures int64
+		if err := conn.QueryRow(ctx, statusSQL).Scan(&done, &dead, &queued, &running, &failures); err != nil {
+			if ctx.Err() == nil {
+				logger.Warn("pulse-dev: status query failed", "error", err)
+			}
+			continue
+		}
+		fmt.Fprintf(w, "status: %s  done %d · failed attempts %d · dead %d · queued %d · running %d\n",
+			time.Now().Format(time.TimeOnly), done, failures, dead, queued, running)
+	}
 }
 
 // leftovers names any process still alive or directory still present, with
