@@ -32,8 +32,15 @@ const (
 //
 // StreamJobs carries assignments to the worker and slot credits back (see
 // docs/adr/0003); heartbeats and results stay separate unary RPCs so each has
-// its own deadline and failure domain (seed ADR-0005). Both unary RPCs take a
-// batch and answer each item individually.
+// its own deadline and failure domain. Both unary RPCs take a batch and
+// answer each item individually.
+//
+// A worker that stops taking work half-closes its stream (CloseSend). The
+// gateway then reserves none of its slots, waits out a claim already in
+// flight for it, sends what that claim took, and ends the stream with OK:
+// a worker that stops cleanly leaves no lease to lapse. Canceling the
+// stream instead strands whatever a claim took in that instant until its
+// lease lapses and the reaper retries it.
 type DispatchServiceClient interface {
 	StreamJobs(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamJobsRequest, StreamJobsResponse], error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
@@ -89,8 +96,15 @@ func (c *dispatchServiceClient) ReportResult(ctx context.Context, in *ReportResu
 //
 // StreamJobs carries assignments to the worker and slot credits back (see
 // docs/adr/0003); heartbeats and results stay separate unary RPCs so each has
-// its own deadline and failure domain (seed ADR-0005). Both unary RPCs take a
-// batch and answer each item individually.
+// its own deadline and failure domain. Both unary RPCs take a batch and
+// answer each item individually.
+//
+// A worker that stops taking work half-closes its stream (CloseSend). The
+// gateway then reserves none of its slots, waits out a claim already in
+// flight for it, sends what that claim took, and ends the stream with OK:
+// a worker that stops cleanly leaves no lease to lapse. Canceling the
+// stream instead strands whatever a claim took in that instant until its
+// lease lapses and the reaper retries it.
 type DispatchServiceServer interface {
 	StreamJobs(grpc.BidiStreamingServer[StreamJobsRequest, StreamJobsResponse]) error
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
