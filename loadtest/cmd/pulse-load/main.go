@@ -65,6 +65,7 @@ func run() error {
 		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
 		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
 		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
+		cooldown    = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
 		walStats    = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
 	)
 	flag.Parse()
@@ -92,6 +93,9 @@ func run() error {
 	all := want["all"]
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
+	if *cooldown >= 0 {
+		env["PULSE_CLAIM_COOLDOWN"] = cooldown.String()
+	}
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
 	opts.DurablePostgres = !*fast
 	opts.PostgresSettings = map[string]string{}

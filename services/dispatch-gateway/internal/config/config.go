@@ -46,6 +46,9 @@ type Config struct {
 	PresenceInterval time.Duration `envconfig:"PRESENCE_INTERVAL" default:"10s"`
 	PresenceTTL      time.Duration `envconfig:"PRESENCE_TTL" default:"30s"`
 	ClaimBatch       int           `envconfig:"CLAIM_BATCH" default:"500"`
+	// ClaimCooldown: the dispatcher's rest after a pass that found a
+	// backlog, so freed slots gather into one claim (dispatch.DispatcherConfig).
+	ClaimCooldown time.Duration `envconfig:"CLAIM_COOLDOWN" default:"0s"`
 	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
 	// policy (the retry_policy row, shared with the reaper and every other
 	// gateway) at start; unset, the row is left as it is (ADR-0013).
@@ -78,6 +81,8 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_PRESENCE_TTL", "is %s; it must be at least twice PULSE_PRESENCE_INTERVAL (%s), so one failed refresh never expires a connected worker, and at most 1h", c.PresenceTTL, c.PresenceInterval)
 	case c.ClaimBatch < 1 || c.ClaimBatch > 10000:
 		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
+	case c.ClaimCooldown < 0 || c.ClaimCooldown > time.Second:
+		return config.Invalid("PULSE_CLAIM_COOLDOWN", "is %s; it must be between 0 and 1s", c.ClaimCooldown)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the gateway needs at least 2 (claims plus reports)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:

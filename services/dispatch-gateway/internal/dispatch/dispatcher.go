@@ -81,6 +81,13 @@ type DispatcherConfig struct {
 	PollInterval time.Duration
 	// Batch is the most jobs one claim statement takes.
 	Batch int
+	// ClaimCooldown is how long the loop rests after a pass whose claims
+	// came back full (a backlog: there was more work than free slots), so
+	// the slots that free up meanwhile go out in one claim statement
+	// instead of a handful each. Zero: claim again at the first credit.
+	// A pass that found the queue short (the idle case) never rests, so
+	// a new job's latency is untouched.
+	ClaimCooldown time.Duration
 }
 
 // Dispatcher is the gateway's single claim loop. It claims when there are
@@ -294,6 +301,9 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	cooldown := time.NewTimer(time.Hour)
+	cooldown.Stop()
+	defer cooldown.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -306,19 +316,28 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			// was backed off: let every group look again.
 			d.forgetDrained()
 		}
-		d.drain(ctx)
+		backlog := d.drain(ctx)
 		if next, ok := d.nextRetry(); ok {
 			retry.Reset(time.Until(next))
 		} else {
 			retry.Stop()
+		}
+		if backlog && d.cfg.ClaimCooldown > 0 {
+			cooldown.Reset(d.cfg.ClaimCooldown)
+			select {
+			case <-ctx.Done():
+				return
+			case <-cooldown.C:
+			}
 		}
 	}
 }
 
 // drain claims for every group with free slots and possible work, again
 // and again while claims come back full. A group whose claim fails is
-// backed off and the pass goes on with the others.
-func (d *Dispatcher) drain(ctx context.Context) {
+// backed off and the pass goes on with the others. It reports whether a
+// claim came back full: the queue held more than the free slots took.
+func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 	for ctx.Err() == nil {
 		if d.gate != nil && d.gate.GloballyPaused() {
 			if d.observer != nil {
@@ -363,13 +382,14 @@ func (d *Dispatcher) drain(ctx context.Context) {
 				d.drained[g.Key] = epoch
 				d.mu.Unlock()
 			} else {
-				full = true
+				full, backlog = true, true
 			}
 		}
 		if !full {
-			return
+			return backlog
 		}
 	}
+	return backlog
 }
 
 // claimGroup claims for g's slots from its topics that are not backed off.

@@ -1,0 +1,100 @@
+package dispatch_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
+)
+
+// queueClaimer stands in for a queue that holds `backlog` claimable jobs:
+// each claim takes as many as it asks for while any are left. It records
+// each claim's size. (The claim statement itself is tested against
+// Postgres in jobstore; this drives only the loop's timing.)
+type queueClaimer struct {
+	mu      sync.Mutex
+	backlog int
+	sizes   []int
+}
+
+func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Duration) ([]jobstore.Claimed, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sizes = append(q.sizes, len(slots))
+	n := min(len(slots), q.backlog)
+	q.backlog -= n
+	out := make([]jobstore.Claimed, n)
+	for i := range out {
+		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: slots[i]}
+	}
+	return out, nil
+}
+
+func (q *queueClaimer) claims() []int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]int(nil), q.sizes...)
+}
+
+func TestClaimCooldown(t *testing.T) {
+	t.Parallel()
+	const cooldown = 50 * time.Millisecond
+	start := func(t *testing.T, q *queueClaimer) (*dispatch.Dispatcher, *dispatch.Worker) {
+		d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: 100, ClaimCooldown: cooldown},
+			q, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return d, d.Registry().Add("w", []string{"t"}, 10)
+	}
+
+	t.Run("AfterAFullClaimFreedSlotsGatherForOneCooldown", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d, w := start(t, q)
+			d.JobsReady()
+			synctest.Wait()
+			require.Equal(t, []int{10}, q.claims(), "the first claim fills every free slot")
+			require.Len(t, w.TakeOutbox(), 10)
+
+			// Handlers finish one by one during the cooldown: no claim yet.
+			for range 6 {
+				d.Registry().Credit(w, 1)
+				synctest.Wait()
+			}
+			require.Equal(t, []int{10}, q.claims(), "a credit during the cooldown claims nothing yet")
+
+			time.Sleep(cooldown)
+			synctest.Wait()
+			require.Equal(t, []int{10, 6}, q.claims(), "after the cooldown one claim takes every slot freed meanwhile")
+		})
+	})
+
+	t.Run("AnIdleQueueNeverWaits", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 3}
+			d, _ := start(t, q)
+			d.JobsReady()
+			synctest.Wait()
+			require.Equal(t, []int{10}, q.claims(), "a short claim: the queue is empty")
+
+			// A new job: its NOTIFY claims at once, no time passing.
+			q.mu.Lock()
+			q.backlog = 1
+			q.mu.Unlock()
+			d.JobsReady()
+			synctest.Wait()
+			require.Equal(t, []int{10, 7}, q.claims())
+		})
+	})
+}
