@@ -53,7 +53,17 @@ const (
 	// per topic and args per period, claimed in the statement that inserts
 	// the job). control-api writes both; gateways read the timeout.
 	VersionJobTimeoutAndUniques int64 = 8
+	// VersionJobRetryPolicy adds a job's own retry policy (jobs.retry_base,
+	// retry_max, retry_fixed: exponential with jitter, or fixed; immutable
+	// like the job's identity) and the pulse_retry_delay overload that
+	// takes it, which the report and the reap call (ADR-0018). control-api
+	// writes the columns; gateways and the reaper read them.
+	VersionJobRetryPolicy int64 = 10
+	// VersionJobThroughput adds job_throughput, attempts settled per
+	// minute, topic and writer, which the gateways' report and the
+	// reaper's sweep add to in the statement that settles them (ADR-0018).
+	VersionJobThroughput int64 = 11
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobTimeoutAndUniques
+const Latest = VersionJobThroughput

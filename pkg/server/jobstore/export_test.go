@@ -1,5 +1,7 @@
 package jobstore
 
+import "context"
+
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
 const (
@@ -8,10 +10,22 @@ const (
 	CountsPlanSQL  = countsPlanSQL
 	QueueCountsSQL = queueCountsSQL
 	QueueDepthSQL  = queueDepthSQL
-	ReportSQL      = reportSQL
-	ReapSQL        = reapSQL
 	HeartbeatSQL   = heartbeatSQL
+)
+
+// The settling statements, built with the throughput rollup's writer
+// parameter.
+var (
+	ReportSQL = reportSQL
+	ReapSQL   = reapSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.
 const JobAheadSQL = jobAheadSQL
+
+// ReportWithoutRollup is Report with the statement it had before the
+// throughput rollup: the fenced UPDATE alone, counting nothing. The
+// benchmark compares the two.
+func (s *Store) ReportWithoutRollup(ctx context.Context, worker string, results []Result) ([]Ack, error) {
+	return s.report(ctx, reportUpdateSQL, false, worker, results)
+}

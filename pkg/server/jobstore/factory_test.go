@@ -11,6 +11,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
 // rowOpts describes a job row for tests, in any lifecycle state.
@@ -72,9 +73,15 @@ func setRetryPolicy(t testing.TB, store *jobstore.Store, unit, maxDelay time.Dur
 
 // newStore is jobstore.New, closed when the test ends (the read side's
 // database/sql handle would otherwise outlive it).
-func newStore(t testing.TB, pool *pgxpool.Pool) *jobstore.Store {
+func newStore(t testing.TB, pool *pgxpool.Pool, opts ...jobstore.Option) *jobstore.Store {
 	t.Helper()
-	s := jobstore.New(pool)
+	s := jobstore.New(pool, opts...)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
+}
+
+// newPool is a pool on a fresh database of its own.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.Pool(t)
 }

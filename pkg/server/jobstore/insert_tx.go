@@ -24,7 +24,8 @@ const scalarSource = `
 (SELECT $1::uuid AS id, $2::text AS topic, $3::text AS args, $4::smallint AS priority,
         $5::int AS max_attempts, $6::timestamptz AS run_at, $7::text AS idem,
         NULL::uuid AS schedule_id, $8::text AS tp, $9::text AS ts,
-        $10::bigint AS tmo, $11::bigint AS uniq, 1::bigint AS ord) AS t`
+        $10::bigint AS tmo, $11::bigint AS uniq,
+        $12::bigint AS rbase, $13::bigint AS rmax, $14::bigint AS rfixed, 1::bigint AS ord) AS t`
 
 // insertOneSQL inserts one job; ON CONFLICT DO NOTHING covers its id and
 // a live idempotency key, as insertSQL does for a batch.
@@ -74,7 +75,8 @@ func InsertOne(ctx context.Context, q Queryer, job NewJob) (Inserted, error) {
 		runAt = job.RunAt
 	}
 	params := []any{job.ID.String(), job.Topic, string(job.Args), job.Priority, job.MaxAttempts, runAt,
-		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds()}
+		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds(),
+		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds()}
 	for range insertOneTries {
 		ids, err := q.QueryText(ctx, stmt, params...)
 		if err != nil {

@@ -69,7 +69,26 @@ type Job struct {
 	TraceState     string
 	// Timeout bounds each attempt; zero: none (migration 00008).
 	Timeout time.Duration
+	// Retry is the job's own backoff; zero: the retry_policy row's
+	// (migration 00010).
+	Retry JobRetry
 }
+
+// JobRetry is one job's backoff between attempts (migration 00010,
+// ADR-0018), in at most one form: exponential (Base, and Max or zero for
+// the retry_policy row's cap), failed attempt n waiting about
+// Base × 2^(n-1), jittered down by up to a fifth, at most Max; or Fixed,
+// every failed attempt waiting exactly that long. The zero value follows
+// the retry_policy row. pulse_retry_delay computes the wait; nothing in Go
+// does.
+type JobRetry struct {
+	Base  time.Duration
+	Max   time.Duration
+	Fixed time.Duration
+}
+
+// IsZero reports whether the job follows the retry_policy row.
+func (r JobRetry) IsZero() bool { return r == JobRetry{} }
 
 // rowScanner is a pgx row or rows.
 type rowScanner interface {

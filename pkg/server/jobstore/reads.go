@@ -98,12 +98,20 @@ type jobRow struct {
 	TraceParent    string `bun:"traceparent,nullzero"`
 	TraceState     string `bun:"tracestate,nullzero"`
 	// TimeoutMicros is jobs.timeout (an interval, NULL: none) in
-	// microseconds, computed by timeoutMicrosSQL.
-	TimeoutMicros int64 `bun:"timeout_micros,scanonly"`
+	// microseconds, and the Retry* fields the job's retry policy, computed
+	// by intervalMicrosSQL.
+	TimeoutMicros    int64 `bun:"timeout_micros,scanonly"`
+	RetryBaseMicros  int64 `bun:"retry_base_micros,scanonly"`
+	RetryMaxMicros   int64 `bun:"retry_max_micros,scanonly"`
+	RetryFixedMicros int64 `bun:"retry_fixed_micros,scanonly"`
 }
 
-// timeoutMicrosSQL reads jobs.timeout as microseconds (0: none).
-const timeoutMicrosSQL = `COALESCE((extract(epoch FROM j.timeout) * 1000000)::bigint, 0) AS timeout_micros`
+// intervalMicrosSQL reads the interval columns of a job (alias j) as
+// microseconds (0: none).
+const intervalMicrosSQL = `COALESCE((extract(epoch FROM j.timeout) * 1000000)::bigint, 0) AS timeout_micros,
+       COALESCE((extract(epoch FROM j.retry_base) * 1000000)::bigint, 0) AS retry_base_micros,
+       COALESCE((extract(epoch FROM j.retry_max) * 1000000)::bigint, 0) AS retry_max_micros,
+       COALESCE((extract(epoch FROM j.retry_fixed) * 1000000)::bigint, 0) AS retry_fixed_micros`
 
 func (r *jobRow) job() *Job {
 	return &Job{
@@ -113,6 +121,11 @@ func (r *jobRow) job() *Job {
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, ScheduleID: r.ScheduleID,
 		IdempotencyKey: r.IdempotencyKey, TraceParent: r.TraceParent, TraceState: r.TraceState,
 		Timeout: time.Duration(r.TimeoutMicros) * time.Microsecond,
+		Retry: JobRetry{
+			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
+			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,
+			Fixed: time.Duration(r.RetryFixedMicros) * time.Microsecond,
+		},
 	}
 }
 
@@ -129,7 +142,7 @@ func jobsOf(rows []jobRow) []*Job {
 
 // selectJobs is a SELECT of whole jobs into rows.
 func (s *Store) selectJobs(rows any) *bun.SelectQuery {
-	return s.reads().NewSelect().Model(rows).ColumnExpr("?TableColumns").ColumnExpr(timeoutMicrosSQL)
+	return s.reads().NewSelect().Model(rows).ColumnExpr("?TableColumns").ColumnExpr(intervalMicrosSQL)
 }
 
 // jobReturning is the RETURNING list of a statement that writes a job and
@@ -142,7 +155,7 @@ var jobReturning = func() string {
 	for _, f := range table.Fields {
 		cols = append(cols, string(f.SQLName))
 	}
-	return strings.Join(cols, ", ") + ", " + strings.Replace(timeoutMicrosSQL, "j.timeout", "timeout", 1)
+	return strings.Join(cols, ", ") + ", " + strings.ReplaceAll(intervalMicrosSQL, "FROM j.", "FROM ")
 }()
 
 // readError is interpretError for the read side: database/sql spells

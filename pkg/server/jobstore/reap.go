@@ -25,36 +25,41 @@ const LeaseExpiredError = "worker lease expired"
 
 // reapSQL routes RUNNING jobs whose lease has lapsed through the normal
 // retry path, exactly as a failure report the worker did not live to make
-// (the same RETRYING or DEAD_LETTERED outcome, the same
-// retryDelaySQL wait, with LeaseExpiredError in the history). It walks jobs_expired_lease_idx oldest lease first and
-// takes at most $1 rows, so a huge expired set is settled in bounded
-// transactions. SKIP LOCKED plus the status guard make concurrent reapers
-// safe: a row leaves RUNNING once, so it is reaped once.
-const reapSQL = `
+// (the same RETRYING or DEAD_LETTERED outcome, the same retryDelaySQL
+// wait, with LeaseExpiredError in the history). It walks
+// jobs_expired_lease_idx oldest lease first and takes at most $1 rows, so
+// a huge expired set is settled in bounded transactions. SKIP LOCKED plus
+// the status guard make concurrent reapers safe: a row leaves RUNNING
+// once, so it is reaped once. The same statement adds what it settled to
+// job_throughput (countSettledSQL, writer $2), as failed attempts.
+var reapSQL = `
 WITH expired AS (
     SELECT id FROM jobs
     WHERE status = 'RUNNING' AND lease_until < now()
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs AS j
-SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() ELSE NULL END,
-    next_run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.next_run_at
-                       ELSE now() + ` + retryDelaySQL + ` END,
-    lease_until = NULL,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
-FROM expired
-WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
-RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, ''),
-          COALESCE(j.traceparent, ''), COALESCE(j.tracestate, '')`
+), settled AS (
+    UPDATE jobs AS j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() ELSE NULL END,
+        next_run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.next_run_at
+                           ELSE now() + ` + retryDelaySQL + ` END,
+        lease_until = NULL,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
+    FROM expired
+    WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
+    RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '') AS locked_by,
+              COALESCE(j.traceparent, '') AS traceparent, COALESCE(j.tracestate, '') AS tracestate
+), ` + countSettled(2) + `
+SELECT id, topic, status, attempts, locked_by, traceparent, tracestate FROM settled`
 
-// Reap settles up to limit expired leases in one statement.
+// Reap settles up to limit expired leases in one statement, which counts
+// them in job_throughput under the store's writer.
 func (s *Store) Reap(ctx context.Context, limit int) ([]Reaped, error) {
 	var out []Reaped
-	err := s.queryPinned(ctx, reapSQL, []any{limit}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, reapSQL, []any{limit, s.writer}, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {

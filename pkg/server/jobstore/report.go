@@ -26,6 +26,12 @@ type Result struct {
 	Outcome Outcome
 	Error   string
 	Worker  string
+	// RetryAfter, for OutcomeFail, is the wait the handler asked for
+	// before the next attempt (1ms..366d, checked by the gateway), used
+	// instead of the job's backoff; zero: the backoff. The failed attempt
+	// counts like any other (ADR-0018): on the last one the job is
+	// dead-lettered.
+	RetryAfter time.Duration
 }
 
 // Ack answers one Result. A rejected result (Accepted false) changed
@@ -42,14 +48,17 @@ type Ack struct {
 }
 
 // retryDelaySQL is the wait before failed attempt j.attempts may run
-// again: the schema's pulse_retry_delay (migration 00007, ADR-0013), given
-// the retry_policy row. The row is read by two uncorrelated subqueries,
-// which Postgres runs once per statement (InitPlans), and the function is
-// inlined, so the statement costs what the formula written out cost. The
-// report and the reap share it: a failure and a lapsed lease back off
-// alike, and neither service holds the numbers.
+// again: the schema's pulse_retry_delay (migrations 00007 and 00010,
+// ADR-0013, ADR-0018), given the retry_policy row and the job's own
+// policy (its retry_base, retry_max and retry_fixed columns). The row is
+// read by two uncorrelated subqueries, which Postgres runs once per
+// statement (InitPlans), and the function is inlined, so the statement
+// costs what the formula written out cost. The report and the reap share
+// it: a failure and a lapsed lease back off alike, and neither service
+// holds the numbers.
 const retryDelaySQL = `pulse_retry_delay(j.attempts,
-            (SELECT backoff_unit FROM retry_policy), (SELECT backoff_max FROM retry_policy))`
+            (SELECT backoff_unit FROM retry_policy), (SELECT backoff_max FROM retry_policy),
+            j.retry_base, j.retry_max, j.retry_fixed)`
 
 // reportSQL settles a batch of attempts in one statement. Each result is
 // fenced by status RUNNING + locked_by + attempt, so a stale attempt (reaped
@@ -57,11 +66,15 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 // reads the rows it did not settle, to say why.
 //
 //	complete                         → COMPLETED
-//	fail, attempts left              → RETRYING, next_run_at = now + pulse_retry_delay(attempts)
+//	fail, attempts left              → RETRYING, next_run_at = now + the
+//	                                   result's retry_after if it has one,
+//	                                   else pulse_retry_delay(attempts, …)
 //	fail on the last attempt,
 //	or fail permanently              → DEAD_LETTERED
 //
-// Failures append {attempt, error, worker, at} to the error history.
+// Failures append {attempt, error, worker, at} to the error history. The
+// same statement adds what it settled to job_throughput (countSettledSQL,
+// writer $7).
 //
 // The RUNNING fence is written (status || ”) = 'RUNNING' on purpose: it is
 // the same test, but the planner cannot match it to the partial index
@@ -71,31 +84,40 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 // primary key: measured at 20-25 ms per 100-result report instead of 3 ms,
 // for as long as the connection kept the prepared plan. The id lookup is
 // now the only index the statement can use.
-const reportSQL = `
-UPDATE jobs AS j
-SET status = CASE
-        WHEN r.outcome = 1 THEN 'COMPLETED'
-        WHEN r.outcome = 3 OR j.attempts >= j.max_attempts THEN 'DEAD_LETTERED'
-        ELSE 'RETRYING' END,
-    finished_at = CASE
-        WHEN r.outcome = 2 AND j.attempts < j.max_attempts THEN NULL
-        ELSE now() END,
-    next_run_at = CASE
-        WHEN r.outcome = 2 AND j.attempts < j.max_attempts
-        THEN now() + ` + retryDelaySQL + `
-        ELSE j.next_run_at END,
-    lease_until = NULL,
-    errors = CASE
-        WHEN r.outcome = 1 THEN j.errors
-        ELSE j.errors || jsonb_build_array(jsonb_build_object(
-            'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
-        END
-FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[]) AS r(worker, id, attempt, outcome, error)
-WHERE j.id = r.id
-  AND j.attempts = r.attempt
-  AND (j.status || '') = 'RUNNING'
-  AND j.locked_by = r.worker
-RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at`
+var reportSQL = `
+WITH settled AS (` + reportUpdateSQL + `
+), ` + countSettled(7) + `
+SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM settled`
+
+// reportUpdateSQL is reportSQL's fenced UPDATE, on its own a statement
+// that settles without counting (the benchmark's baseline).
+const reportUpdateSQL = `
+    UPDATE jobs AS j
+    SET status = CASE
+            WHEN r.outcome = 1 THEN 'COMPLETED'
+            WHEN r.outcome = 3 OR j.attempts >= j.max_attempts THEN 'DEAD_LETTERED'
+            ELSE 'RETRYING' END,
+        finished_at = CASE
+            WHEN r.outcome = 2 AND j.attempts < j.max_attempts THEN NULL
+            ELSE now() END,
+        next_run_at = CASE
+            WHEN r.outcome = 2 AND j.attempts < j.max_attempts
+            THEN now() + CASE WHEN r.retry_after > 0 THEN r.retry_after * interval '1 microsecond'
+                              ELSE ` + retryDelaySQL + ` END
+            ELSE j.next_run_at END,
+        lease_until = NULL,
+        errors = CASE
+            WHEN r.outcome = 1 THEN j.errors
+            ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
+            END
+    FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[], $6::bigint[])
+         AS r(worker, id, attempt, outcome, error, retry_after)
+    WHERE j.id = r.id
+      AND j.attempts = r.attempt
+      AND (j.status || '') = 'RUNNING'
+      AND j.locked_by = r.worker
+    RETURNING j.id, j.attempts, j.status, j.topic, j.submitted_at, j.started_at, j.next_run_at`
 
 // currentSQL reads the rows of rejected results, for the reason.
 const currentSQL = `
@@ -103,10 +125,18 @@ SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1
 
 // Report settles results reported by worker in one statement and answers
 // each individually, in request order. A failure with attempts left waits
-// as the retry_policy row says (retryDelaySQL). Results may carry their own Worker
+// what its result asks (RetryAfter), else as the job's policy or the
+// retry_policy row says (retryDelaySQL). The same statement counts what it
+// settled in job_throughput under the store's writer. Results may carry their own Worker
 // (a gateway folding several workers' reports into one statement); those
 // without one are worker's.
 func (s *Store) Report(ctx context.Context, worker string, results []Result) ([]Ack, error) {
+	return s.report(ctx, reportSQL, true, worker, results)
+}
+
+// report is Report with its statement: reportSQL, or, for the benchmark,
+// reportUpdateSQL, which takes no writer (counted false).
+func (s *Store) report(ctx context.Context, stmt string, counted bool, worker string, results []Result) ([]Ack, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
@@ -116,14 +146,20 @@ func (s *Store) Report(ctx context.Context, worker string, results []Result) ([]
 	attempts := make([]int32, n)
 	outcomes := make([]int16, n)
 	errs := make([]string, n)
+	after := make([]int64, n)
 	for i, r := range results {
 		if r.Worker == "" {
 			results[i].Worker = worker
 		}
 		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
+		after[i] = r.RetryAfter.Microseconds()
+	}
+	params := []any{workers, ids, attempts, outcomes, errs, after}
+	if counted {
+		params = append(params, s.writer)
 	}
 	settled := make(map[AttemptRef]Ack, n)
-	err := s.queryPinned(ctx, reportSQL, []any{workers, ids, attempts, outcomes, errs}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, stmt, params, func(rows pgx.Rows) error {
 		var a Ack
 		var status string
 		if err := rows.Scan(uuidDest(&a.Ref.ID), &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {

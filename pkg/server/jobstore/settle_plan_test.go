@@ -35,13 +35,13 @@ func TestSettlePlansLookUpEachID(t *testing.T) {
 	require.Len(t, claimed, 1000)
 
 	n := 100
-	workers, ids, attempts, outcomes, errs := make([]string, n), make([]uuid.UUID, n), make([]int32, n), make([]int16, n), make([]string, n)
+	workers, ids, attempts, outcomes, errs, after := make([]string, n), make([]uuid.UUID, n), make([]int32, n), make([]int16, n), make([]string, n), make([]int64, n)
 	for i := range n {
 		workers[i], ids[i], attempts[i], outcomes[i] = "w", claimed[i].ID, 1, int16(jobstore.OutcomeComplete)
 	}
 	for _, mode := range []string{"auto", "force_generic_plan"} {
 		settings := "SET LOCAL plan_cache_mode = " + mode + "; " + jobstore.PinnedPlanSQL
-		report := explain(t, b, settings, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs)
+		report := explain(t, b, settings, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs, after, "gw-1")
 		beat := explain(t, b, settings, jobstore.HeartbeatSQL, "w", ids, attempts, "30 seconds")
 		for name, p := range map[string]plan{"report": report, "heartbeat": beat} {
 			require.NotContains(t, p.nodes(), "Index Scan jobs_expired_lease_idx", "%s (%s) walks every running job: %s", name, mode, p.text)

@@ -25,14 +25,23 @@ const ReadyChannel = "pulse_jobs_ready"
 // first use; Close releases it.
 type Store struct {
 	pool *pgxpool.Pool
+	// writer names this process in job_throughput (throughput.go).
+	writer string
 
 	readOnce sync.Once
 	readDB   *bun.DB
 }
 
+// Option configures a Store.
+type Option func(*Store)
+
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool, writer: DefaultWriter}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Pool exposes the underlying pool for callers that run their own reads.

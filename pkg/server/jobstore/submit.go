@@ -32,6 +32,9 @@ type NewJob struct {
 	// (1s..366 days, job_uniques): while another job holds the key, the
 	// insert answers that job as a duplicate. Zero: not unique.
 	UniqueFor time.Duration
+	// Retry is the job's own backoff between attempts (migration 00010);
+	// zero: the retry_policy row's.
+	Retry JobRetry
 }
 
 // Inserted is the outcome of one NewJob: the id of the job that now stands
@@ -55,20 +58,25 @@ RETURNING id`
 // arrays below, or one job's scalars in InsertOne).
 const insertInto = `
 INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
-                  idempotency_key, schedule_id, traceparent, tracestate, timeout)`
+                  idempotency_key, schedule_id, traceparent, tracestate, timeout,
+                  retry_base, retry_max, retry_fixed)`
 
 const insertValues = `
 SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
        NULLIF(idem, ''), schedule_id, NULLIF(tp, ''), NULLIF(ts, ''),
-       NULLIF(tmo, 0) * interval '1 microsecond'`
+       NULLIF(tmo, 0) * interval '1 microsecond',
+       NULLIF(rbase, 0) * interval '1 microsecond', NULLIF(rmax, 0) * interval '1 microsecond',
+       NULLIF(rfixed, 0) * interval '1 microsecond'`
 
-// arraySource is a batch as parallel arrays, one row per job; tmo and uniq
-// are microseconds (0: none).
+// arraySource is a batch as parallel arrays, one row per job; tmo, uniq
+// and the retry policy's rbase, rmax and rfixed are microseconds (0:
+// none).
 const arraySource = `
 unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
        $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],
-       $11::bigint[], $12::bigint[])
-     WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq, ord)`
+       $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[])
+     WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq,
+                          rbase, rmax, rfixed, ord)`
 
 // insertRowsSQL is the batch insert without conflict handling: the fast
 // path of a batch that can conflict only on a repeated job id (Insert).
@@ -225,6 +233,9 @@ func insertParams(jobs []NewJob) []any {
 	tss := make([]string, n)
 	tmos := make([]int64, n)
 	uniqs := make([]int64, n)
+	rbases := make([]int64, n)
+	rmaxes := make([]int64, n)
+	rfixeds := make([]int64, n)
 	for i := range jobs {
 		j := &jobs[i]
 		ids[i], topics[i], args[i] = j.ID, j.Topic, string(j.Args)
@@ -235,8 +246,9 @@ func insertParams(jobs []NewJob) []any {
 		}
 		scheds[i], tps[i], tss[i] = j.ScheduleID, j.TraceParent, j.TraceState
 		tmos[i], uniqs[i] = j.Timeout.Microseconds(), j.UniqueFor.Microseconds()
+		rbases[i], rmaxes[i], rfixeds[i] = j.Retry.Base.Microseconds(), j.Retry.Max.Microseconds(), j.Retry.Fixed.Microseconds()
 	}
-	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs}
+	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds}
 }
 
 // insertRows runs the batch's write and reports, per job, whether this
