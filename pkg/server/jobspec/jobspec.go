@@ -40,6 +40,11 @@ const (
 	// (job_uniques_period_range).
 	MinUniqueFor = time.Second
 	MaxUniqueFor = 366 * 24 * time.Hour
+	// MinRetryDelay and MaxRetryDelay bound every duration of a job's own
+	// retry policy (jobs_retry_range) and the wait a handler may ask for
+	// before its next attempt (a result's retry_after).
+	MinRetryDelay = time.Millisecond
+	MaxRetryDelay = 366 * 24 * time.Hour
 )
 
 // TopicPattern is the documented topic charset: a letter or digit, then up
@@ -144,6 +149,9 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 	if job.UniqueFor, err = ValidateDuration(f("unique_for"), spec.GetUniqueFor(), MinUniqueFor, MaxUniqueFor); err != nil {
 		return jobstore.NewJob{}, err
 	}
+	if job.Retry, err = ValidateRetry(f("retry"), spec.GetRetry()); err != nil {
+		return jobstore.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return jobstore.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -159,6 +167,40 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 	}
 	job.ID = id
 	return job, nil
+}
+
+// ValidateRetry checks a job's own retry policy (nil: none, the schema's
+// policy) and returns it for the row. It has exactly one form: base with
+// an optional max not below it (exponential), or fixed; each duration is
+// MinRetryDelay..MaxRetryDelay. Errors name the member: "retry.base".
+func ValidateRetry(field string, p *pulsev1.RetryPolicy) (jobstore.JobRetry, error) {
+	if p == nil {
+		return jobstore.JobRetry{}, nil
+	}
+	f := func(name string) string { return field + "." + name }
+	switch {
+	case p.GetFixed() != nil && (p.GetBase() != nil || p.GetMax() != nil):
+		return jobstore.JobRetry{}, apierr.Invalid(field, "has fixed and base/max; give one form: {base, max} (exponential) or {fixed}")
+	case p.GetFixed() == nil && p.GetBase() == nil && p.GetMax() != nil:
+		return jobstore.JobRetry{}, apierr.Invalid(f("max"), "needs %s: max caps an exponential backoff", f("base"))
+	case p.GetFixed() == nil && p.GetBase() == nil:
+		return jobstore.JobRetry{}, apierr.Invalid(field, "is empty; give {base, max} (exponential) or {fixed}, or leave retry out for the default policy")
+	}
+	var r jobstore.JobRetry
+	var err error
+	if r.Fixed, err = ValidateDuration(f("fixed"), p.GetFixed(), MinRetryDelay, MaxRetryDelay); err != nil {
+		return jobstore.JobRetry{}, err
+	}
+	if r.Base, err = ValidateDuration(f("base"), p.GetBase(), MinRetryDelay, MaxRetryDelay); err != nil {
+		return jobstore.JobRetry{}, err
+	}
+	if r.Max, err = ValidateDuration(f("max"), p.GetMax(), MinRetryDelay, MaxRetryDelay); err != nil {
+		return jobstore.JobRetry{}, err
+	}
+	if r.Max != 0 && r.Max < r.Base {
+		return jobstore.JobRetry{}, apierr.Invalid(f("max"), "is %s; it must be at least %s (%s)", r.Max, f("base"), r.Base)
+	}
+	return r, nil
 }
 
 // ValidateDuration checks an optional duration (nil: zero, unset) against

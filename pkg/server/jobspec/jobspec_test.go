@@ -12,6 +12,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
 // ValidateArgs refuses exactly what Postgres's jsonb refuses (package
@@ -101,4 +102,50 @@ func TestValidateTimeoutAndUniqueFor(t *testing.T) {
 	job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", UniqueFor: durationpb.New(30 * 24 * time.Hour)}, jobspec.Limits{})
 	require.NoError(t, err)
 	require.Zero(t, job.Timeout)
+}
+
+// retry is one form of backoff, base (+ max) or fixed, each duration 1ms
+// to 366 days; anything else is refused naming the member.
+func TestValidateRetry(t *testing.T) {
+	t.Parallel()
+	d := durationpb.New
+	for name, c := range map[string]struct {
+		p     *pulsev1.RetryPolicy
+		field string
+	}{
+		"empty":           {&pulsev1.RetryPolicy{}, "job.retry"},
+		"both forms":      {&pulsev1.RetryPolicy{Base: d(time.Second), Fixed: d(time.Second)}, "job.retry"},
+		"max and fixed":   {&pulsev1.RetryPolicy{Max: d(time.Second), Fixed: d(time.Second)}, "job.retry"},
+		"max alone":       {&pulsev1.RetryPolicy{Max: d(time.Minute)}, "job.retry.max"},
+		"base above max":  {&pulsev1.RetryPolicy{Base: d(time.Minute), Max: d(time.Second)}, "job.retry.max"},
+		"negative base":   {&pulsev1.RetryPolicy{Base: d(-time.Second)}, "job.retry.base"},
+		"zero base":       {&pulsev1.RetryPolicy{Base: &durationpb.Duration{}}, "job.retry.base"},
+		"zero fixed":      {&pulsev1.RetryPolicy{Fixed: &durationpb.Duration{}}, "job.retry.fixed"},
+		"sub-millisecond": {&pulsev1.RetryPolicy{Fixed: d(500 * time.Microsecond)}, "job.retry.fixed"},
+		"beyond 366d":     {&pulsev1.RetryPolicy{Fixed: d(367 * 24 * time.Hour)}, "job.retry.fixed"},
+		"max beyond 366d": {&pulsev1.RetryPolicy{Base: d(time.Second), Max: d(367 * 24 * time.Hour)}, "job.retry.max"},
+		"huge":            {&pulsev1.RetryPolicy{Base: &durationpb.Duration{Seconds: 315_576_000_000}}, "job.retry.base"},
+		"invalid wire":    {&pulsev1.RetryPolicy{Fixed: &durationpb.Duration{Seconds: 1 << 62}}, "job.retry.fixed"},
+		"finer than µs":   {&pulsev1.RetryPolicy{Base: &durationpb.Duration{Seconds: 1, Nanos: 1}}, "job.retry.base"},
+	} {
+		_, err := jobspec.Validate("job", &pulsev1.JobSpec{Topic: "t", Retry: c.p}, jobspec.Limits{})
+		require.ErrorIs(t, err, apierr.ErrInvalidArgument, name)
+		require.Equal(t, c.field, apierr.FieldOf(err), "%s: %v", name, err)
+	}
+	for _, c := range []struct {
+		p    *pulsev1.RetryPolicy
+		want jobstore.JobRetry
+	}{
+		{nil, jobstore.JobRetry{}},
+		{&pulsev1.RetryPolicy{Base: d(2 * time.Second), Max: d(10 * time.Minute)}, jobstore.JobRetry{Base: 2 * time.Second, Max: 10 * time.Minute}},
+		{&pulsev1.RetryPolicy{Base: d(time.Millisecond)}, jobstore.JobRetry{Base: time.Millisecond}},
+		{&pulsev1.RetryPolicy{Base: d(time.Minute), Max: d(time.Minute)}, jobstore.JobRetry{Base: time.Minute, Max: time.Minute}},
+		{&pulsev1.RetryPolicy{Fixed: d(366 * 24 * time.Hour)}, jobstore.JobRetry{Fixed: 366 * 24 * time.Hour}},
+	} {
+		job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", Retry: c.p}, jobspec.Limits{})
+		require.NoError(t, err, "%v", c.p)
+		require.Equal(t, c.want, job.Retry)
+	}
+	_, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", Retry: &pulsev1.RetryPolicy{Base: d(time.Hour), Max: d(time.Minute)}}, jobspec.Limits{})
+	require.ErrorContains(t, err, "retry.max: is 1m0s; it must be at least retry.base (1h0m0s)")
 }

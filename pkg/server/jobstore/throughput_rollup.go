@@ -2,12 +2,13 @@ package jobstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // DefaultWriter is the job_throughput writer of a Store built without
@@ -29,15 +30,18 @@ func ThroughputWriter(id string) Option {
 }
 
 // ValidWriter checks a writer name as job_throughput_writer does: not
-// empty, at most MaxWriterLength characters, storable text.
-func ValidWriter(field, id string) error {
+// empty, at most MaxWriterLength characters, text Postgres can store. The
+// error says what is wrong; the caller names the setting.
+func ValidWriter(id string) error {
 	switch n := utf8.RuneCountInString(id); {
 	case id == "":
-		return apierr.Invalid(field, "must not be empty")
+		return errors.New("must not be empty")
 	case n > MaxWriterLength:
-		return apierr.Invalid(field, "is %d characters; the limit is %d", n, MaxWriterLength)
+		return fmt.Errorf("is %d characters; the limit is %d", n, MaxWriterLength)
+	case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
+		return errors.New("must be UTF-8 text without NUL characters")
 	}
-	return storable.Text(field, id)
+	return nil
 }
 
 // countSettledSQL adds the attempts a statement settled to job_throughput,

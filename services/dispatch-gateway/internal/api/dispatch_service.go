@@ -385,7 +385,11 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		if outcome != jobstore.OutcomeComplete && msg == "" {
 			msg = "(no error message)"
 		}
-		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker}
+		after, err := retryAfter(entryField("results", i, "retry_after"), r)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker, RetryAfter: after}
 	}
 	acks, refused, err := s.reports.Report(ctx, results)
 	if err != nil {
@@ -411,6 +415,28 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		resp.Acks[i] = ack
 	}
 	return resp, nil
+}
+
+// MinRetryAfter and MaxRetryAfter bound the wait a handler may ask for
+// before its job's next attempt (JobResult.retry_after): the bounds of a
+// job's own backoff (jobspec).
+const (
+	MinRetryAfter = jobspec.MinRetryDelay
+	MaxRetryAfter = jobspec.MaxRetryDelay
+)
+
+// retryAfter is a result's retry_after, zero when unset. Only a retryable
+// failure may carry one: on a completion or a permanent failure there is
+// no next attempt to wait for, and a worker sending one has a bug worth
+// hearing about.
+func retryAfter(field string, r *pulsev1.JobResult) (time.Duration, error) {
+	if r.GetRetryAfter() == nil {
+		return 0, nil
+	}
+	if r.GetOutcome() != pulsev1.Outcome_OUTCOME_FAIL {
+		return 0, apierr.Invalid(field, "is for OUTCOME_FAIL only, not %s", r.GetOutcome())
+	}
+	return jobspec.ValidateDuration(field, r.GetRetryAfter(), MinRetryAfter, MaxRetryAfter)
 }
 
 // leaseHolder is the locked_by that the caller's leases carry, and that

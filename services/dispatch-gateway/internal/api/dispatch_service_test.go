@@ -38,8 +38,8 @@ type testBundle struct {
 func setup(t testing.TB) *testBundle {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store := jobstore.New(pgtest.Pool(t))
-	t.Cleanup(func() { _ = store.Close() }) // the read side (Cancel) opens a handle
+	store := jobstore.New(pgtest.Pool(t), jobstore.ThroughputWriter("gw-test")) // as the app builds it
+	t.Cleanup(func() { _ = store.Close() })                                     // the read side (Cancel) opens a handle
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: 20 * time.Millisecond, Batch: 100}, store, nil, logger)
 	svc := api.NewDispatchService(api.Config{GatewayID: "gw-test", LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second},
 		store, d.Registry(), nil, logger)

@@ -183,6 +183,15 @@ func TestReportBatcherIsolatesWhatPostgresRefuses(t *testing.T) {
 		require.True(t, got[3].acks[1].Accepted)
 		status, _ := storedError(t, store, leased["w03b"].ID)
 		require.Equal(t, "RETRYING", status)
+
+		// The throughput rollup, counted in the same statements, holds
+		// exactly what settled: the decoy's completion and every failure
+		// but the two refused.
+		var completed, failed int64
+		require.NoError(t, store.Pool().QueryRow(t.Context(),
+			`SELECT sum(completed)::bigint, sum(failed)::bigint FROM job_throughput WHERE topic = 't'`).Scan(&completed, &failed))
+		require.Equal(t, int64(1), completed)
+		require.Equal(t, int64(len(workers)-len(culprits)+1), failed)
 	})
 }
 

@@ -32,9 +32,10 @@ const Service = "dispatch-gateway"
 
 // MinSchemaVersion is the oldest schema this build can run against: it
 // records its streams in worker_presence, its report schedules a failed
-// attempt's retry with pulse_retry_delay, and its claim reads
-// jobs.timeout.
-const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
+// attempt's retry with pulse_retry_delay and the job's own policy
+// (00010), counts settled attempts in job_throughput (00011), and its
+// claim reads jobs.timeout.
+const MinSchemaVersion = migrations.VersionJobThroughput
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
@@ -69,7 +70,9 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	if authn == nil {
 		auth.LogOpenMode(logger)
 	}
-	store := jobstore.New(s.Pool())
+	// The report statement counts what it settles in job_throughput under
+	// this gateway's id.
+	store := jobstore.New(s.Pool(), jobstore.ThroughputWriter(cfg.GatewayID))
 	// The read side closes last, after every handler and loop using it.
 	s.AddBackend("store", service.Closer(store.Close))
 	if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,

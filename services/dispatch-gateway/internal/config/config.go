@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
@@ -97,6 +98,11 @@ func (c *Config) Validate() error {
 	if c.GatewayID == "" {
 		host, _ := os.Hostname()
 		c.GatewayID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	// The gateway id is its writer in job_throughput, which every report
+	// statement adds to: a name the table refuses would fail them all.
+	if err := jobstore.ValidWriter(c.GatewayID); err != nil {
+		return config.Invalid("PULSE_GATEWAY_ID", "%v", err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -40,4 +41,23 @@ func TestPresenceSettings(t *testing.T) {
 		var cfg gwconfig.Config
 		require.NoError(t, config.Load(&cfg), "twice the interval is enough")
 	})
+}
+
+// The gateway id names its rows in job_throughput: one the table would
+// refuse fails the start, naming the variable.
+func TestGatewayID(t *testing.T) {
+	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	for _, bad := range []string{strings.Repeat("g", 201), "gw\xff"} {
+		t.Setenv("PULSE_GATEWAY_ID", bad)
+		var cfg gwconfig.Config
+		var ce *config.Error
+		require.ErrorAs(t, config.Load(&cfg), &ce, "%q", bad)
+		require.Equal(t, "PULSE_GATEWAY_ID", ce.Var)
+	}
+	t.Setenv("PULSE_GATEWAY_ID", strings.Repeat("g", 200))
+	var cfg gwconfig.Config
+	require.NoError(t, config.Load(&cfg))
+	t.Setenv("PULSE_GATEWAY_ID", "")
+	require.NoError(t, config.Load(&cfg))
+	require.NotEmpty(t, cfg.GatewayID, "hostname-pid by default")
 }

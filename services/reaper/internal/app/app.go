@@ -22,8 +22,9 @@ import (
 const Service = "reaper"
 
 // MinSchemaVersion is the oldest schema this build can run against: the
-// sweep schedules a lapsed attempt's retry with pulse_retry_delay.
-const MinSchemaVersion = migrations.VersionRetryPolicy
+// sweep schedules a lapsed attempt's retry with pulse_retry_delay and the
+// job's own policy (00010) and counts it in job_throughput (00011).
+const MinSchemaVersion = migrations.VersionJobThroughput
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {
@@ -42,9 +43,11 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
 		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
 		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
-			"retention_interval", cfg.RetentionInterval},
+			"retention_interval", cfg.RetentionInterval, "reaper_id", cfg.ReaperID},
 		Build: func(ctx context.Context, s *service.Service) error {
-			store := jobstore.New(s.Pool())
+			// The sweep counts what it settles in job_throughput under
+			// this reaper's id.
+			store := jobstore.New(s.Pool(), jobstore.ThroughputWriter(cfg.ReaperID))
 			// The read side closes last, after every handler and loop using it.
 			s.AddBackend("store", service.Closer(store.Close))
 			if _, err := retrypolicy.Apply(ctx, store, cfg.RetryBackoffUnit, cfg.RetryBackoffMax,
@@ -59,11 +62,16 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				DeadLetteredAge: cfg.RetentionDeadLettered,
 				Batch:           cfg.RetentionBatch,
 			}, store, m, s.Logger())
-			// Both run at start, so a restarted reaper catches up at once.
+			throughput := retention.NewThroughputCleaner(retention.ThroughputConfig{
+				Age: cfg.ThroughputRetention, Batch: cfg.RetentionBatch,
+			}, store, m, s.Logger())
+			// All run at start, so a restarted reaper catches up at once.
 			s.Every(loop.Config{Name: "lease_sweeper", Interval: cfg.SweepInterval, Immediate: true},
 				func(ctx context.Context) error { _, err := sweeper.Sweep(ctx); return err })
 			s.Every(loop.Config{Name: "job_cleaner", Interval: cfg.RetentionInterval, Immediate: true},
 				func(ctx context.Context) error { _, err := cleaner.Clean(ctx); return err })
+			s.Every(loop.Config{Name: "throughput_cleaner", Interval: cfg.RetentionInterval, Immediate: true},
+				func(ctx context.Context) error { _, err := throughput.Clean(ctx); return err })
 			return nil
 		},
 	}

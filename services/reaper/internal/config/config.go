@@ -3,9 +3,12 @@
 package config
 
 import (
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
@@ -28,9 +31,12 @@ const (
 	RetentionCanceledDefault     = 7 * 24 * time.Hour
 	RetentionDeadLetteredDefault = 30 * 24 * time.Hour
 	// RetentionBatchDefault bounds one retention DELETE.
-	RetentionBatchDefault  = 1000
-	DBMaxConnsDefault      = 4
-	ShutdownTimeoutDefault = 20 * time.Second
+	RetentionBatchDefault = 1000
+	// ThroughputRetentionDefault is how long job_throughput keeps a
+	// minute's counts; the retention loop deletes older rows.
+	ThroughputRetentionDefault = 7 * 24 * time.Hour
+	DBMaxConnsDefault          = 4
+	ShutdownTimeoutDefault     = 20 * time.Second
 
 	// MinInterval keeps a loop from spinning on the database.
 	MinInterval = 10 * time.Millisecond
@@ -56,8 +62,14 @@ type Config struct {
 	RetentionCanceled     time.Duration           `envconfig:"RETENTION_CANCELED" default:"168h"`
 	RetentionDeadLettered time.Duration           `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
 	RetentionBatch        int                     `envconfig:"RETENTION_BATCH" default:"1000"`
-	DBMaxConns            int32                   `envconfig:"DB_MAX_CONNS" default:"4"`
-	ShutdownTimeout       time.Duration           `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// ThroughputRetention is how long job_throughput keeps a minute's
+	// counts; zero keeps them forever.
+	ThroughputRetention time.Duration `envconfig:"THROUGHPUT_RETENTION" default:"168h"`
+	// ReaperID names this reaper where it writes: its rows in
+	// job_throughput. Empty: reaper-<hostname>-<pid>.
+	ReaperID        string        `envconfig:"REAPER_ID"`
+	DBMaxConns      int32         `envconfig:"DB_MAX_CONNS" default:"4"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
@@ -83,10 +95,21 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_RETENTION_DEAD_LETTERED", "is %s; it must not be negative (0 keeps DEAD_LETTERED jobs forever)", c.RetentionDeadLettered)
 	case c.RetentionBatch < 1 || c.RetentionBatch > MaxBatch:
 		return config.Invalid("PULSE_RETENTION_BATCH", "is %d; it must be between 1 and %d", c.RetentionBatch, MaxBatch)
+	case c.ThroughputRetention < 0:
+		return config.Invalid("PULSE_THROUGHPUT_RETENTION", "is %s; it must not be negative (0 keeps throughput counts forever)", c.ThroughputRetention)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the reaper needs at least 2 (the sweep and retention run side by side)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	if c.ReaperID == "" {
+		host, _ := os.Hostname()
+		c.ReaperID = fmt.Sprintf("reaper-%s-%d", host, os.Getpid())
+	}
+	// The reaper id is its writer in job_throughput, which every sweep
+	// statement adds to: a name the table refuses would fail them all.
+	if err := jobstore.ValidWriter(c.ReaperID); err != nil {
+		return config.Invalid("PULSE_REAPER_ID", "%v", err)
 	}
 	return nil
 }

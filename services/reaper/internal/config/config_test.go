@@ -29,7 +29,10 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
+	require.True(t, strings.HasPrefix(c.ReaperID, "reaper-"), "reaper-<hostname>-<pid> by default, got %q", c.ReaperID)
 	require.Equal(t, config.Config{
+		ReaperID:              c.ReaperID,
+		ThroughputRetention:   config.ThroughputRetentionDefault,
 		DatabaseURL:           "postgres://localhost/pulse",
 		AdminAddr:             config.AdminAddrDefault,
 		LogLevel:              "info",
@@ -58,6 +61,10 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_RETENTION_CANCELED", "-1h"},
 		{"PULSE_RETENTION_DEAD_LETTERED", "-1h"},
 		{"PULSE_RETENTION_BATCH", "100000"},
+		{"PULSE_THROUGHPUT_RETENTION", "-1h"},
+		{"PULSE_THROUGHPUT_RETENTION", "a week"},
+		{"PULSE_REAPER_ID", strings.Repeat("r", 201)},
+		{"PULSE_REAPER_ID", "r\xff"},
 		{"PULSE_DB_MAX_CONNS", "1"},
 		{"PULSE_SHUTDOWN_TIMEOUT", "0s"},
 		{"PULSE_LOG_LEVEL", "loud"},
@@ -85,4 +92,7 @@ func TestAZeroRetentionAgeIsAllowed(t *testing.T) {
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
 	require.Zero(t, c.RetentionCompleted)
+	t.Setenv("PULSE_THROUGHPUT_RETENTION", "0s")
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Zero(t, c.ThroughputRetention)
 }

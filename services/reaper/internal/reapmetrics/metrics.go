@@ -31,6 +31,8 @@ type Metrics struct {
 	Sweeps        *prometheus.CounterVec
 	JobsDeleted   *prometheus.CounterVec
 	RetentionRuns *prometheus.CounterVec
+	// ThroughputRowsDeleted counts job_throughput rows retention deleted.
+	ThroughputRowsDeleted prometheus.Counter
 }
 
 // New registers the reaper metrics on reg.
@@ -51,8 +53,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		RetentionRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_reaper_retention_runs_total", Help: "Retention passes run, by result (ok, error).",
 		}, []string{"result"}),
+		ThroughputRowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_throughput_rows_deleted_total", Help: "job_throughput rows (counts per minute, topic and writer) deleted by retention.",
+		}),
 	}
-	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns)
+	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted)
 	// Series that exist from the first scrape, so rate() and alerts see 0.
 	for _, r := range []string{ResultOK, ResultError} {
 		m.Sweeps.WithLabelValues(r)
@@ -81,6 +86,10 @@ func (m *Metrics) Swept(took time.Duration, err error) {
 func (m *Metrics) Deleted(status jobstore.Status, n int64) {
 	m.JobsDeleted.WithLabelValues(StatusLabel(status)).Add(float64(n))
 }
+
+// ThroughputDeleted counts job_throughput rows one retention statement
+// removed.
+func (m *Metrics) ThroughputDeleted(n int64) { m.ThroughputRowsDeleted.Add(float64(n)) }
 
 // Cleaned records one whole retention pass.
 func (m *Metrics) Cleaned(err error) { m.RetentionRuns.WithLabelValues(result(err)).Inc() }

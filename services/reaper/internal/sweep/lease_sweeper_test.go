@@ -56,7 +56,7 @@ func setup(t *testing.T, batch int) *testBundle {
 	m := reapmetrics.New(prometheus.NewRegistry())
 	b := &testBundle{
 		pool:    pool,
-		reaper:  &countingReaper{store: jobstore.New(pool)},
+		reaper:  &countingReaper{store: jobstore.New(pool, jobstore.ThroughputWriter("reaper-test"))},
 		metrics: m,
 	}
 	b.sweeper = sweep.NewLeaseSweeper(sweep.Config{Batch: batch},
@@ -104,6 +104,13 @@ func TestLeaseSweeper(t *testing.T) {
 		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsReaped.WithLabelValues("email.send", reapmetrics.OutcomeRetried)))
 		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsReaped.WithLabelValues("email.send", reapmetrics.OutcomeDeadLettered)))
 		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultOK)))
+
+		// The sweep's statement counted both as failed attempts, one of
+		// them dead-lettered, under the reaper's id.
+		var failed, dead int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT failed, dead_lettered FROM job_throughput
+			WHERE topic = 'email.send' AND writer = 'reaper-test'`).Scan(&failed, &dead))
+		require.Equal(t, []int64{2, 1}, []int64{failed, dead})
 	})
 
 	t.Run("DrainsMoreThanOneBatchInOneTick", func(t *testing.T) {
