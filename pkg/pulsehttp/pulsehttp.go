@@ -27,6 +27,19 @@ type JobSpec struct {
 	// Timeout and UniqueFor are Go durations; empty or absent means none.
 	Timeout   string `json:"timeout"`
 	UniqueFor string `json:"unique_for"`
+	// Retry is the job's own backoff; absent or null means the schema's
+	// policy.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+}
+
+// RetryPolicy is one job's backoff between attempts, in exactly one form:
+// {"base": "2s", "max": "10m"} (exponential with jitter; max optional,
+// defaulting to the schema policy's cap) or {"fixed": "30s"}. Durations
+// are Go durations, 1ms to 366 days (8784h).
+type RetryPolicy struct {
+	Base  string `json:"base,omitempty"`
+	Max   string `json:"max,omitempty"`
+	Fixed string `json:"fixed,omitempty"`
 }
 
 // Batch is the body of POST /v1/jobs/batch; each entry is a JobSpec, kept
@@ -69,6 +82,9 @@ type Job struct {
 	Tracestate     string          `json:"tracestate"`
 	// Timeout is a Go duration ("30s"), null when the job has none.
 	Timeout *string `json:"timeout"`
+	// Retry is the job's own backoff, null when it follows the schema's
+	// policy.
+	Retry *RetryPolicy `json:"retry"`
 }
 
 // AttemptError is one entry of a job's error history.

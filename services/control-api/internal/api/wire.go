@@ -60,6 +60,7 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 	if j.Timeout > 0 {
 		out.Timeout = durationpb.New(j.Timeout)
 	}
+	out.Retry = RetryToWire(j.Retry)
 	for _, e := range j.Errors {
 		out.Errors = append(out.Errors, &pulsev1.AttemptError{
 			Attempt: int32(e.Attempt),
@@ -69,6 +70,21 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		})
 	}
 	return out
+}
+
+// RetryToWire is a job's own backoff in its wire form, nil when it
+// follows the schema's policy.
+func RetryToWire(r jobstore.JobRetry) *pulsev1.RetryPolicy {
+	if r.IsZero() {
+		return nil
+	}
+	d := func(v time.Duration) *durationpb.Duration {
+		if v == 0 {
+			return nil
+		}
+		return durationpb.New(v)
+	}
+	return &pulsev1.RetryPolicy{Base: d(r.Base), Max: d(r.Max), Fixed: d(r.Fixed)}
 }
 
 // TimeFromWire is a wire timestamp as a time, nil when unset: the JSON

@@ -166,7 +166,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var in jobSpecJSON
-	if err := decodeStorable(body, "", &in); err != nil {
+	if err := decodeJobSpec(body, "", &in); err != nil {
 		return err
 	}
 	spec, err := specToWire(&in, "")
@@ -197,7 +197,7 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 	for i, raw := range in.Jobs {
 		prefix := "jobs[" + strconv.Itoa(i) + "]"
 		var js jobSpecJSON
-		if err := decodeStorable(raw, prefix, &js); err != nil {
+		if err := decodeJobSpec(raw, prefix, &js); err != nil {
 			return err
 		}
 		spec, err := specToWire(&js, prefix)

@@ -30,6 +30,30 @@ import (
 // unchanged; priority is a pointer so an explicit 0 differs from "unset".
 type jobSpecJSON = pulsehttp.JobSpec
 
+type retryPolicyJSON = pulsehttp.RetryPolicy
+
+// decodeJobSpec decodes one job's JSON (the body, or a batch member
+// under prefix) strictly, as decodeStorable does. Its retry object is
+// decoded on its own first, so a key it does not know is named with its
+// path, "retry.bsae": the decoder names an unknown field of a nested
+// object without one.
+func decodeJobSpec(data []byte, prefix string, into *jobSpecJSON) error {
+	var head struct {
+		Retry json.RawMessage `json:"retry"`
+	}
+	if json.Unmarshal(data, &head) == nil && !isNull(head.Retry) {
+		var p retryPolicyJSON
+		if err := decodeObject(head.Retry, join(prefix, "retry"), &p); err != nil {
+			return err
+		}
+	}
+	return decodeStorable(data, prefix, into)
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
 func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	spec := &pulsev1.JobSpec{
 		Topic:          j.Topic,
@@ -56,7 +80,46 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	if spec.UniqueFor, err = parseDuration(join(prefix, "unique_for"), j.UniqueFor, "1h or 24h"); err != nil {
 		return nil, err
 	}
+	if spec.Retry, err = retryToWire(j.Retry, join(prefix, "retry")); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// retryToWire reads a job's "retry" object (absent or null: none). Its
+// members are Go durations; which combinations and ranges are allowed is
+// the service's to say (jobspec.ValidateRetry), in the same words over
+// gRPC.
+func retryToWire(in *retryPolicyJSON, field string) (*pulsev1.RetryPolicy, error) {
+	if in == nil {
+		return nil, nil
+	}
+	p := &pulsev1.RetryPolicy{}
+	var err error
+	if p.Base, err = parseDuration(join(field, "base"), in.Base, "2s or 500ms"); err != nil {
+		return nil, err
+	}
+	if p.Max, err = parseDuration(join(field, "max"), in.Max, "10m or 1h"); err != nil {
+		return nil, err
+	}
+	if p.Fixed, err = parseDuration(join(field, "fixed"), in.Fixed, "30s or 5m"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// retryToJSON shows a job's own backoff; nil when it has none.
+func retryToJSON(p *pulsev1.RetryPolicy) *retryPolicyJSON {
+	if p == nil {
+		return nil
+	}
+	str := func(d *durationpb.Duration) string {
+		if d == nil {
+			return ""
+		}
+		return d.AsDuration().String()
+	}
+	return &retryPolicyJSON{Base: str(p.GetBase()), Max: str(p.GetMax()), Fixed: str(p.GetFixed())}
 }
 
 // parseDuration reads an optional duration field ("" is unset); the
@@ -111,6 +174,7 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		s := d.AsDuration().String()
 		out.Timeout = &s
 	}
+	out.Retry = retryToJSON(j.GetRetry())
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

@@ -217,7 +217,9 @@ type jobDetailView struct {
 	LockedBy    string
 	LeaseUntil  *time.Time
 	// Timeout bounds each attempt; empty when the job has none.
-	Timeout        string
+	Timeout string
+	// Retry is the job's own backoff in words; empty when it has none.
+	Retry          string
 	ScheduleID     string
 	IdempotencyKey string
 	TraceID        string
@@ -251,6 +253,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 	if t := j.GetTimeout(); t != nil {
 		view.Timeout = t.AsDuration().String() + " per attempt"
 	}
+	view.Retry = retryText(j.GetRetry())
 	d.render(w, r, http.StatusOK, "job", view)
 	return nil
 }
