@@ -240,6 +240,7 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 	if cfg.uniqueFor > 0 {
 		spec.UniqueFor = durationpb.New(cfg.uniqueFor)
 	}
+	spec.Retry = cfg.retry
 	return spec, nil
 }
 

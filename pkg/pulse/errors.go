@@ -85,3 +85,49 @@ func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
 }
+
+// retryAfterError asks for the job's next attempt to wait a given time.
+type retryAfterError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string {
+	if e.err == nil {
+		return "retry requested after " + e.after.String()
+	}
+	return e.err.Error()
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter fails the attempt with err and asks for the job's next
+// attempt to start d from now instead of after its backoff: a handler
+// that knows when to come back (a rate limit's Retry-After, a resource
+// that will be ready at a known time) says so. The failed attempt counts
+// like any other, so on the job's last attempt it is dead-lettered
+// instead (docs/adr/0018). d is clamped to [MinRetryDelay, MaxRetryDelay]
+// and rounded up to a microsecond. err may be nil; the error history then
+// says a retry was requested. [Permanent] wins when both wrap the error.
+func RetryAfter(d time.Duration, err error) error {
+	switch {
+	case d < MinRetryDelay:
+		d = MinRetryDelay
+	case d > MaxRetryDelay:
+		d = MaxRetryDelay
+	}
+	if r := d % time.Microsecond; r != 0 {
+		d += time.Microsecond - r
+	}
+	return &retryAfterError{after: d, err: err}
+}
+
+// RetryAfterOf reports the wait err asked for with [RetryAfter], if err or
+// any error it wraps was made by it, so middleware can see it.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}

@@ -116,3 +116,40 @@ func ExampleUniqueFor() {
 	fmt.Println(spec.GetUniqueFor().AsDuration(), spec.GetTimeout().AsDuration())
 	// Output: 1h0m0s 30s
 }
+
+// A job's own backoff: exponential from 2s (jittered, at most 10m) or a
+// fixed wait; the request's spec shows what is sent.
+func ExampleExponentialBackoff() {
+	for _, opt := range []pulse.EnqueueOption{
+		pulse.ExponentialBackoff(2*time.Second, 10*time.Minute),
+		pulse.FixedBackoff(30 * time.Second),
+	} {
+		req := pulse.JobRequest{Topic: "webhook.deliver", Options: []pulse.EnqueueOption{opt}}
+		spec, err := req.Spec()
+		if err != nil {
+			panic(err)
+		}
+		r := spec.GetRetry()
+		fmt.Println(r.GetBase().AsDuration(), r.GetMax().AsDuration(), r.GetFixed().AsDuration())
+	}
+	// Output:
+	// 2s 10m0s 0s
+	// 0s 0s 30s
+}
+
+// A handler that knows when to come back says so: the attempt fails and
+// the next one starts 30s later, whatever the job's backoff.
+func ExampleRetryAfter() {
+	deliver := func(ctx context.Context, job *pulse.Job) error {
+		status, retryAfter := 429, 30*time.Second // a rate-limited HTTP call
+		if status == 429 {
+			return pulse.RetryAfter(retryAfter, fmt.Errorf("webhook: HTTP %d", status))
+		}
+		return nil
+	}
+	err := deliver(context.Background(), &pulse.Job{ID: "j1", Topic: "webhook.deliver", Attempt: 1})
+	d, ok := pulse.RetryAfterOf(err)
+	fmt.Println(err, d, ok)
+	// Output:
+	// webhook: HTTP 429 30s true
+}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
@@ -220,6 +222,9 @@ func (e *executor) result(job *Job, err error) *pulsev1.JobResult {
 		res.Outcome = pulsev1.Outcome_OUTCOME_FAIL_PERMANENT
 		res.Error = errorText(err)
 	default:
+		if d, ok := RetryAfterOf(err); ok {
+			res.RetryAfter = durationpb.New(d)
+		}
 		res.Outcome = pulsev1.Outcome_OUTCOME_FAIL
 		res.Error = errorText(err)
 	}

@@ -37,6 +37,17 @@ type JobInfo struct {
 	IdempotencyKey string
 	// Timeout bounds each attempt; zero when the job has none of its own.
 	Timeout time.Duration
+	// Retry is the job's own backoff ([ExponentialBackoff],
+	// [FixedBackoff]); zero when it follows the server's retry policy.
+	Retry RetryPolicy
+}
+
+// RetryPolicy is a job's own backoff between attempts: exponential from
+// Base (at most Max, zero for the server's cap), or Fixed.
+type RetryPolicy struct {
+	Base  time.Duration
+	Max   time.Duration
+	Fixed time.Duration
 }
 
 // AttemptError is one failed attempt in a job's history, kept so operators
@@ -89,6 +100,11 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		ScheduleID:     j.GetScheduleId(),
 		IdempotencyKey: j.GetIdempotencyKey(),
 		Timeout:        j.GetTimeout().AsDuration(),
+		Retry: RetryPolicy{
+			Base:  j.GetRetry().GetBase().AsDuration(),
+			Max:   j.GetRetry().GetMax().AsDuration(),
+			Fixed: j.GetRetry().GetFixed().AsDuration(),
+		},
 	}
 	for _, e := range j.GetErrors() {
 		info.Errors = append(info.Errors, AttemptError{

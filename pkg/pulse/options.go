@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
 // Worker defaults, named so the documentation and the code cannot drift.
@@ -226,6 +229,7 @@ type enqueueConfig struct {
 	idempotencyKey string
 	timeout        time.Duration
 	uniqueFor      time.Duration
+	retry          *pulsev1.RetryPolicy
 	errs           []error
 }
 
@@ -242,6 +246,11 @@ const (
 	// MinUniqueFor and MaxUniqueFor bound [UniqueFor].
 	MinUniqueFor = time.Second
 	MaxUniqueFor = 366 * 24 * time.Hour
+	// MinRetryDelay and MaxRetryDelay bound every duration of
+	// [ExponentialBackoff] and [FixedBackoff], and the wait [RetryAfter]
+	// asks for.
+	MinRetryDelay = time.Millisecond
+	MaxRetryDelay = 366 * 24 * time.Hour
 )
 
 // Priority sets the job's priority, MinPriority..MaxPriority; higher runs
@@ -316,6 +325,46 @@ func UniqueFor(d time.Duration) EnqueueOption {
 			return
 		}
 		c.uniqueFor = d
+	}
+}
+
+// ExponentialBackoff gives the job its own backoff between attempts:
+// failed attempt n waits about base × 2^(n-1), never more than maxDelay
+// (zero: the server's retry policy's cap), jittered down by up to a fifth
+// so jobs that failed together do not all come back together. Both are
+// MinRetryDelay..MaxRetryDelay, maxDelay at least base. Without it or
+// [FixedBackoff] the server's retry policy applies; the last of the two
+// wins. A lapsed lease (the worker died) waits the same.
+func ExponentialBackoff(base, maxDelay time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) {
+		err := checkDuration("backoff base", base, MinRetryDelay, MaxRetryDelay)
+		if err == nil && maxDelay != 0 {
+			err = checkDuration("backoff max", maxDelay, MinRetryDelay, MaxRetryDelay)
+			if err == nil && maxDelay < base {
+				err = fmt.Errorf("pulse: backoff max %s is below its base %s", maxDelay, base)
+			}
+		}
+		if err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.retry = &pulsev1.RetryPolicy{Base: durationpb.New(base)}
+		if maxDelay != 0 {
+			c.retry.Max = durationpb.New(maxDelay)
+		}
+	}
+}
+
+// FixedBackoff gives the job its own backoff between attempts: every
+// failed attempt waits exactly d, MinRetryDelay..MaxRetryDelay. The last of
+// it and [ExponentialBackoff] wins.
+func FixedBackoff(d time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkDuration("fixed backoff", d, MinRetryDelay, MaxRetryDelay); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.retry = &pulsev1.RetryPolicy{Fixed: durationpb.New(d)}
 	}
 }
 

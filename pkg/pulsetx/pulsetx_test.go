@@ -82,7 +82,8 @@ func TestEnqueueIsPartOfTheTransaction(t *testing.T) {
 	_, err = tx.Exec(ctx, `INSERT INTO orders VALUES (1, 'a@example.com')`)
 	require.NoError(t, err)
 	s, err = pulsetx.Enqueue(ctx, tx, "order.confirm", order{1, "a@example.com"},
-		pulse.UniqueFor(time.Hour), pulse.Timeout(30*time.Second), pulse.Priority(8), pulse.MaxAttempts(4))
+		pulse.UniqueFor(time.Hour), pulse.Timeout(30*time.Second), pulse.Priority(8), pulse.MaxAttempts(4),
+		pulse.ExponentialBackoff(2*time.Second, 10*time.Minute))
 	require.NoError(t, err)
 	require.False(t, notified(200*time.Millisecond), "woken before the commit")
 	require.Zero(t, jobCount(t, pool, "order.confirm"), "visible before the commit")
@@ -95,14 +96,18 @@ func TestEnqueueIsPartOfTheTransaction(t *testing.T) {
 
 	var topic, args string
 	var prio, maxAttempts int
-	var timeout time.Duration
-	require.NoError(t, pool.QueryRow(ctx, `SELECT topic, args::text, priority, max_attempts, timeout FROM jobs WHERE id = $1`, s.ID).
-		Scan(&topic, &args, &prio, &maxAttempts, &timeout))
+	var timeout, retryBase, retryMax time.Duration
+	var retryFixed *time.Duration
+	require.NoError(t, pool.QueryRow(ctx, `SELECT topic, args::text, priority, max_attempts, timeout, retry_base, retry_max, retry_fixed
+		FROM jobs WHERE id = $1`, s.ID).
+		Scan(&topic, &args, &prio, &maxAttempts, &timeout, &retryBase, &retryMax, &retryFixed))
 	require.Equal(t, "order.confirm", topic)
 	require.JSONEq(t, `{"id":1,"email":"a@example.com"}`, args)
 	require.Equal(t, 8, prio)
 	require.Equal(t, 4, maxAttempts)
 	require.Equal(t, 30*time.Second, timeout)
+	require.Equal(t, []time.Duration{2 * time.Second, 10 * time.Minute}, []time.Duration{retryBase, retryMax})
+	require.Nil(t, retryFixed)
 }
 
 // database/sql, through pgx's driver: the same, with a *sql.Tx.
@@ -164,6 +169,9 @@ func TestEnqueueRefusesWhatControlAPIRefuses(t *testing.T) {
 	_, err = pulsetx.Enqueue(ctx, tx, "t", nil, pulse.Timeout(25*time.Hour))
 	require.ErrorIs(t, err, pulsetx.ErrInvalidJob)
 	require.ErrorContains(t, err, "timeout")
+	_, err = pulsetx.Enqueue(ctx, tx, "t", nil, pulse.ExponentialBackoff(time.Hour, time.Minute))
+	require.ErrorIs(t, err, pulsetx.ErrInvalidJob)
+	require.ErrorContains(t, err, "backoff max")
 
 	_, err = pulsetx.Enqueuer{}.EnqueueMany(ctx, tx, []pulse.JobRequest{{Topic: "t"}, {Topic: "t", Args: []byte(`{"x":"\u0000"}`)}})
 	require.ErrorIs(t, err, pulsetx.ErrInvalidJob)
