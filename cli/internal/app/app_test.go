@@ -238,6 +238,12 @@ func TestBadInput(t *testing.T) {
 		{"timeout out of range", prod("submit", "cli.bad", "--timeout", "25h"), "timeout", ExitError},
 		{"bad --unique-for", prod("submit", "cli.bad", "--unique-for", "1e1000000"), "unique-for", ExitUsage},
 		{"negative unique_for", prod("submit", "cli.bad", "--unique-for", "-1h"), "unique_for", ExitError},
+		{"bad --retry-base", prod("submit", "cli.bad", "--retry-base", "soon"), "retry-base", ExitUsage},
+		{"retry max below base", prod("submit", "cli.bad", "--retry-base", "1m", "--retry-max", "1s"), "retry.max", ExitError},
+		{"retry max alone", prod("submit", "cli.bad", "--retry-max", "1m"), "retry.max", ExitError},
+		{"retry both forms", prod("submit", "cli.bad", "--retry-base", "1s", "--retry-fixed", "5s"), "retry", ExitError},
+		{"retry fixed too long", prod("submit", "cli.bad", "--retry-fixed", "9000h"), "retry.fixed", ExitError},
+		{"retry fixed zero", prod("submit", "cli.bad", "--retry-fixed", "0s"), "retry.fixed", ExitError},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -546,6 +552,32 @@ func TestSubmitTimeoutAndUniqueFor(t *testing.T) {
 	require.NotNil(t, j.Timeout)
 	require.Equal(t, "1m30s", *j.Timeout)
 	require.Contains(t, ok(t, prod("jobs", "get", first.ID)...), "1m30s per attempt")
+}
+
+// --retry-base/--retry-max and --retry-fixed reach the job, and jobs get
+// shows them.
+func TestSubmitRetryBackoff(t *testing.T) {
+	t.Parallel()
+	topic := "cli.retry." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var exp, fixed struct {
+		ID string `json:"id"`
+	}
+	okJSON(t, &exp, prod("submit", topic, "--retry-base", "2s", "--retry-max", "10m")...)
+	okJSON(t, &fixed, prod("submit", topic, "--retry-fixed", "30s")...)
+
+	var j struct {
+		Retry *struct {
+			Base  string `json:"base"`
+			Max   string `json:"max"`
+			Fixed string `json:"fixed"`
+		} `json:"retry"`
+	}
+	okJSON(t, &j, prod("jobs", "get", exp.ID)...)
+	require.NotNil(t, j.Retry)
+	require.Equal(t, "2s", j.Retry.Base)
+	require.Equal(t, "10m0s", j.Retry.Max)
+	require.Contains(t, ok(t, prod("jobs", "get", exp.ID)...), "2s doubling per attempt, at most 10m0s, jittered")
+	require.Contains(t, ok(t, prod("jobs", "get", fixed.ID)...), "30s between attempts")
 }
 
 // -h on a group still prints its help and succeeds.

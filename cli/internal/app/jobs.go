@@ -124,6 +124,9 @@ func printJob(w io.Writer, j job) {
 	if j.Timeout != nil {
 		fmt.Fprintf(w, "Timeout:\t%s per attempt\n", *j.Timeout)
 	}
+	if r := j.Retry; r != nil {
+		fmt.Fprintf(w, "Retry backoff:\t%s\n", retryText(r))
+	}
 	if j.ScheduleID != "" {
 		fmt.Fprintf(w, "Schedule:\t%s\n", j.ScheduleID)
 	}
@@ -213,7 +216,7 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 func newSubmitCmd(e *env) *cobra.Command {
 	var argsJSON, at, key string
 	var priority, maxAttempts int
-	var timeout, uniqueFor time.Duration
+	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
 	cmd := &cobra.Command{
 		Use:   "submit TOPIC",
 		Short: "Submit one job",
@@ -224,12 +227,17 @@ that runs longer fails "timed out after ..." and is retried. With
 --idempotency-key a second submit while the first job is live returns that
 job (marked duplicate); with --unique-for (1s-366d) a second submit of the
 same topic and args within that period returns the first job, whatever its
-status (marked duplicate).
+status (marked duplicate). The job's own backoff between attempts (1ms-366d,
+default the server's retry policy): --retry-base with an optional
+--retry-max, exponential with jitter, or --retry-fixed, the same wait every
+time.
 Prints the new job's id (json: {"id","duplicate"}).`,
 		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
   pulse submit report.build --args '{}' --priority 9 --max-attempts 3 --timeout 5m
   pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42
-  pulse submit stats.refresh --args '{"shop":7}' --unique-for 1h`,
+  pulse submit stats.refresh --args '{"shop":7}' --unique-for 1h
+  pulse submit webhook.deliver --args '{"id":9}' --retry-base 2s --retry-max 10m
+  pulse submit sync.pull --args '{}' --retry-fixed 30s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseArgsFlag("args", argsJSON)
@@ -253,6 +261,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 			if cmd.Flags().Changed("unique-for") {
 				body.UniqueFor = uniqueFor.String()
 			}
+			body.Retry = retryFlags(cmd, retryBase, retryMax, retryFixed)
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -279,5 +288,41 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 	f.StringVar(&key, "idempotency-key", "", "deduplicates submits among live jobs (≤ 255 bytes)")
 	f.DurationVar(&timeout, "timeout", 0, "how long one attempt may run, 1s-24h (default none)")
 	f.DurationVar(&uniqueFor, "unique-for", 0, "one job per topic and args for this long, 1s-366d (default not unique)")
+	f.DurationVar(&retryBase, "retry-base", 0, "exponential backoff: the first retry's wait, doubling per attempt, 1ms-366d")
+	f.DurationVar(&retryMax, "retry-max", 0, "exponential backoff: the longest wait (default the server policy's cap)")
+	f.DurationVar(&retryFixed, "retry-fixed", 0, "fixed backoff: every retry waits this long, 1ms-366d")
 	return cmd
+}
+
+// retryFlags is the job's retry policy from the --retry-* flags given;
+// nil when none is. The server checks the form and ranges, naming
+// retry.base, retry.max or retry.fixed.
+func retryFlags(cmd *cobra.Command, base, maxDelay, fixed time.Duration) *pulsehttp.RetryPolicy {
+	var p pulsehttp.RetryPolicy
+	set := false
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+		dst  *string
+	}{{"retry-base", base, &p.Base}, {"retry-max", maxDelay, &p.Max}, {"retry-fixed", fixed, &p.Fixed}} {
+		if cmd.Flags().Changed(f.name) {
+			*f.dst, set = f.d.String(), true
+		}
+	}
+	if !set {
+		return nil
+	}
+	return &p
+}
+
+// retryText says a job's own backoff in words.
+func retryText(r *pulsehttp.RetryPolicy) string {
+	if r.Fixed != "" {
+		return r.Fixed + " between attempts"
+	}
+	limit := "the server policy's cap"
+	if r.Max != "" {
+		limit = r.Max
+	}
+	return r.Base + " doubling per attempt, at most " + limit + ", jittered"
 }
