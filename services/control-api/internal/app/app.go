@@ -33,8 +33,9 @@ const Service = "control-api"
 
 // MinSchemaVersion is the oldest schema control-api runs on: explaining a
 // waiting job reads worker_presence; a submit writes jobs.timeout and the
-// job's retry policy (00010) and claims unique keys in job_uniques.
-const MinSchemaVersion = migrations.VersionJobRetryPolicy
+// job's retry policy (00010) and claims unique keys in job_uniques; the
+// dashboard reads job_throughput (00011).
+const MinSchemaVersion = migrations.VersionJobThroughput
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {
