@@ -53,6 +53,12 @@ const (
 	// per topic and args per period, claimed in the statement that inserts
 	// the job). control-api writes both; gateways read the timeout.
 	VersionJobTimeoutAndUniques int64 = 8
+	// VersionTopicLimits adds topic_limits (a topic's fleet-wide
+	// max_running, ADR-0017), whose changes take the pause barrier, and the
+	// index of dead-lettered jobs by topic. Gateways require it: their claim
+	// reads the limits. control-api requires it: it sets them and lists
+	// topics.
+	VersionTopicLimits int64 = 9
 )
 
 // Latest is the newest version in FS.

@@ -207,7 +207,7 @@ func TestBinary(t *testing.T) {
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
 		})
 		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, "needs version 8") // migrations.VersionJobTimeoutAndUniques
+		require.Contains(t, res.stderr, "needs version 9") // migrations.VersionTopicLimits
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {

@@ -53,17 +53,62 @@ type Claimed struct {
 // one-time filter that skips the jobs index entirely, and a paused topic is
 // one more cheap filter on the rows the ordered walk of jobs_claim_idx
 // visits.
+//
+// And it is where topic limits are enforced (ADR-0017, docs/topics.md). The
+// group's topics split in two walks of jobs_claim_idx:
+//
+//   - open_head: the topics without a row in topic_limits, exactly the
+//     claim as it was before limits existed, plus one primary-key probe of
+//     topic_limits (the limited CTE) that finds none;
+//   - limited_head: for each limited topic, its own ordered walk, LIMIT
+//     max_running minus its RUNNING jobs (never below 0). The count walks
+//     jobs_expired_lease_idx, the partial index of RUNNING rows: only a
+//     limited topic's claim pays it, about 0.13 µs per job running in the
+//     fleet (docs/topics.md).
+//
+// picked merges both heads in dispatch order and keeps the first $2, so a
+// group mixing limited and unlimited topics keeps priority and FIFO order
+// across all of them, and a limited topic at its limit never holds back
+// its unlimited neighbours. Rows a head locked but picked did not keep are
+// released at commit.
+//
+// The count is exact because the claim's snapshot is taken after it holds
+// every limited topic's advisory lock (claimLimitLocksSQL, the statement
+// before this one), so it sees every RUNNING row committed by the previous
+// claimer of the topic on any gateway (claimLimitLocksSQL says why).
 const claimSQL = `
-WITH picked AS (
-    SELECT id FROM jobs
+WITH limited AS MATERIALIZED (
+    SELECT topic, max_running FROM topic_limits WHERE topic = ANY($1::text[])
+), open_head AS (
+    SELECT id, priority, submitted_at FROM jobs
     WHERE status IN ('PENDING', 'RETRYING')
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
+      AND topic <> ALL (ARRAY(SELECT topic FROM limited))
       AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
       AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
     ORDER BY priority DESC, submitted_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), limited_head AS (
+    SELECT h.id, h.priority, h.submitted_at
+    FROM limited AS l
+    CROSS JOIN LATERAL (
+        SELECT id, priority, submitted_at FROM jobs
+        WHERE status IN ('PENDING', 'RETRYING')
+          AND next_run_at <= now()
+          AND topic = l.topic
+        ORDER BY priority DESC, submitted_at, id
+        LIMIT LEAST($2, GREATEST(l.max_running -
+            (SELECT count(*) FROM jobs AS r WHERE r.status = 'RUNNING' AND r.topic = l.topic), 0))
+        FOR UPDATE SKIP LOCKED
+    ) AS h
+    WHERE NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND l.topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+), picked AS (
+    SELECT id FROM (SELECT * FROM open_head UNION ALL SELECT * FROM limited_head) AS head
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
 ), slotted AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
@@ -79,6 +124,38 @@ RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
           j.submitted_at, j.lease_until, j.locked_by,
           COALESCE(j.traceparent, ''), COALESCE(j.tracestate, ''),
           COALESCE((extract(epoch FROM j.timeout) * 1000000)::bigint, 0)`
+
+// TopicLimitLockSpace is the first key of every topic limit's advisory
+// lock, pg_advisory_xact_lock(TopicLimitLockSpace, hashtext(topic)): the
+// two-key form, so it can never collide with the pause barrier's one-key
+// lock. Applications sharing pulse's database must not use two-key
+// advisory locks in this space.
+const TopicLimitLockSpace = "1886743667" // 0x70756c73, "puls"
+
+// claimLimitLocksSQL serialises the claims of each limited topic in the
+// group, on every gateway: it takes the topic's exclusive advisory lock,
+// held until the claim commits. It runs after the pause barrier and before
+// the claim statement, as a statement of its own, because a READ COMMITTED
+// statement takes its snapshot when it starts: the claim statement,
+// starting after the lock is granted, sees the RUNNING rows of the claim
+// that held it before. A lock taken inside the claim statement would come
+// after that statement's snapshot, too late.
+//
+// Which topics are limited cannot change between this statement and the
+// claim's: a change of topic_limits takes the pause barrier exclusively
+// (SetTopicLimit, and migration 00009's trigger), and the claim holds it
+// shared from its first statement until it commits. So the claim locks
+// exactly the limited topics its claim statement caps.
+//
+// Locks are taken in key order (the subquery's ORDER BY, which Postgres
+// does not flatten; a lock-taking target list above it runs in that
+// order), so two claims never wait on each other in a cycle, even when two
+// topics hash to one key (they then merely share a lock). A group with no
+// limited topic takes no lock: the statement is one primary-key probe of
+// topic_limits that finds nothing.
+const claimLimitLocksSQL = `
+SELECT count(pg_advisory_xact_lock(` + TopicLimitLockSpace + `, key))
+FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY($1::text[]) ORDER BY 1) AS limited`
 
 // claimPlanSQL is pinnedPlanSQL plus the claim's side of the pause
 // barrier: a shared advisory lock on PauseBarrierKey, held until the claim
@@ -100,13 +177,16 @@ const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_conf
 
 // Claim leases up to len(slots) claimable jobs of topics, the i-th claimed
 // job to the worker slots[i]. It returns what it claimed, which may be
-// fewer than the slots (or none).
+// fewer than the slots (or none): a limited topic at its limit gives none.
+// One round trip: the pause barrier, the limited topics' locks and the
+// claim run as one pipelined batch, one implicit transaction.
 func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]Claimed, error) {
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
 	out := make([]Claimed, 0, len(slots))
-	err := s.queryPinnedAs(ctx, claimPlanSQL, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
+	before := []step{{sql: claimPlanSQL}, {sql: claimLimitLocksSQL, args: []any{topics}}}
+	err := s.queryPinnedAs(ctx, before, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
 		var c Claimed
 		var timeoutMicros int64
 		// Args scans as plain bytes: pgx decodes jsonb into a json.RawMessage

@@ -11,6 +11,7 @@ const (
 	ReportSQL      = reportSQL
 	ReapSQL        = reapSQL
 	HeartbeatSQL   = heartbeatSQL
+	TopicsSQL      = topicsSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.

@@ -33,8 +33,8 @@ const Service = "control-api"
 
 // MinSchemaVersion is the oldest schema control-api runs on: explaining a
 // waiting job reads worker_presence; a submit writes jobs.timeout and
-// claims unique keys in job_uniques.
-const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
+// claims unique keys in job_uniques; topics read and set topic_limits.
+const MinSchemaVersion = migrations.VersionTopicLimits
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

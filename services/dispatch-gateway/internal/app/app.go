@@ -33,8 +33,8 @@ const Service = "dispatch-gateway"
 // MinSchemaVersion is the oldest schema this build can run against: it
 // records its streams in worker_presence, its report schedules a failed
 // attempt's retry with pulse_retry_delay, and its claim reads
-// jobs.timeout.
-const MinSchemaVersion = migrations.VersionJobTimeoutAndUniques
+// jobs.timeout and topic_limits.
+const MinSchemaVersion = migrations.VersionTopicLimits
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
