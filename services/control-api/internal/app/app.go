@@ -63,9 +63,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 }
 
 // Spec is control-api as the runtime runs it: the ControlService,
-// DispatchControlService and ScheduleService on gRPC and on HTTP/JSON, the
-// dashboard, the submit coalescer, and the pause-expiry and queue-depth
-// loops. Shutdown: probes flip; the loops stop; both transports stop
+// DispatchControlService, ScheduleService and TopicService on gRPC and on
+// HTTP/JSON, the dashboard, the submit coalescer, and the pause-expiry and
+// queue-depth loops. Shutdown: probes flip; the loops stop; both transports stop
 // taking requests and finish the ones in flight; then the coalescer
 // inserts (or answers with an error) every submit it accepted.
 func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
@@ -118,6 +118,7 @@ func build(cfg config.Config, s *service.Service) error {
 	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	scheduleSvc := api.NewSchedules(store, nil, logger)
 	bulkSvc := api.NewBulkJobs(store, api.BulkOptions{Logger: logger})
+	topicSvc := api.NewTopicService(store, logger)
 	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
 		Throughput: api.NewThroughput(store),
@@ -140,6 +141,7 @@ func build(cfg config.Config, s *service.Service) error {
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
 	jsonAPI.RegisterBulk(admin, bulkSvc)
+	jsonAPI.RegisterTopics(admin, topicSvc)
 	dashboard.Register(admin)
 
 	grpcSrv := s.GRPC(grpcserver.Options{
@@ -151,6 +153,7 @@ func build(cfg config.Config, s *service.Service) error {
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)
 	pulsev1.RegisterScheduleServiceServer(grpcSrv.GRPC(), scheduleSvc)
+	pulsev1.RegisterTopicServiceServer(grpcSrv.GRPC(), topicSvc)
 
 	expiry := pauseexpiry.New(store, m, logger)
 	s.Every(loop.Config{Name: "pause_expiry", Interval: pauseexpiry.IntervalDefault}, expiry.Sweep)
