@@ -35,30 +35,19 @@ const pinnedPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_con
 // trip (a pipelined batch is one implicit transaction, so the settings are
 // local to it), and hands each row to scan.
 func (s *Store) queryPinned(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
-	return s.queryPinnedAs(ctx, []step{{sql: pinnedPlanSQL}}, sql, args, scan)
+	return s.queryPinnedAs(ctx, pinnedPlanSQL, sql, args, scan)
 }
 
-// step is a statement of a pinned batch whose answer nobody reads.
-type step struct {
-	sql  string
-	args []any
-}
-
-// queryPinnedAs is queryPinned with its own statements before sql, in the
-// same batch and order; the first must set at least what pinnedPlanSQL
-// sets.
-func (s *Store) queryPinnedAs(ctx context.Context, before []step, sql string, args []any, scan func(pgx.Rows) error) error {
+// queryPinnedAs is queryPinned with its own first statement (planSQL),
+// which must set at least what pinnedPlanSQL sets.
+func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []any, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	for _, st := range before {
-		b.Queue(st.sql, st.args...)
-	}
+	b.Queue(planSQL)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
-	for range before {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
 	}
 	rows, err := br.Query()
 	if err != nil {
