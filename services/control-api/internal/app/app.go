@@ -122,10 +122,8 @@ func build(cfg config.Config, s *service.Service) error {
 	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
 		Throughput: api.NewThroughput(store),
-		// Interim until the TopicService lands (ADR-0019): then it is
-		// that service, which also sets limits.
-		Topics: api.NewInterimTopics(store),
-		Bulk:   bulkSvc,
+		Topics:     topicSvc,
+		Bulk:       bulkSvc,
 	})
 
 	admin := s.Admin()
