@@ -53,6 +53,12 @@ const (
 	// per topic and args per period, claimed in the statement that inserts
 	// the job). control-api writes both; gateways read the timeout.
 	VersionJobTimeoutAndUniques int64 = 8
+	// VersionTopicLimits adds topic_limits (a topic's fleet-wide
+	// max_running, ADR-0017), whose changes take the pause barrier, and the
+	// index of dead-lettered jobs by topic. Gateways require it: their claim
+	// reads the limits. control-api requires it: it sets them and lists
+	// topics.
+	VersionTopicLimits int64 = 9
 	// VersionJobRetryPolicy adds a job's own retry policy (jobs.retry_base,
 	// retry_max, retry_fixed: exponential with jitter, or fixed; immutable
 	// like the job's identity) and the pulse_retry_delay overload that

@@ -99,7 +99,8 @@ func newRoot(e *env) *cobra.Command {
 		Use:   "pulse",
 		Short: "Operate a pulse job queue through control-api",
 		Long: `pulse is the command-line client of control-api's HTTP/JSON API: submit and
-inspect jobs, manage schedules, pause, resume and drain dispatch.
+inspect jobs, manage schedules, pause, resume and drain dispatch, list topics
+and limit how many of a topic's jobs run at once.
 
 Connection: --server, --user/--password (Basic) or --token (Bearer). Each is
 taken from the flag, else the environment (PULSE_SERVER, PULSE_USER,
@@ -112,7 +113,8 @@ from the first of those that has one.
   pulse submit email.send --args '{"to":"a@example.com"}'
   pulse jobs list --status DEAD_LETTERED -o json
   pulse dispatch pause --reason "upgrade workers" --for 2h
-  pulse dispatch drain --wait --timeout 10m && ./upgrade.sh && pulse dispatch resume`,
+  pulse dispatch drain --wait --timeout 10m && ./upgrade.sh && pulse dispatch resume
+  pulse topics limit email.send 20`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -134,7 +136,7 @@ from the first of those that has one.
 		return &exitError{code: ExitUsage, err: err}
 	})
 
-	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e),
+	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e), newTopicsCmd(e),
 		newLoginCmd(e), newPasswdCmd(e), newConfigCmd(e))
 	for _, c := range root.Commands() {
 		subcommandGroups(c)

@@ -1,4 +1,5 @@
-// Package claimwitness judges pause exactness by commit order. It installs
+// Package claimwitness judges pause exactness and topic limits (limits.go)
+// by commit order. For pauses it installs
 // a trigger that records which transaction claimed each job, and compares
 // each claim's commit timestamp with the commit timestamps of the pause and
 // resume events in control_events (written in the same transaction as the

@@ -53,12 +53,18 @@ type Claimed struct {
 // one-time filter that skips the jobs index entirely, and a paused topic is
 // one more cheap filter on the rows the ordered walk of jobs_claim_idx
 // visits.
+//
+// claimSQL serves a group none of whose topics has a limit (ADR-0017), the
+// common case, at the cost of one more one-time filter: a probe of
+// topic_limits' primary key. When a topic of the group has a limit, the
+// filter makes it take nothing, and Claim runs claimLimitedSQL instead.
 const claimSQL = `
 WITH picked AS (
     SELECT id FROM jobs
     WHERE status IN ('PENDING', 'RETRYING')
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
+      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
       AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
       AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
     ORDER BY priority DESC, submitted_at, id
@@ -67,7 +73,10 @@ WITH picked AS (
 ), slotted AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
-UPDATE jobs AS j
+` + claimUpdateSQL
+
+// claimUpdateSQL leases the slotted rows: the end of both claim statements.
+const claimUpdateSQL = `UPDATE jobs AS j
 SET status      = 'RUNNING',
     attempts    = j.attempts + 1,
     locked_by   = ($3::text[])[slotted.slot],
@@ -79,6 +88,101 @@ RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
           j.submitted_at, j.lease_until, j.locked_by,
           COALESCE(j.traceparent, ''), COALESCE(j.tracestate, ''),
           COALESCE((extract(epoch FROM j.timeout) * 1000000)::bigint, 0)`
+
+// claimLimitedSQL is claimSQL for a group with limited topics (ADR-0017,
+// docs/topics.md). The group's topics split in two walks of
+// jobs_claim_idx:
+//
+//   - open_head: the topics without a row in topic_limits, claimed as
+//     claimSQL claims. When every topic of the group is limited, a one-time
+//     filter (like the global pause's) skips the walk: it would find
+//     nothing, after reading the backlog of every other topic;
+//   - limited_head: for each limited topic, its own ordered walk, LIMIT
+//     max_running minus its RUNNING jobs (never below 0). The count walks
+//     jobs_expired_lease_idx, the partial index of RUNNING rows: about
+//     0.13 µs per job running in the fleet (docs/topics.md).
+//
+// picked merges both heads in dispatch order and keeps the first $2, so a
+// group mixing limited and unlimited topics keeps priority and FIFO order
+// across all of them, and a limited topic at its limit never holds back
+// its unlimited neighbours. Rows a head locked but picked did not keep are
+// released at commit.
+//
+// The count is exact because the statement's snapshot is taken after the
+// claim holds every limited topic's advisory lock (claimLimitLocksSQL, the
+// statement before this one), so it sees every RUNNING row committed by
+// the previous claimer of the topic on any gateway.
+const claimLimitedSQL = `
+WITH limited AS MATERIALIZED (
+    SELECT topic, max_running FROM topic_limits WHERE topic = ANY($1::text[])
+), open_head AS (
+    SELECT id, priority, submitted_at FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING')
+      AND next_run_at <= now()
+      AND topic = ANY($1::text[])
+      AND topic <> ALL (ARRAY(SELECT topic FROM limited))
+      AND EXISTS (SELECT 1 FROM unnest($1::text[]) AS g(topic) WHERE g.topic NOT IN (SELECT topic FROM limited))
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), limited_head AS (
+    SELECT h.id, h.priority, h.submitted_at
+    FROM limited AS l
+    CROSS JOIN LATERAL (
+        SELECT id, priority, submitted_at FROM jobs
+        WHERE status IN ('PENDING', 'RETRYING')
+          AND next_run_at <= now()
+          AND topic = l.topic
+        ORDER BY priority DESC, submitted_at, id
+        LIMIT LEAST($2, GREATEST(l.max_running -
+            (SELECT count(*) FROM jobs AS r WHERE r.status = 'RUNNING' AND r.topic = l.topic), 0))
+        FOR UPDATE SKIP LOCKED
+    ) AS h
+    WHERE NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND l.topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+), picked AS (
+    SELECT id FROM (SELECT * FROM open_head UNION ALL SELECT * FROM limited_head) AS head
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
+), slotted AS (
+    SELECT id, row_number() OVER () AS slot FROM picked
+)
+` + claimUpdateSQL
+
+// TopicLimitLockSpace is the first key of every topic limit's advisory
+// lock, pg_advisory_xact_lock(TopicLimitLockSpace, hashtext(topic)): the
+// two-key form, so it can never collide with the pause barrier's one-key
+// lock. Applications sharing pulse's database must not use two-key
+// advisory locks in this space.
+const TopicLimitLockSpace = "1886743667" // 0x70756c73, "puls"
+
+// claimLimitLocksSQL serialises the claims of each limited topic in the
+// group, on every gateway: it takes the topic's exclusive advisory lock,
+// held until the claim commits. It runs after the pause barrier and before
+// the claim statement, as a statement of its own, because a READ COMMITTED
+// statement takes its snapshot when it starts: the claim statement,
+// starting after the lock is granted, sees the RUNNING rows of the claim
+// that held it before. A lock taken inside the claim statement would come
+// after that statement's snapshot, too late.
+//
+// Which topics are limited cannot change between this statement and the
+// claim's: a change of topic_limits takes the pause barrier exclusively
+// (SetTopicLimit, and migration 00009's trigger), and the claim holds it
+// shared from its first statement until it commits. So the claim locks
+// exactly the limited topics its claim statement caps.
+//
+// Locks are taken in key order (the subquery's ORDER BY, which Postgres
+// does not flatten; a lock-taking target list above it runs in that
+// order), so two claims never wait on each other in a cycle, even when two
+// topics hash to one key (they then merely share a lock). A group with no
+// limited topic takes no lock: the statement is one primary-key probe of
+// topic_limits that finds nothing. It returns how many locks it took, which
+// tells Claim which claim statement applied.
+const claimLimitLocksSQL = `
+SELECT count(pg_advisory_xact_lock(` + TopicLimitLockSpace + `, key))
+FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY($1::text[]) ORDER BY 1) AS limited`
 
 // claimPlanSQL is pinnedPlanSQL plus the claim's side of the pause
 // barrier: a shared advisory lock on PauseBarrierKey, held until the claim
@@ -100,13 +204,52 @@ const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_conf
 
 // Claim leases up to len(slots) claimable jobs of topics, the i-th claimed
 // job to the worker slots[i]. It returns what it claimed, which may be
-// fewer than the slots (or none).
+// fewer than the slots (or none): a limited topic at its limit gives none.
+//
+// A group without limited topics is one round trip: the pause barrier,
+// the limit locks (none) and claimSQL, as one pipelined batch (one
+// implicit transaction). When the lock statement took locks, claimSQL took
+// nothing, and the claim runs again with claimLimitedSQL: limited topics
+// pay a second round trip, so that the others pay no more than a probe of
+// topic_limits.
 func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]Claimed, error) {
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
-	out := make([]Claimed, 0, len(slots))
-	err := s.queryPinnedAs(ctx, claimPlanSQL, claimSQL, []any{topics, len(slots), slots, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
+	args := []any{topics, len(slots), slots, intervalOf(leaseTTL)}
+	out, limited, err := s.claimWith(ctx, claimSQL, args)
+	if err == nil && limited > 0 {
+		out, _, err = s.claimWith(ctx, claimLimitedSQL, args)
+	}
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	return out, nil
+}
+
+// claimWith runs one claim batch with the claim statement sql and returns
+// what it claimed and how many limit locks it took.
+func (s *Store) claimWith(ctx context.Context, sql string, args []any) ([]Claimed, int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(claimPlanSQL)
+	b.Queue(claimLimitLocksSQL, args[0])
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, err
+	}
+	var limited int64
+	if err := br.QueryRow().Scan(&limited); err != nil {
+		return nil, 0, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	out := make([]Claimed, 0, args[1].(int))
+	for rows.Next() {
 		var c Claimed
 		var timeoutMicros int64
 		// Args scans as plain bytes: pgx decodes jsonb into a json.RawMessage
@@ -114,14 +257,14 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 		// copying. Postgres's jsonb text is valid JSON; the bytes are the same.
 		if err := rows.Scan(uuidDest(&c.ID), &c.Attempt, &c.Topic, (*[]byte)(&c.Args), &c.Priority, &c.MaxAttempts,
 			&c.SubmittedAt, &c.LeaseUntil, &c.WorkerID, &c.TraceParent, &c.TraceState, &timeoutMicros); err != nil {
-			return err
+			return nil, 0, err
 		}
 		c.Timeout = time.Duration(timeoutMicros) * time.Microsecond
 		out = append(out, c)
-		return nil
-	})
-	if err != nil {
-		return nil, interpretError("claim", err)
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	rows.Close()
+	return out, limited, br.Close()
 }

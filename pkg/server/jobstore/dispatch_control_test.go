@@ -330,6 +330,8 @@ func TestClaimUnderPause(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.pool.Exec(ctx, `ANALYZE jobs`)
 		require.NoError(t, err)
+		_, err = b.store.SetTopicLimit(ctx, "a", ptr(10), "alice")
+		require.NoError(t, err)
 
 		for _, paused := range []string{"", "b", jobstore.GlobalScope} {
 			if paused != "" {
@@ -345,6 +347,21 @@ func TestClaimUnderPause(t *testing.T) {
 				require.NotContains(t, n, "Seq Scan", "paused=%q", paused)
 				require.NotContains(t, n, "Sort", "paused=%q: the claim must walk the index in order, not sort the backlog", paused)
 			}
+			// With a limited topic: both heads walk the index in order; only
+			// their merge (at most a few batches of rows, in picked) is
+			// sorted.
+			limited := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimLimitedSQL,
+				[]string{"a", "b"}, 100, slots("w", 100), "30 seconds")
+			for _, head := range []string{"CTE open_head", "CTE limited_head"} {
+				walk := limited.find(head)
+				require.NotNil(t, walk, limited.text)
+				require.Contains(t, walk.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", head, paused)
+				for _, n := range walk.nodes() {
+					require.NotContains(t, n, "Seq Scan", "%s, paused=%q", head, paused)
+					require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", head, paused)
+				}
+			}
+			require.Less(t, limited.cost, 1e9, "paused=%q", paused)
 			// enable_seqscan=off prices any seq scan at 1e10; a plan that
 			// cheap has none.
 			require.Less(t, plan.cost, 1e9, "paused=%q", paused)

@@ -5,12 +5,14 @@ import "context"
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
 const (
-	ClaimSQL       = claimSQL
-	PinnedPlanSQL  = pinnedPlanSQL
-	CountsPlanSQL  = countsPlanSQL
-	QueueCountsSQL = queueCountsSQL
-	QueueDepthSQL  = queueDepthSQL
-	HeartbeatSQL   = heartbeatSQL
+	ClaimSQL        = claimSQL
+	ClaimLimitedSQL = claimLimitedSQL
+	PinnedPlanSQL   = pinnedPlanSQL
+	CountsPlanSQL   = countsPlanSQL
+	QueueCountsSQL  = queueCountsSQL
+	QueueDepthSQL   = queueDepthSQL
+	HeartbeatSQL    = heartbeatSQL
+	TopicsSQL       = topicsSQL
 )
 
 // The settling statements, built with the throughput rollup's writer

@@ -159,8 +159,8 @@ func requireConstraint(t *testing.T, err error, constraint string) {
 }
 
 // TestSchemaTopicRuleMatchesValidator: jobs_topic_format (rewritten for
-// speed in migration 00004) accepts exactly the topics the API validator
-// accepts, at every edge of the rule.
+// speed in migration 00004) and topic_limits_topic_format accept exactly
+// the topics the API validator accepts, at every edge of the rule.
 func TestSchemaTopicRuleMatchesValidator(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -174,10 +174,14 @@ func TestSchemaTopicRuleMatchesValidator(t *testing.T) {
 	}
 	for _, topic := range topics {
 		_, err := pool.Exec(ctx, `INSERT INTO jobs (id, topic) VALUES (gen_random_uuid(), $1)`, topic)
+		// A topic's limit (migration 00009) holds the same rule.
+		_, limitErr := pool.Exec(ctx, `INSERT INTO topic_limits (topic, max_running, updated_by) VALUES ($1, 1, 'test')`, topic)
 		if jobspec.TopicPattern.MatchString(topic) {
 			require.NoError(t, err, "topic %q passes the validator, so the schema must take it", topic)
+			require.NoError(t, limitErr, "topic %q passes the validator, so a limit on it must be stored", topic)
 		} else {
 			requireConstraint(t, err, "jobs_topic_format")
+			requireConstraint(t, limitErr, "topic_limits_topic_format")
 		}
 	}
 }

@@ -165,8 +165,12 @@ func constraintField(name string) string {
 		return "timeout"
 	case "job_uniques_period_range":
 		return "unique_for"
-	case "dispatch_control_scope_format":
+	case "dispatch_control_scope_format", "topic_limits_topic_format":
 		return "topic"
+	case "topic_limits_max_running_range":
+		return "max_running"
+	case "topic_limits_updated_by_present":
+		return "actor"
 	case "dispatch_control_mode_known", "control_events_mode_known":
 		return "mode"
 	case "dispatch_control_reason_length", "dispatch_control_paused_explained":

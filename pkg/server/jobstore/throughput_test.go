@@ -136,7 +136,9 @@ func TestThroughput(t *testing.T) {
 	})
 }
 
-func TestTopicSummaries(t *testing.T) {
+// TestTopicsReadTheRollup: Store.Topics (topics.go) over the same rows the
+// dashboard's per-topic table was first built against.
+func TestTopicsReadTheRollup(t *testing.T) {
 	t.Parallel()
 
 	t.Run("CountsEveryTopicsJobsThroughputAndWorkers", func(t *testing.T) {
@@ -160,9 +162,9 @@ func TestTopicSummaries(t *testing.T) {
 		_, err := b.store.OpenPresence(ctx, "gw-a", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"mail", "idle"}}, time.Minute)
 		require.NoError(t, err)
 
-		got, err := b.store.TopicSummaries(ctx)
+		got, err := b.store.Topics(ctx)
 		require.NoError(t, err)
-		byTopic := map[string]jobstore.TopicSummary{}
+		byTopic := map[string]jobstore.TopicInfo{}
 		for _, s := range got {
 			byTopic[s.Topic] = s
 		}
@@ -170,11 +172,11 @@ func TestTopicSummaries(t *testing.T) {
 		mail := byTopic["mail"]
 		require.Equal(t, [4]int64{3, 1, 1, 0}, [4]int64{mail.Pending, mail.Running, mail.Retrying, mail.DeadLettered})
 		require.EqualValues(t, 1, mail.ConnectedWorkers)
-		require.Greater(t, mail.OldestDue(), 5*time.Minute, "the oldest pending job has been due since it was submitted")
+		require.Greater(t, *mail.OldestPendingAge, 5*time.Minute, "the oldest pending job has been due since it was submitted")
 		pdf := byTopic["pdf"]
 		require.EqualValues(t, 1, pdf.DeadLettered)
 		require.Equal(t, [2]int64{4, 3}, [2]int64{pdf.CompletedLastHour, pdf.FailedLastHour})
-		require.Zero(t, pdf.OldestDue())
+		require.Nil(t, pdf.OldestPendingAge)
 		require.EqualValues(t, 1, byTopic["idle"].ConnectedWorkers)
 	})
 }

@@ -6,8 +6,8 @@ import (
 )
 
 // AccessPolicy is who may call each ControlService method: producers submit
-// and read (jobs and dispatch state), operators also cancel, retry, pause
-// and resume. A method missing here is for
+// and read (jobs, dispatch state, topics), operators also cancel, retry,
+// pause, resume and set topic limits. A method missing here is for
 // operators only, so a new RPC must be added to be usable by producers.
 func AccessPolicy() auth.Policy {
 	return auth.Policy{
@@ -32,5 +32,9 @@ func AccessPolicy() auth.Policy {
 		pulsev1.ScheduleService_EnableSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
 		pulsev1.ScheduleService_DisableSchedule_FullMethodName:  auth.Require(auth.RoleOperator),
 		pulsev1.ScheduleService_DeleteSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
+
+		// Topics: producers read, operators set limits.
+		pulsev1.TopicService_ListTopics_FullMethodName:    auth.Require(auth.RoleProducer),
+		pulsev1.TopicService_SetTopicLimit_FullMethodName: auth.Require(auth.RoleOperator),
 	}
 }

@@ -21,6 +21,9 @@ func TestAccessPolicy(t *testing.T) {
 		for _, m := range desc.Methods {
 			require.Contains(t, policy, "/"+desc.ServiceName+"/"+m.MethodName, "decide who may call %s", m.MethodName)
 		}
+		for _, m := range pulsev1.TopicService_ServiceDesc.Methods {
+			require.Contains(t, policy, "/"+pulsev1.TopicService_ServiceDesc.ServiceName+"/"+m.MethodName, "decide who may call %s", m.MethodName)
+		}
 		for _, s := range desc.Streams {
 			require.Contains(t, policy, "/"+desc.ServiceName+"/"+s.StreamName, "decide who may call %s", s.StreamName)
 		}

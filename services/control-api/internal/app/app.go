@@ -33,8 +33,9 @@ const Service = "control-api"
 
 // MinSchemaVersion is the oldest schema control-api runs on: explaining a
 // waiting job reads worker_presence; a submit writes jobs.timeout and the
-// job's retry policy (00010) and claims unique keys in job_uniques; the
-// dashboard reads job_throughput (00011).
+// job's retry policy (00010) and claims unique keys in job_uniques; topics
+// read and set topic_limits (00009); the dashboard reads job_throughput
+// (00011).
 const MinSchemaVersion = migrations.VersionJobThroughput
 
 // Command is the control-api binary: serve (the default) and migrate.
@@ -64,9 +65,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 }
 
 // Spec is control-api as the runtime runs it: the ControlService,
-// DispatchControlService and ScheduleService on gRPC and on HTTP/JSON, the
-// dashboard, the submit coalescer, and the pause-expiry and queue-depth
-// loops. Shutdown: probes flip; the loops stop; both transports stop
+// DispatchControlService, ScheduleService and TopicService on gRPC and on
+// HTTP/JSON, the dashboard, the submit coalescer, and the pause-expiry and
+// queue-depth loops. Shutdown: probes flip; the loops stop; both transports stop
 // taking requests and finish the ones in flight; then the coalescer
 // inserts (or answers with an error) every submit it accepted.
 func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
@@ -119,13 +120,12 @@ func build(cfg config.Config, s *service.Service) error {
 	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
 	scheduleSvc := api.NewSchedules(store, nil, logger)
 	bulkSvc := api.NewBulkJobs(store, api.BulkOptions{Logger: logger})
+	topicSvc := api.NewTopicService(store, logger)
 	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
 		Throughput: api.NewThroughput(store),
-		// Interim until the TopicService lands (ADR-0019): then it is
-		// that service, which also sets limits.
-		Topics: api.NewInterimTopics(store),
-		Bulk:   bulkSvc,
+		Topics:     topicSvc,
+		Bulk:       bulkSvc,
 	})
 
 	admin := s.Admin()
@@ -141,6 +141,7 @@ func build(cfg config.Config, s *service.Service) error {
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
 	jsonAPI.RegisterBulk(admin, bulkSvc)
+	jsonAPI.RegisterTopics(admin, topicSvc)
 	dashboard.Register(admin)
 
 	grpcSrv := s.GRPC(grpcserver.Options{
@@ -152,6 +153,7 @@ func build(cfg config.Config, s *service.Service) error {
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)
 	pulsev1.RegisterScheduleServiceServer(grpcSrv.GRPC(), scheduleSvc)
+	pulsev1.RegisterTopicServiceServer(grpcSrv.GRPC(), topicSvc)
 
 	expiry := pauseexpiry.New(store, m, logger)
 	s.Every(loop.Config{Name: "pause_expiry", Interval: pauseexpiry.IntervalDefault}, expiry.Sweep)

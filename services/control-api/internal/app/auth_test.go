@@ -42,6 +42,7 @@ type authBundle struct {
 	scheme string
 	http   *http.Client
 	client pulsev1.ControlServiceClient
+	topics pulsev1.TopicServiceClient
 	health healthpb.HealthClient
 }
 
@@ -80,7 +81,8 @@ func setupAuth(t *testing.T, withTLS bool) *authBundle {
 	})
 	return &authBundle{
 		app: a, scheme: scheme, http: &http.Client{Transport: transport},
-		client: pulsev1.NewControlServiceClient(conn), health: healthpb.NewHealthClient(conn),
+		client: pulsev1.NewControlServiceClient(conn), topics: pulsev1.NewTopicServiceClient(conn),
+		health: healthpb.NewHealthClient(conn),
 	}
 }
 

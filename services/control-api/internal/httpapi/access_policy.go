@@ -5,8 +5,8 @@ import "github.com/pulsequeue/pulse/pkg/server/auth"
 // AccessPolicy is who may call each route on control-api's HTTP port, for
 // auth.HTTPPolicy. It covers the whole mux: the probes and /metrics that
 // adminhttp serves stay Public; producers submit and read jobs and dispatch
-// state; cancel, retry, pause and resume are for operators. A route missing
-// here is for operators only.
+// state and topics; cancel, retry, pause, resume and topic limits are for
+// operators. A route missing here is for operators only.
 func AccessPolicy() auth.Policy {
 	producer, operator := auth.Require(auth.RoleProducer), auth.Require(auth.RoleOperator)
 	return auth.Policy{
@@ -38,6 +38,11 @@ func AccessPolicy() auth.Policy {
 		"DELETE /v1/schedules/{id}":       operator,
 		"POST /v1/schedules/{id}/enable":  operator,
 		"POST /v1/schedules/{id}/disable": operator,
+
+		// Topics: producers and operators read, operators set limits.
+		"GET /v1/topics":         producer,
+		"GET /v1/topics/{topic}": producer,
+		"PUT /v1/topics/{topic}": operator,
 
 		// The fallback (FallbackPattern): a path under /v1/ no route has,
 		// or a method its route does not take, answers 404 or 405 in the

@@ -22,7 +22,9 @@ func TestAccessPolicy(t *testing.T) {
 	t.Run("NamesEveryRouteRegisterMounts", func(t *testing.T) {
 		t.Parallel()
 		var mounted patterns
-		httpapi.New(nil, httpapi.Options{}).Register(&mounted)
+		h := httpapi.New(nil, httpapi.Options{})
+		h.Register(&mounted)
+		h.RegisterTopics(&mounted, nil)
 		require.NotEmpty(t, mounted)
 		policy := httpapi.AccessPolicy()
 		for _, p := range mounted {
@@ -57,6 +59,9 @@ func TestAccessPolicy(t *testing.T) {
 			{"GET", "/v1/dispatch/events", producer},
 			{"POST", "/v1/dispatch/pause", operator},
 			{"POST", "/v1/dispatch/resume", operator},
+			{"GET", "/v1/topics", producer},
+			{"GET", "/v1/topics/email.send", producer},
+			{"PUT", "/v1/topics/email.send", operator},
 			// A wrong method or an unknown path under /v1/ reaches the
 			// fallback, which answers 405 or 404 and runs nothing.
 			{"POST", "/v1/dispatch", producer},

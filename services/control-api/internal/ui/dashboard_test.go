@@ -54,7 +54,7 @@ func setup(t *testing.T) *testBundle {
 	d := ui.New(b.Service, dispatch, sched, ui.Options{
 		TraceURL:   "http://traces.example/trace/{trace_id}",
 		Throughput: api.NewThroughput(b.Store),
-		Topics:     api.NewInterimTopics(b.Store),
+		Topics:     api.NewTopicService(b.Store, nil),
 		Bulk:       api.NewBulkJobs(b.Store, api.BulkOptions{Batch: 2}),
 	})
 	mux := http.NewServeMux()

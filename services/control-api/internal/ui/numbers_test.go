@@ -115,26 +115,27 @@ func TestDashboardNumbers(t *testing.T) {
 		require.NotContains(t, body, `name="max_running"`, "a producer sees the limit, not the form")
 	})
 
-	t.Run("RefusesALimitItCannotSetAndSaysWhy", func(t *testing.T) {
+	t.Run("SetsAndClearsALimitAndNamesABadValue", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		tb.insert(t, jobstore.NewJob{Topic: "mail"})
 		op := tb.browser(t, operatorAuth)
 		for _, tc := range []struct {
-			form url.Values
-			msg  string
+			form  url.Values
+			flash string
+			msg   string
 		}{
-			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {"ten"}}, "max_running: &#34;ten&#34; is not a whole number"},
-			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {""}}, "max_running: is required"},
-			// The interim topic service has no limits (ADR-0019).
-			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {"4"}}, "topic limits are not available in this build"},
-			{url.Values{"topic": {"mail"}, "op": {"clear"}}, "topic limits are not available in this build"},
+			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {"ten"}}, "flash-error", "max_running: &#34;ten&#34; is not a whole number"},
+			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {""}}, "flash-error", "max_running: is required"},
+			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {"-1"}}, "flash-error", "max_running: is -1; it must be between 0 and 1000000"},
+			{url.Values{"topic": {"mail"}, "op": {"set"}, "max_running": {"4"}}, "flash-ok", "Topic mail: at most 4 running"},
+			{url.Values{"topic": {"mail"}, "op": {"clear"}}, "flash-ok", "Topic mail: no limit"},
 		} {
 			code, loc, _ := op.post("/ui/topics/limit", tc.form)
 			require.Equal(t, http.StatusSeeOther, code, tc.form)
 			require.Equal(t, "/ui/", loc)
 			_, body := op.get("/ui/")
-			require.Contains(t, body, "flash-error", tc.form)
+			require.Contains(t, body, tc.flash, tc.form)
 			require.Contains(t, body, tc.msg, tc.form)
 		}
 		code, _, _ := tb.browser(t, producerAuth).post("/ui/topics/limit", url.Values{"topic": {"mail"}, "max_running": {"1"}})

@@ -34,7 +34,7 @@ const Service = "dispatch-gateway"
 // records its streams in worker_presence, its report schedules a failed
 // attempt's retry with pulse_retry_delay and the job's own policy
 // (00010), counts settled attempts in job_throughput (00011), and its
-// claim reads jobs.timeout.
+// claim reads jobs.timeout and topic_limits (00009).
 const MinSchemaVersion = migrations.VersionJobThroughput
 
 // Command is the dispatch-gateway binary.

@@ -1,0 +1,84 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
+	"github.com/pulsequeue/pulse/pkg/server/claimwitness"
+)
+
+// TestTopicLimitHoldsAcrossGateways: three gateways, eight workers with
+// far more slots than the limit, each serving a limited and an unlimited
+// topic (so every claim is a mixed group), and a backlog of both. Judged in
+// the database at every claim's commit (claimwitness): jobs of the limited
+// topic never ran more than its limit, on all replicas together, while the
+// limit was reached. Then the limit is raised through PUT /v1/topics and
+// more jobs of the topic run at once.
+func TestTopicLimitHoldsAcrossGateways(t *testing.T) {
+	t.Parallel()
+	f := upPauseFleet(t, localfleet.Options{Gateways: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, claimwitness.InstallLimits(ctx, f.pool))
+
+	const limited, open = "e2e.limited", "e2e.open"
+	setLimit := func(n int) {
+		t.Helper()
+		var got pulsehttp.Topic
+		require.Equal(t, http.StatusOK, f.call(http.MethodPut, f.ControlHTTP+"/v1/topics/"+limited,
+			`{"max_running":`+strconv.Itoa(n)+`}`, "", &got))
+		require.Equal(t, int32(n), *got.MaxRunning)
+	}
+	setLimit(3)
+
+	client := f.newClient()
+	f.enqueue(ctx, client, limited, 300)
+	f.enqueue(ctx, client, open, 300)
+	f.startWorkers([]string{limited, open}, 8, 4, func(ctx context.Context, job *pulse.Job) error {
+		if job.Topic == limited {
+			return pauseSleep(ctx, 100*time.Millisecond)
+		}
+		return pauseSleep(ctx, 5*time.Millisecond)
+	})
+
+	// Under the limit of 3, with 32 slots asking, until the topic has been
+	// at its limit at a claim's commit many times.
+	require.Eventually(t, func() bool {
+		n, top, err := claimwitness.LimitedClaims(ctx, f.pool, limited)
+		require.NoError(t, err)
+		return n >= 20 && top == 3
+	}, time.Minute, 20*time.Millisecond)
+	require.Positive(t, f.count(`topic = $1 AND status = 'COMPLETED'`, open), "the unlimited topic ran beside it")
+
+	setLimit(9)
+	// Raised: more run at once, from the next claim (the change wakes the
+	// gateways), not after the backlog drains.
+	require.Eventually(t, func() bool {
+		return f.count(`topic = $1 AND status = 'RUNNING'`, limited) > 3
+	}, 30*time.Second, 5*time.Millisecond)
+
+	over, err := claimwitness.OverLimits(ctx, f.pool)
+	require.NoError(t, err)
+	for _, o := range over {
+		t.Errorf("over the limit: %s", o)
+	}
+	n, top, err := claimwitness.LimitedClaims(ctx, f.pool, limited)
+	require.NoError(t, err)
+	t.Logf("%d claims of %s judged, at most %d running at a commit", n, limited, top)
+	require.Greater(t, top, int64(3), "the raised limit let more run")
+	served := 0
+	for _, url := range f.gatewayAdmins() {
+		if f.scrape(url, `pulse_jobs_dispatched_total{topic="`+limited+`"}`) > 0 {
+			served++
+		}
+	}
+	require.GreaterOrEqual(t, served, 2, "the limit held across gateways that all claimed the topic")
+}

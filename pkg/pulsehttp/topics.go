@@ -1,0 +1,40 @@
+package pulsehttp
+
+import "time"
+
+// Topic is one topic as GET /v1/topics and GET /v1/topics/{topic} show it
+// (docs/topics.md).
+type Topic struct {
+	Topic        string `json:"topic"`
+	Pending      int64  `json:"pending"`
+	Running      int64  `json:"running"`
+	Retrying     int64  `json:"retrying"`
+	DeadLettered int64  `json:"dead_lettered"`
+	// Attempts that completed, and that failed (retried or dead
+	// lettered), in the last hour.
+	CompletedLastHour int64 `json:"completed_last_hour"`
+	FailedLastHour    int64 `json:"failed_last_hour"`
+	// OldestPendingAge is how long the longest-waiting due job has waited
+	// since it became due, a Go duration; null when none is due.
+	OldestPendingAge *string `json:"oldest_pending_age"`
+	// MaxRunning is the fleet-wide limit on RUNNING jobs; null: none.
+	MaxRunning *int32 `json:"max_running"`
+	// Paused is true while the topic or the global scope is paused.
+	Paused           bool  `json:"paused"`
+	ConnectedWorkers int32 `json:"connected_workers"`
+	// Who set the limit, and when; empty and null without a limit.
+	LimitUpdatedBy string     `json:"limit_updated_by"`
+	LimitUpdatedAt *time.Time `json:"limit_updated_at"`
+}
+
+// TopicList answers GET /v1/topics, by name.
+type TopicList struct {
+	Topics []Topic `json:"topics"`
+}
+
+// TopicLimit is the body of PUT /v1/topics/{topic}: max_running is
+// 0 … 1000000, or null to clear the limit; it must be present. The answer
+// is the topic after the change.
+type TopicLimit struct {
+	MaxRunning *int64 `json:"max_running"`
+}

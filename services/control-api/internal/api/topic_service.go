@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobspec"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/storable"
+)
+
+// TopicStore is the part of jobstore.Store that topics use.
+type TopicStore interface {
+	Topics(ctx context.Context) ([]jobstore.TopicInfo, error)
+	Topic(ctx context.Context, topic string) (jobstore.TopicInfo, error)
+	SetTopicLimit(ctx context.Context, topic string, maxRunning *int, actor string) (jobstore.TopicInfo, error)
+}
+
+// TopicService implements pulsev1.TopicServiceServer: topics' live numbers
+// and their fleet-wide limits (docs/topics.md). Its errors are apierr
+// errors, mapped by each transport.
+type TopicService struct {
+	pulsev1.UnimplementedTopicServiceServer
+
+	store  TopicStore
+	logger *slog.Logger
+}
+
+// NewTopicService returns the service on store; a nil logger discards.
+func NewTopicService(store TopicStore, logger *slog.Logger) *TopicService {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &TopicService{store: store, logger: logger}
+}
+
+// ListTopics returns every topic that has live or dead-lettered jobs, a
+// limit, a pause, a connected worker or throughput in the last hour.
+func (s *TopicService) ListTopics(ctx context.Context, _ *pulsev1.ListTopicsRequest) (*pulsev1.ListTopicsResponse, error) {
+	topics, err := s.store.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.ListTopicsResponse{Topics: make([]*pulsev1.TopicInfo, len(topics))}
+	for i, t := range topics {
+		out.Topics[i] = TopicToWire(t)
+	}
+	return out, nil
+}
+
+// GetTopic returns one topic; a valid topic nothing knows of reads as
+// zeros with no limit. (HTTP's GET /v1/topics/{topic}; gRPC callers list.)
+func (s *TopicService) GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error) {
+	if err := jobspec.ValidateTopic("topic", topic); err != nil {
+		return nil, err
+	}
+	t, err := s.store.Topic(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return TopicToWire(t), nil
+}
+
+// SetTopicLimit sets or clears a topic's limit, as the caller. It returns
+// once no claim on any gateway can decide under the old limit.
+func (s *TopicService) SetTopicLimit(ctx context.Context, req *pulsev1.SetTopicLimitRequest) (*pulsev1.SetTopicLimitResponse, error) {
+	var limit *int64
+	if req.MaxRunning != nil {
+		n := int64(req.GetMaxRunning())
+		limit = &n
+	}
+	t, err := s.SetLimit(ctx, req.GetTopic(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.SetTopicLimitResponse{Topic: t}, nil
+}
+
+// SetLimit is SetTopicLimit for a transport whose numbers are wider than
+// the wire's int32 (HTTP's JSON): nil clears the limit.
+func (s *TopicService) SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error) {
+	if err := jobspec.ValidateTopic("topic", topic); err != nil {
+		return nil, err
+	}
+	var limit *int
+	if maxRunning != nil {
+		if *maxRunning < 0 || *maxRunning > jobstore.MaxTopicLimit {
+			return nil, apierr.Invalid("max_running", "is %d; it must be between 0 and %d, or null to clear the limit",
+				*maxRunning, jobstore.MaxTopicLimit)
+		}
+		n := int(*maxRunning)
+		limit = &n
+	}
+	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
+	t, err := s.store.SetTopicLimit(ctx, topic, limit, actor)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("topic limit set", "topic", topic, "max_running", limit, "actor", actor)
+	return TopicToWire(t), nil
+}
+
+// TopicToWire converts a topic's numbers to their wire form.
+func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
+	out := &pulsev1.TopicInfo{
+		Topic: t.Topic, Pending: t.Pending, Running: t.Running, Retrying: t.Retrying, DeadLettered: t.DeadLettered,
+		CompletedLastHour: t.CompletedLastHour, FailedLastHour: t.FailedLastHour,
+		Paused: t.Paused, ConnectedWorkers: int32(t.ConnectedWorkers),
+		LimitUpdatedBy: t.LimitUpdatedBy, LimitUpdatedAt: timestampOrNil(t.LimitUpdatedAt),
+	}
+	if t.OldestPendingAge != nil {
+		out.OldestPendingAge = durationpb.New(*t.OldestPendingAge)
+	}
+	if t.MaxRunning != nil {
+		n := int32(*t.MaxRunning)
+		out.MaxRunning = &n
+	}
+	return out
+}

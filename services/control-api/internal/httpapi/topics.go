@@ -1,0 +1,99 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/pulsequeue/pulse/pkg/pulsehttp"
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/apierr"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+)
+
+// topicLimitBodyLimit bounds a PUT /v1/topics/{topic} body: one number.
+const topicLimitBodyLimit = 4 << 10
+
+// TopicService is what the topic routes call: api.TopicService.
+type TopicService interface {
+	ListTopics(ctx context.Context, req *pulsev1.ListTopicsRequest) (*pulsev1.ListTopicsResponse, error)
+	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
+	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
+}
+
+// RegisterTopics mounts the topic routes (docs/topics.md) on mux.
+func (h *Handler) RegisterTopics(mux Mux, svc TopicService) {
+	t := &topicRoutes{svc: svc}
+	h.mount(mux, "GET /v1/topics", h.route(t.list))
+	h.mount(mux, "GET /v1/topics/{topic}", h.route(t.get))
+	h.mount(mux, "PUT /v1/topics/{topic}", h.route(t.setLimit))
+}
+
+type topicRoutes struct {
+	svc TopicService
+}
+
+func (t *topicRoutes) list(w http.ResponseWriter, r *http.Request) error {
+	resp, err := t.svc.ListTopics(r.Context(), &pulsev1.ListTopicsRequest{})
+	if err != nil {
+		return err
+	}
+	out := pulsehttp.TopicList{Topics: make([]pulsehttp.Topic, len(resp.GetTopics()))}
+	for i, ti := range resp.GetTopics() {
+		out.Topics[i] = topicToJSON(ti)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (t *topicRoutes) get(w http.ResponseWriter, r *http.Request) error {
+	ti, err := t.svc.GetTopic(r.Context(), r.PathValue("topic"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, topicToJSON(ti))
+}
+
+// setLimit reads {"max_running": N} or {"max_running": null}; the field
+// must be there, so an empty body or {} is refused rather than read as
+// "clear the limit".
+func (t *topicRoutes) setLimit(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, topicLimitBodyLimit, "body", "")
+	if err != nil {
+		return err
+	}
+	var in pulsehttp.TopicLimit
+	if err := decodeStorable(body, "", &in); err != nil {
+		return err
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return apierr.Invalid("body", "is not valid JSON: %v", err)
+	}
+	if _, ok := present["max_running"]; !ok {
+		return apierr.Invalid("max_running", "is required: a number from 0 to 1000000, or null to clear the limit")
+	}
+	ti, err := t.svc.SetLimit(r.Context(), r.PathValue("topic"), in.MaxRunning)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, topicToJSON(ti))
+}
+
+func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
+	out := pulsehttp.Topic{
+		Topic: t.GetTopic(), Pending: t.GetPending(), Running: t.GetRunning(), Retrying: t.GetRetrying(),
+		DeadLettered: t.GetDeadLettered(), CompletedLastHour: t.GetCompletedLastHour(), FailedLastHour: t.GetFailedLastHour(),
+		Paused: t.GetPaused(), ConnectedWorkers: t.GetConnectedWorkers(),
+		LimitUpdatedBy: t.GetLimitUpdatedBy(), LimitUpdatedAt: api.TimeFromWire(t.GetLimitUpdatedAt()),
+	}
+	if d := t.GetOldestPendingAge(); d != nil {
+		s := d.AsDuration().String()
+		out.OldestPendingAge = &s
+	}
+	if t.MaxRunning != nil {
+		n := t.GetMaxRunning()
+		out.MaxRunning = &n
+	}
+	return out
+}
