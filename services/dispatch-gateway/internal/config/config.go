@@ -49,7 +49,7 @@ type Config struct {
 	ClaimBatch       int           `envconfig:"CLAIM_BATCH" default:"500"`
 	// ClaimCooldown: the dispatcher's rest after a pass that found a
 	// backlog, so freed slots gather into one claim (dispatch.DispatcherConfig).
-	ClaimCooldown time.Duration `envconfig:"CLAIM_COOLDOWN" default:"0s"`
+	ClaimCooldown time.Duration `envconfig:"CLAIM_COOLDOWN" default:"5ms"`
 	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
 	// policy (the retry_policy row, shared with the reaper and every other
 	// gateway) at start; unset, the row is left as it is (ADR-0013).
