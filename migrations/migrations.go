@@ -69,7 +69,11 @@ const (
 	// minute, topic and writer, which the gateways' report and the
 	// reaper's sweep add to in the statement that settles them (ADR-0018).
 	VersionJobThroughput int64 = 11
+	// VersionJobTimeoutImmutable adds jobs.timeout to the identity guard:
+	// a job's timeout cannot change after submit. Nothing needs it to be
+	// correct, so no service requires it.
+	VersionJobTimeoutImmutable int64 = 12
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobThroughput
+const Latest = VersionJobTimeoutImmutable

@@ -229,8 +229,14 @@ func TestJobRetryPolicy(t *testing.T) {
 			require.Equal(t, "jobs_identity_immutable", pgErr.ConstraintName, stmt)
 			require.Contains(t, pgErr.Message, "retry_", stmt)
 		}
+		// Nor does the job's timeout, the other part of its submitted spec.
+		_, err := b.pool.Exec(ctx, `UPDATE jobs SET timeout = '5 seconds' WHERE id = $1`, id)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "jobs_identity_immutable", pgErr.ConstraintName)
+		require.Contains(t, pgErr.Message, "timeout")
 		// Assigning the same values is no change.
-		_, err := b.pool.Exec(ctx, `UPDATE jobs SET retry_base = retry_base, retry_max = retry_max WHERE id = $1`, id)
+		_, err = b.pool.Exec(ctx, `UPDATE jobs SET retry_base = retry_base, retry_max = retry_max, timeout = timeout WHERE id = $1`, id)
 		require.NoError(t, err)
 		j, err := b.store.Get(ctx, id)
 		require.NoError(t, err)
