@@ -200,7 +200,23 @@ FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY
 // No claim of a paused scope commits after the Pause commits. Shared
 // advisory locks live in the lock manager's memory (no row is written, no
 // WAL): on the happy path the barrier costs one lock-table entry per claim.
-const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
+//
+// The claim's later statements run under ClaimStatementTimeout. A claim
+// takes milliseconds; one that runs for seconds has fallen into a
+// feedback loop seen under load (docs/benchmarks.md): its snapshot is
+// older than every claim the other gateways committed since, so each row
+// it reaches at the head of jobs_claim_idx was taken by them and must be
+// rechecked at its newest version, and while its snapshot lives no scan
+// can mark those entries dead, so every other claim walks them too. The
+// timeout ends such a claim; the dispatcher backs off and claims again
+// with a fresh snapshot. It also bounds how long a Pause waits for the
+// claims in flight.
+const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
+
+// ClaimStatementTimeout bounds each statement of a claim after the first.
+const ClaimStatementTimeout = time.Second
+
+const claimStatementTimeoutSQL = "1s" // ClaimStatementTimeout, as Postgres reads it
 
 // Claim leases up to len(slots) claimable jobs of topics, the i-th claimed
 // job to the worker slots[i]. It returns what it claimed, which may be

@@ -7,6 +7,7 @@ import "context"
 const (
 	ClaimSQL        = claimSQL
 	ClaimLimitedSQL = claimLimitedSQL
+	ClaimPlanSQL    = claimPlanSQL
 	PinnedPlanSQL   = pinnedPlanSQL
 	CountsPlanSQL   = countsPlanSQL
 	QueueCountsSQL  = queueCountsSQL
