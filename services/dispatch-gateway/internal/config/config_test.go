@@ -61,3 +61,23 @@ func TestGatewayID(t *testing.T) {
 	require.NoError(t, config.Load(&cfg))
 	require.NotEmpty(t, cfg.GatewayID, "hostname-pid by default")
 }
+
+// PULSE_CLAIM_COOLDOWN: 5ms by default, 0 turns it off, and a negative or
+// over-long value fails the start naming the variable.
+func TestClaimCooldown(t *testing.T) {
+	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	var cfg gwconfig.Config
+	require.NoError(t, config.Load(&cfg))
+	require.Equal(t, 5*time.Millisecond, cfg.ClaimCooldown)
+	t.Setenv("PULSE_CLAIM_COOLDOWN", "0s")
+	cfg = gwconfig.Config{}
+	require.NoError(t, config.Load(&cfg))
+	require.Zero(t, cfg.ClaimCooldown)
+	for _, bad := range []string{"-1ms", "2s", "soon", "1e1000000h"} {
+		t.Setenv("PULSE_CLAIM_COOLDOWN", bad)
+		cfg = gwconfig.Config{}
+		err := config.Load(&cfg)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "PULSE_CLAIM_COOLDOWN", bad)
+	}
+}
