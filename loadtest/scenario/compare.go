@@ -24,6 +24,9 @@ type CompareParams struct {
 	Settle time.Duration
 	// Emit receives each run's own result as it finishes.
 	Emit func(Result)
+	// Sides names the sides that run ("pulse", "river", "rawsql"); empty:
+	// all three. A ratio whose sides did not both run is 0.
+	Sides []string
 }
 
 // Workloads of the river scenario.
@@ -61,6 +64,9 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	runs := map[string][]map[string]float64{}
 	one := func(side, workload string, rep int, reset func() error, meter MeterOptions,
 		run func(before func() error) (Result, error)) error {
+		if len(p.Sides) > 0 && !slices.Contains(p.Sides, side) {
+			return nil
+		}
 		if err := reset(); err != nil {
 			return fmt.Errorf("%s %s: reset: %w", side, workload, err)
 		}

@@ -44,10 +44,10 @@ INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
 SELECT id, $2, '{}'::jsonb, 5, 25, now(), NULL, NULL, NULL, NULL
 FROM unnest($1::uuid[]) AS t(id)`
 
-	rawPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
+	rawPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 	// The claim takes the pause barrier shared, as pulse's does.
-	rawClaimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), pg_advisory_xact_lock_shared(` + jobstore.PauseBarrierKey + `)`
+	rawClaimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock_shared(` + jobstore.PauseBarrierKey + `)`
 
 	rawClaimSQL = `
 WITH picked AS (

@@ -57,6 +57,8 @@ func run() error {
 		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
 		reps        = flag.Int("reps", 2, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported")
 		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
+		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
+		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
 		riverPool   = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
 		riverMaxW   = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
 		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
@@ -95,6 +97,13 @@ func run() error {
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
 	if *cooldown >= 0 {
 		env["PULSE_CLAIM_COOLDOWN"] = cooldown.String()
+	}
+	for _, kv := range strings.Split(*serviceEnv, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && k != "" {
+			env[k] = v
+		} else if strings.TrimSpace(kv) != "" {
+			return fmt.Errorf("-service-env: %q is not KEY=VALUE", kv)
+		}
 	}
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
 	opts.DurablePostgres = !*fast
@@ -199,7 +208,7 @@ func run() error {
 		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
 			Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency,
 			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), Raw: raw,
-			Settle: *settle, Emit: emitRun,
+			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","),
 		})
 		r.Scenario = "river"
 		if err := emit(r, err); err != nil {

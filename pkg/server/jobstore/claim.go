@@ -211,7 +211,7 @@ FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY
 // timeout ends such a claim; the dispatcher backs off and claims again
 // with a fresh snapshot. It also bounds how long a Pause waits for the
 // claims in flight.
-const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
+const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
 
 // ClaimStatementTimeout bounds each statement of a claim after the first.
 const ClaimStatementTimeout = time.Second
