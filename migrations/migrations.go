@@ -73,7 +73,14 @@ const (
 	// a job's timeout cannot change after submit. Nothing needs it to be
 	// correct, so no service requires it.
 	VersionJobTimeoutImmutable int64 = 12
+	// VersionGuardsOffHotPath takes the schema's guards off the claim and
+	// report path (ADR-0020): the guard triggers on jobs run AFTER UPDATE
+	// and AFTER DELETE (no tuple lock per updated row), and the six CHECKs
+	// on columns no UPDATE can change become jobs_guard_spec, a BEFORE
+	// INSERT trigger that refuses with the same names. Every rule holds
+	// with or without it, so no service requires it.
+	VersionGuardsOffHotPath int64 = 13
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobTimeoutImmutable
+const Latest = VersionGuardsOffHotPath

@@ -121,8 +121,10 @@ func TestSchemaInvariants(t *testing.T) {
 			`UPDATE jobs SET priority = 1 WHERE id = $1`, "jobs_status_transition"},
 		{"UnknownStatusIsRefusedAtBirth", jobstore.StatusPending,
 			`INSERT INTO jobs (id, topic, status) SELECT gen_random_uuid(), 't', 'PAUSED' WHERE $1::uuid IS NOT NULL`, "jobs_born_pending"},
+		// PAUSED is off the transition table too, but CHECKs are checked as
+		// the row is written, before the AFTER UPDATE guard (migration 00013).
 		{"UnknownStatusUpdateIsRefused", jobstore.StatusPending,
-			`UPDATE jobs SET status = 'PAUSED' WHERE id = $1`, "jobs_status_transition"},
+			`UPDATE jobs SET status = 'PAUSED' WHERE id = $1`, "jobs_status_known"},
 		{"NonObjectArgsAreRefused", jobstore.StatusPending,
 			`INSERT INTO jobs (id, topic, args) SELECT gen_random_uuid(), 't', '[1,2]' WHERE $1::uuid IS NOT NULL`, "jobs_args_object"},
 		{"BadTopicIsRefused", jobstore.StatusPending,
@@ -158,6 +160,24 @@ func requireConstraint(t *testing.T, err error, constraint string) {
 	require.Equal(t, "23514", pgErr.Code, "a refusal is a check_violation: %s", pgErr.Message)
 }
 
+// notNullRule prefixes a refusal's rule that is a column's NOT NULL, which
+// Postgres reports by column, not by constraint name.
+const notNullRule = "NOT NULL "
+
+// notNull is the rule of a refusal by a column's NOT NULL.
+func notNull(column string) string { return notNullRule + column }
+
+// requireNotNull: Postgres refused the statement as a not_null_violation
+// (SQLSTATE 23502) of column.
+func requireNotNull(t *testing.T, err error, column string) {
+	t.Helper()
+	require.Error(t, err, "Postgres must refuse this statement (NOT NULL %s)", column)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "want a Postgres error, got %v", err)
+	require.Equal(t, "23502", pgErr.Code, "want a not_null_violation: %s", pgErr.Message)
+	require.Equal(t, column, pgErr.ColumnName, "refused for the wrong column: %s", pgErr.Message)
+}
+
 // TestSchemaTopicRuleMatchesValidator: jobs_topic_format (rewritten for
 // speed in migration 00004) and topic_limits_topic_format accept exactly
 // the topics the API validator accepts, at every edge of the rule.
@@ -191,7 +211,8 @@ func TestSchemaTopicRuleMatchesValidator(t *testing.T) {
 // refused by Postgres with the rule's name.
 
 // refusal is one statement that breaks one rule, run against a job built
-// in a given state ($1 is its id).
+// in a given state ($1 is its id). rule is the constraint name Postgres
+// reports, or notNull(column).
 type refusal struct {
 	name string
 	row  jobstoretest.Spec
@@ -211,7 +232,11 @@ func runRefusals(t *testing.T, pool *pgxpool.Pool, cases []refusal) {
 				args = append(args, id)
 			}
 			_, err := pool.Exec(ctx, tc.sql, args...)
-			requireConstraint(t, err, tc.rule)
+			if column, ok := strings.CutPrefix(tc.rule, notNullRule); ok {
+				requireNotNull(t, err, column)
+			} else {
+				requireConstraint(t, err, tc.rule)
+			}
 			var after string
 			require.NoError(t, pool.QueryRow(ctx, `SELECT row_to_json(j)::text FROM jobs j WHERE id = $1`, id).Scan(&after))
 			require.Equal(t, before, after, "a refused statement changes nothing")
@@ -348,9 +373,13 @@ func TestSchemaErrorHistoryIsAppendOnly(t *testing.T) {
 			`UPDATE jobs SET errors = jsonb_build_array(errors -> 1, errors -> 0) WHERE id = $1`, "jobs_errors_append_only"},
 		{"PrependingAnEntryIsRefused", twoErrors, `UPDATE jobs SET errors = ` + entry + ` || errors WHERE id = $1`, "jobs_errors_append_only"},
 		{"ReplacingTheHistoryWithOneOfTheSameLengthIsRefused", twoErrors, `UPDATE jobs SET errors = ` + entry + ` || ` + entry + ` WHERE id = $1`, "jobs_errors_append_only"},
-		{"ANullHistoryIsRefused", twoErrors, `UPDATE jobs SET errors = NULL WHERE id = $1`, "jobs_errors_append_only"},
-		{"ANonArrayHistoryIsRefused", twoErrors, `UPDATE jobs SET errors = '{}' WHERE id = $1`, "jobs_errors_append_only"},
-		{"ANonArrayHistoryOfAFreshJobIsRefused", pendingJob, `UPDATE jobs SET errors = '"boom"' WHERE id = $1`, "jobs_errors_append_only"},
+		// These three break the append-only guard and a rule Postgres checks
+		// as the row is written, which names itself first since the guard
+		// runs AFTER UPDATE (migration 00013): the column's NOT NULL, the
+		// CHECK jobs_errors_array.
+		{"ANullHistoryIsRefused", twoErrors, `UPDATE jobs SET errors = NULL WHERE id = $1`, notNull("errors")},
+		{"ANonArrayHistoryIsRefused", twoErrors, `UPDATE jobs SET errors = '{}' WHERE id = $1`, "jobs_errors_array"},
+		{"ANonArrayHistoryOfAFreshJobIsRefused", pendingJob, `UPDATE jobs SET errors = '"boom"' WHERE id = $1`, "jobs_errors_array"},
 	})
 	runPasses(t, pool, []refusal{
 		{"AppendingAnEntryPasses", twoErrors, `UPDATE jobs SET errors = errors || ` + entry + ` WHERE id = $1`, ""},
@@ -372,7 +401,11 @@ func TestSchemaFinishedJobsAreFrozen(t *testing.T) {
 		for _, c := range []struct{ what, set string }{
 			{"Priority", `priority = 1`},
 			{"MaxAttempts", `max_attempts = 10`},
-			{"FinishedAt", `finished_at = finished_at - interval '1 day'`},
+			// Later, not earlier: these jobs finished as they were submitted,
+			// so an earlier finished_at breaks jobs_timestamps_ordered too,
+			// a CHECK, which names itself before the AFTER UPDATE guard
+			// (migration 00013).
+			{"FinishedAt", `finished_at = finished_at + interval '1 second'`},
 			{"NextRunAt", `next_run_at = now()`},
 			{"History", `errors = errors || '[{"attempt": 2}]'`},
 			{"TraceContext", `traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'`},
@@ -444,8 +477,11 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 			`UPDATE jobs SET max_attempts = 1 WHERE id = $1`, "jobs_queued_has_attempts_left"},
 		{"LoweringMaxAttemptsBelowTheAttemptsMadeIsRefused", lastAttempt,
 			`UPDATE jobs SET max_attempts = 2 WHERE id = $1`, "jobs_attempts_within_max"},
+		// Also a retry that keeps attempts (jobs_attempts_fence, alone in
+		// TestSchemaFinishedJobsAreFrozen), but the CHECK is checked as the
+		// row is written, before the AFTER UPDATE guard (migration 00013).
 		{"ARetryWithoutAFreshBudgetIsRefused", jobstoretest.Spec{Status: jobstore.StatusDeadLettered, Attempts: 3, MaxAttempts: 3},
-			`UPDATE jobs SET status = 'PENDING', finished_at = NULL WHERE id = $1`, "jobs_attempts_fence"},
+			`UPDATE jobs SET status = 'PENDING', finished_at = NULL WHERE id = $1`, "jobs_queued_has_attempts_left"},
 	})
 	runPasses(t, pool, []refusal{
 		{"FailingTheLastAttemptDeadLetters", lastAttempt,
@@ -497,7 +533,9 @@ func TestSchemaTimestamps(t *testing.T) {
 		{"AnInfiniteLeaseIsRefused", runningJob, `UPDATE jobs SET lease_until = 'infinity' WHERE id = $1`, "jobs_timestamps_finite"},
 		{"AStartAtMinusInfinityIsRefused", pendingJob, claim(`'-infinity'`), "jobs_timestamps_finite"},
 		{"AFinishAtMinusInfinityIsRefused", runningJob, complete(`'-infinity'`), "jobs_timestamps_finite"},
-		{"AnInfiniteStartIsRefused", pendingJob, claim(`'infinity'`), "jobs_timestamps_not_future"},
+		// Infinity is also in the future, but the CHECK is checked as the
+		// row is written, before the AFTER UPDATE guard (migration 00013).
+		{"AnInfiniteStartIsRefused", pendingJob, claim(`'infinity'`), "jobs_timestamps_finite"},
 		{"AStartInTheFutureIsRefused", pendingJob, claim(`now() + interval '2 minutes'`), "jobs_timestamps_not_future"},
 		{"AFinishInTheFutureIsRefused", runningJob, complete(`now() + interval '2 minutes'`), "jobs_timestamps_not_future"},
 		{"ACancelInTheFutureIsRefused", pendingJob,
