@@ -54,7 +54,12 @@ func IdleWorkers(ctx context.Context, t Target, p IdleParams) (Result, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // let the connection burst settle
+	// Let the connection burst settle and reach the counters before the
+	// window opens: each connect writes the worker's presence row, and
+	// idle backends report those transactions to pg_stat_database up to
+	// PGSTAT_IDLE_INTERVAL later (StatsSettle), which used to land them,
+	// 1,000 of them, inside the window.
+	time.Sleep(StatsSettle)
 
 	conn, err := pgx.Connect(ctx, t.DatabaseURL)
 	if err != nil {
