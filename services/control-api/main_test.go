@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,6 +185,21 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, string(metricsText), `http_server_request_duration_seconds_count{method="POST",route="/v1/jobs"} 1`)
 		require.Contains(t, string(metricsText), `pulse_build_info{service="control-api",version=`)
 		require.Contains(t, string(metricsText), `pulse_loop_errors_total{loop="queue_depth"} 0`)
+		// The queue depth was counted at start (Immediate), and says when.
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				return false
+			}
+			text, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			m := regexp.MustCompile(`(?m)^pulse_queue_depth_counted_timestamp_seconds (\S+)$`).FindSubmatch(text)
+			if m == nil {
+				return false
+			}
+			at, err := strconv.ParseFloat(string(m[1]), 64)
+			return err == nil && time.Since(time.Unix(int64(at), 0)) < time.Hour
+		}, 10*time.Second, 50*time.Millisecond, "pulse_queue_depth_counted_timestamp_seconds is set by the first count")
 
 		conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)

@@ -1,9 +1,13 @@
 package api
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 )
 
 // Metrics are control-api's own pulse_* metrics, every name declared here.
@@ -24,6 +28,11 @@ type Metrics struct {
 	// QueueDepth is the live jobs by topic and status (PENDING, RETRYING,
 	// RUNNING), recounted on an interval by the queuedepth refresher.
 	QueueDepth *prometheus.GaugeVec
+	// QueueDepthCountedAt is when the depth was last counted (Unix
+	// seconds) and QueueDepthCountTook how long that count took: a large
+	// backlog makes the count slower and, to bound its cost, rarer.
+	QueueDepthCountedAt prometheus.Gauge
+	QueueDepthCountTook prometheus.Gauge
 	// JobsCanceled and JobsRetried count operator actions on jobs, by topic.
 	JobsCanceled *prometheus.CounterVec
 	JobsRetried  *prometheus.CounterVec
@@ -57,6 +66,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pulse_queue_depth",
 			Help: "Live jobs by topic and status (PENDING, RETRYING, RUNNING), recounted every PULSE_QUEUE_DEPTH_INTERVAL.",
 		}, []string{"topic", "status"}),
+		QueueDepthCountedAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_queue_depth_counted_timestamp_seconds",
+			Help: "When pulse_queue_depth was last counted (Unix time); 0 until the first count.",
+		}),
+		QueueDepthCountTook: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_queue_depth_count_seconds",
+			Help: fmt.Sprintf("How long the last pulse_queue_depth count took; the next waits at least %.0f times as long.", 1/queuedepth.MaxDuty),
+		}),
 	}
 	m.JobsCanceled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulse_jobs_canceled_total",
@@ -67,13 +84,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Dead-lettered or canceled jobs sent back to PENDING by an operator, by topic.",
 	}, []string{"topic"})
 	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
-		m.JobsCanceled, m.JobsRetried)
+		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried)
 	return m
 }
 
 // SetQueueDepth sets one (topic, status) group's live job count.
 func (m *Metrics) SetQueueDepth(topic, status string, jobs float64) {
 	m.QueueDepth.WithLabelValues(topic, status).Set(jobs)
+}
+
+// QueueDepthCounted records when the depth was counted and how long it took.
+func (m *Metrics) QueueDepthCounted(at time.Time, took time.Duration) {
+	m.QueueDepthCountedAt.Set(float64(at.UnixNano()) / 1e9)
+	m.QueueDepthCountTook.Set(took.Seconds())
 }
 
 func (m *Metrics) dispatchAction(action string) {
