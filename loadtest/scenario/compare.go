@@ -151,6 +151,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			k := side + "/" + w
 			out.Metrics[side+"_"+w+"_jobs_per_s"] = med(k, "jobs_per_s")
 			out.Metrics[side+"_"+w+"_cpu_s_per_100k_total"] = med(k, "cpu_s_per_100k_total")
+			out.Metrics[side+"_"+w+"_buffers_per_job"] = med(k, "buffers_per_job")
 			out.Params[side+"_"+w+"_runs"] = rates(runs[k])
 		}
 	}

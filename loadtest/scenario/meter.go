@@ -144,6 +144,11 @@ func (m *Meter) Stop(ctx context.Context, jobs int, settle time.Duration) (map[s
 	s := m.startDB
 	f := func(a, b int64) float64 { return float64(a-b) / float64(jobs) }
 	out["xacts_per_job"] = f(d.xacts, s.xacts)
+	// Buffer accesses are the database's work counted, not timed: unlike
+	// CPU seconds they do not move with the machine's speed or a
+	// neighbour's load, so they compare two queues' Postgres work per job
+	// even when the rates of one run are noise.
+	out["buffers_per_job"] = f(d.buffers, s.buffers)
 	out["wal_records_per_job"] = f(d.walRecords, s.walRecords)
 	out["wal_fpi_per_job"] = f(d.walFPI, s.walFPI)
 	if d.statements >= 0 && s.statements >= 0 {
@@ -294,6 +299,7 @@ func machineTicks() (busy, all uint64) {
 type dbSample struct {
 	lsn                    int64
 	xacts                  int64
+	buffers                int64 // shared-buffer accesses, hits and reads
 	walRecords, walFPI     int64
 	statements             int64 // -1 without pg_stat_statements
 	tupIns, tupUpd, tupHot int64
@@ -320,8 +326,9 @@ func (m *Meter) readDB(ctx context.Context) (dbSample, error) {
 	if err := conn.QueryRow(ctx, `
 		SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 		       (SELECT sum(xact_commit)::bigint FROM pg_stat_database),
+		       (SELECT sum(blks_hit + blks_read)::bigint FROM pg_stat_database),
 		       w.wal_records, w.wal_fpi
-		FROM pg_stat_wal AS w`).Scan(&s.lsn, &s.xacts, &s.walRecords, &s.walFPI); err != nil {
+		FROM pg_stat_wal AS w`).Scan(&s.lsn, &s.xacts, &s.buffers, &s.walRecords, &s.walFPI); err != nil {
 		return s, fmt.Errorf("meter: %w", err)
 	}
 	s.statements = -1
