@@ -463,11 +463,32 @@ func (b *browserTab) submit(sel chromedp.Action[chromedp.Void]) {
 	ctx, cancel := b.bounded()
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, sel)
-	for try := 0; err != nil && strings.Contains(err.Error(), "Could not find node") && try < 5; try++ {
+	for try := 0; nodeReplaced(err) && try < 5; try++ {
 		resp, err = chromedp.RunResponse(ctx, sel)
 	}
 	require.NoError(b.t, err)
 	require.Equal(b.t, int64(http.StatusOK), resp.Status, resp.URL)
+}
+
+// nodeReplaced reports whether err says the node a selector found was
+// replaced by the page's live refresh before it could be read or clicked
+// (Chromium words it two ways). Nothing happened to the old node; the
+// action is tried again on the new one.
+func nodeReplaced(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "Could not find node") ||
+		strings.Contains(err.Error(), "No node with given id"))
+}
+
+// readLiveNode runs an action that reads a node, again when a live refresh
+// replaced the node between finding and reading it (nodeReplaced).
+func readLiveNode[T any](b *browserTab, a chromedp.Action[T]) (T, error) {
+	ctx, cancel := b.bounded()
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	for try := 0; nodeReplaced(err) && try < 5; try++ {
+		v, err = chromedp.Run(ctx, a)
+	}
+	return v, err
 }
 
 func (b *browserTab) waitFor(css string) {
@@ -477,18 +498,14 @@ func (b *browserTab) waitFor(css string) {
 
 func (b *browserTab) text(css string) string {
 	b.t.Helper()
-	ctx, cancel := b.bounded()
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
+	s, err := readLiveNode(b, chromedp.Text(chromedp.CSS(css)))
 	require.NoError(b.t, err, css)
 	return s
 }
 
 func (b *browserTab) attr(css, name string) string {
 	b.t.Helper()
-	ctx, cancel := b.bounded()
-	defer cancel()
-	res, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(css), name))
+	res, err := readLiveNode(b, chromedp.AttributeValue(chromedp.CSS(css), name))
 	require.NoError(b.t, err, css)
 	require.True(b.t, res.Exists, "%s has no %s", css, name)
 	return res.Value
