@@ -248,8 +248,11 @@ func FuzzStreamJobsOpen(f *testing.F) {
 				require.Equal(t, id.String(), a.GetJobId())
 			case err := <-done:
 				t.Fatalf("stream ended before its job arrived: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("an accepted worker got no job: its claim fails")
+			case <-time.After(30 * time.Second):
+				// A claim that failed (a statement timeout on a starved
+				// machine, say) is retried after a backoff of up to 5 s;
+				// 30 s is several retries, not a speed.
+				t.Fatal("an accepted worker got no job in 30 s: its claim fails")
 			}
 		}
 		cancel()
