@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -479,36 +480,50 @@ func nodeReplaced(err error) bool {
 		strings.Contains(err.Error(), "No node with given id"))
 }
 
-// readLiveNode runs an action that reads a node, again when a live refresh
-// replaced the node between finding and reading it (nodeReplaced).
-func readLiveNode[T any](b *browserTab, a chromedp.Action[T]) (T, error) {
-	ctx, cancel := b.bounded()
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	for try := 0; nodeReplaced(err) && try < 5; try++ {
-		v, err = chromedp.Run(ctx, a)
-	}
-	return v, err
-}
-
 func (b *browserTab) waitFor(css string) {
 	b.t.Helper()
 	b.do(chromedp.WaitVisible(chromedp.CSS(css)))
 }
 
+// text is the visible text of the element css selects, read in one
+// script run in the page: a node id held across two protocol calls can
+// name a node the live refresh has just replaced, which reads as "" or as
+// "No node with given id". It waits (bounded) for the element to exist.
 func (b *browserTab) text(css string) string {
 	b.t.Helper()
-	s, err := readLiveNode(b, chromedp.Text(chromedp.CSS(css)))
-	require.NoError(b.t, err, css)
-	return s
+	return b.readElement(css, "e.innerText")
 }
 
 func (b *browserTab) attr(css, name string) string {
 	b.t.Helper()
-	res, err := readLiveNode(b, chromedp.AttributeValue(chromedp.CSS(css), name))
-	require.NoError(b.t, err, css)
-	require.True(b.t, res.Exists, "%s has no %s", css, name)
-	return res.Value
+	return b.readElement(css, fmt.Sprintf("e.getAttribute(%q)", name))
+}
+
+// readElement evaluates expr with e bound to the first element css
+// selects, once the element exists, and returns its string value.
+func (b *browserTab) readElement(css, expr string) string {
+	b.t.Helper()
+	ctx, cancel := b.bounded()
+	defer cancel()
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e === null ? {found: false} : {found: true, value: %s}; })()`, css, expr)
+	for {
+		var res struct {
+			Found bool    `json:"found"`
+			Value *string `json:"value"`
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](js))
+		require.NoError(b.t, err, css)
+		require.NoError(b.t, json.Unmarshal(got, &res), css)
+		if res.Found {
+			require.NotNil(b.t, res.Value, "%s: %s is null", css, expr)
+			return *res.Value
+		}
+		select {
+		case <-ctx.Done():
+			require.Fail(b.t, "no element matches "+css)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (b *browserTab) count(css string) int {
