@@ -15,11 +15,11 @@ const IntervalDefault = 5 * time.Second
 // backend busy. The count is O(live jobs): measured on a two-core machine,
 // 0.16 s with a 200,000-job backlog draining and about 0.4 s for a
 // million, which at a 5 s interval is a twelfth of a core spent on a
-// gauge, for as long as the backlog lasts. After a
-// count that took d, Refresh skips the ticks that come before d / MaxDuty
-// has passed since it started, so the gauge grows staler as the backlog
-// grows instead of growing costlier; pulse_queue_depth_counted_timestamp_seconds
-// says how stale it is.
+// gauge, for as long as the backlog lasts. After a count that took d,
+// Refresh skips the ticks that come before d / MaxDuty has passed since
+// it started, so the gauge grows staler as the backlog grows instead of
+// growing costlier; pulse_queue_depth_counted_timestamp_seconds says how
+// stale it is.
 const MaxDuty = 0.02
 
 // Store is the part of jobstore.Store the refresher uses.
