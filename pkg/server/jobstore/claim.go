@@ -1,6 +1,7 @@
 package jobstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -75,7 +76,65 @@ WITH picked AS (
 )
 ` + claimUpdateSQL
 
-// claimUpdateSQL leases the slotted rows: the end of both claim statements.
+// claimAfterSQL is claimSQL resuming where a claim of the same dispatcher
+// left off: it walks jobs_claim_idx from just after the cursor ($5
+// priority, $6 submitted_at, $7 id, the last job that claim took) instead
+// of from the head (ADR-0022).
+//
+// A claim from the head steps over the index entries of every job claimed
+// since the oldest snapshot still open anywhere in the database: Postgres
+// marks an entry dead only once no snapshot can see the row it points to.
+// Any long transaction — a report query, a backup, another gateway's slow
+// claim — makes every claim walk every job taken since it began, and a
+// claim made slow that way holds the horizon back itself: the feedback
+// loop the claim timeout bounds. Resuming after the cursor walks only what
+// other gateways took since this one's last claim, whatever the horizon.
+//
+// The walk is two index range scans in dispatch order, joined lazily: the
+// rest of the cursor's priority ((submitted_at, id) > cursor, one index
+// condition), then the lower priorities. Postgres pulls the second only if
+// the first comes back short, and locks only the rows it pulls. Jobs that
+// sort before the cursor — a higher priority submitted since, a retry or a
+// scheduled job come due, a row another claim locked and then gave back —
+// are the dispatcher's to find: it claims from the head again whenever a
+// claim comes back short and at least every PULSE_CLAIM_RESCAN_INTERVAL.
+// The pause filters are claimSQL's, so pause stays exact.
+const claimAfterSQL = `
+WITH same_priority AS (
+    SELECT id FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING')
+      AND priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)
+      AND next_run_at <= now()
+      AND topic = ANY($1::text[])
+      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), lower_priority AS (
+    SELECT id FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING')
+      AND priority < $5::smallint
+      AND next_run_at <= now()
+      AND topic = ANY($1::text[])
+      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM same_priority
+    UNION ALL
+    SELECT id FROM lower_priority
+    LIMIT $2
+), slotted AS (
+    SELECT id, row_number() OVER () AS slot FROM picked
+)
+` + claimUpdateSQL
+
+// claimUpdateSQL leases the slotted rows: the end of every claim statement.
 const claimUpdateSQL = `UPDATE jobs AS j
 SET status      = 'RUNNING',
     attempts    = j.attempts + 1,
@@ -207,10 +266,11 @@ FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY
 // older than every claim the other gateways committed since, so each row
 // it reaches at the head of jobs_claim_idx was taken by them and must be
 // rechecked at its newest version, and while its snapshot lives no scan
-// can mark those entries dead, so every other claim walks them too. The
-// timeout ends such a claim; the dispatcher backs off and claims again
-// with a fresh snapshot. It also bounds how long a Pause waits for the
-// claims in flight.
+// can mark those entries dead, so every other claim from the head walks
+// them too. Claims resuming after a cursor (claimAfterSQL) do not walk
+// them; a claim from the head still can. The timeout ends such a claim;
+// the dispatcher backs off and claims again with a fresh snapshot. It
+// also bounds how long a Pause waits for the claims in flight.
 const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
 
 // ClaimStatementTimeout bounds each statement of a claim after the first.
@@ -239,6 +299,71 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	}
 	if err != nil {
 		return nil, interpretError("claim", err)
+	}
+	return out, nil
+}
+
+// ClaimCursor is a position in dispatch order (priority DESC, then
+// submitted_at and id): the last job a claim took, where the next claim of
+// the same dispatcher may resume (ClaimAfter).
+type ClaimCursor struct {
+	Priority    int16
+	SubmittedAt time.Time
+	ID          uuid.UUID
+}
+
+// Before reports whether c comes before d in dispatch order.
+func (c ClaimCursor) Before(d ClaimCursor) bool {
+	if c.Priority != d.Priority {
+		return c.Priority > d.Priority
+	}
+	if !c.SubmittedAt.Equal(d.SubmittedAt) {
+		return c.SubmittedAt.Before(d.SubmittedAt)
+	}
+	return bytes.Compare(c.ID[:], d.ID[:]) < 0 // Postgres orders uuids bytewise
+}
+
+// LastClaimed is the cursor after the last of jobs in dispatch order; ok
+// is false when jobs is empty.
+func LastClaimed(jobs []Claimed) (last ClaimCursor, ok bool) {
+	for i, j := range jobs {
+		c := ClaimCursor{Priority: j.Priority, SubmittedAt: j.SubmittedAt, ID: j.ID}
+		if i == 0 || last.Before(c) {
+			last = c
+		}
+	}
+	return last, len(jobs) > 0
+}
+
+// ClaimAfter is Claim resuming after the cursor where an earlier claim left
+// off (claimAfterSQL): it takes the claimable jobs that follow after in
+// dispatch order. When those are fewer than the slots, it claims the rest
+// from the head in a second transaction, so it comes back short only when
+// Claim would. A group with a limited topic is claimed as Claim claims it.
+//
+// If that second claim fails after the first took jobs, the jobs taken are
+// returned without the error: they are leased and must reach their
+// workers. The dispatcher's next claim of the group starts from the head
+// (this one came back short of nothing it could tell) and meets the error
+// itself.
+func (s *Store) ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after ClaimCursor) ([]Claimed, error) {
+	if len(slots) == 0 || len(topics) == 0 {
+		return nil, nil
+	}
+	args := []any{topics, len(slots), slots, intervalOf(leaseTTL), after.Priority, after.SubmittedAt, [16]byte(after.ID)}
+	out, limited, err := s.claimWith(ctx, claimAfterSQL, args)
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	if limited > 0 {
+		return s.Claim(ctx, topics, slots, leaseTTL)
+	}
+	if len(out) < len(slots) {
+		more, err := s.Claim(ctx, topics, slots[len(out):], leaseTTL)
+		if err != nil && len(out) == 0 {
+			return nil, err
+		}
+		out = append(out, more...)
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import "context"
 // runs them.
 const (
 	ClaimSQL        = claimSQL
+	ClaimAfterSQL   = claimAfterSQL
 	ClaimLimitedSQL = claimLimitedSQL
 	ClaimPlanSQL    = claimPlanSQL
 	PinnedPlanSQL   = pinnedPlanSQL

@@ -82,6 +82,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 
 	dispatcher := dispatch.NewDispatcher(dispatch.DispatcherConfig{
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, Batch: cfg.ClaimBatch, ClaimCooldown: cfg.ClaimCooldown,
+		ClaimRescanInterval: cfg.ClaimRescanInterval,
 	}, store, nil, logger)
 	m := gwmetrics.New(s.Registry(), dispatcher.Registry().Stats)
 	dispatcher.SetObserver(m)

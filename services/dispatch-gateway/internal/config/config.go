@@ -50,6 +50,9 @@ type Config struct {
 	// ClaimCooldown: the dispatcher's rest after a pass that found a
 	// backlog, so freed slots gather into one claim (dispatch.DispatcherConfig).
 	ClaimCooldown time.Duration `envconfig:"CLAIM_COOLDOWN" default:"5ms"`
+	// ClaimRescanInterval: how long claims may resume where the last one
+	// left off before one starts from the queue's head again (ADR-0022).
+	ClaimRescanInterval time.Duration `envconfig:"CLAIM_RESCAN_INTERVAL" default:"100ms"`
 	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
 	// policy (the retry_policy row, shared with the reaper and every other
 	// gateway) at start; unset, the row is left as it is (ADR-0013).
@@ -84,6 +87,8 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_CLAIM_BATCH", "is %d; it must be between 1 and 10000", c.ClaimBatch)
 	case c.ClaimCooldown < 0 || c.ClaimCooldown > time.Second:
 		return config.Invalid("PULSE_CLAIM_COOLDOWN", "is %s; it must be between 0 and 1s", c.ClaimCooldown)
+	case c.ClaimRescanInterval < 0 || c.ClaimRescanInterval > time.Minute:
+		return config.Invalid("PULSE_CLAIM_RESCAN_INTERVAL", "is %s; it must be between 0 (every claim from the head) and 1m", c.ClaimRescanInterval)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the gateway needs at least 2 (claims plus reports)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:

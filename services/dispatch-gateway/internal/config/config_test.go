@@ -81,3 +81,24 @@ func TestClaimCooldown(t *testing.T) {
 		require.Contains(t, err.Error(), "PULSE_CLAIM_COOLDOWN", bad)
 	}
 }
+
+// PULSE_CLAIM_RESCAN_INTERVAL: 100ms by default, 0 makes every claim start
+// from the head, and a negative or over-long value fails the start naming
+// the variable.
+func TestClaimRescanInterval(t *testing.T) {
+	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	var cfg gwconfig.Config
+	require.NoError(t, config.Load(&cfg))
+	require.Equal(t, 100*time.Millisecond, cfg.ClaimRescanInterval)
+	t.Setenv("PULSE_CLAIM_RESCAN_INTERVAL", "0s")
+	cfg = gwconfig.Config{}
+	require.NoError(t, config.Load(&cfg))
+	require.Zero(t, cfg.ClaimRescanInterval)
+	for _, bad := range []string{"-1ms", "2m", "often", "1e1000000h"} {
+		t.Setenv("PULSE_CLAIM_RESCAN_INTERVAL", bad)
+		cfg = gwconfig.Config{}
+		err := config.Load(&cfg)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "PULSE_CLAIM_RESCAN_INTERVAL", bad)
+	}
+}

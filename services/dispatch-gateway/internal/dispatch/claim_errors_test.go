@@ -40,13 +40,21 @@ type recordingClaimer struct {
 }
 
 func (c *recordingClaimer) Claim(ctx context.Context, topics, slots []string, ttl time.Duration) ([]jobstore.Claimed, error) {
+	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.Claim(ctx, topics, slots, ttl) })
+}
+
+func (c *recordingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.ClaimAfter(ctx, topics, slots, ttl, after) })
+}
+
+func (c *recordingClaimer) claim(topics, slots []string, run func() ([]jobstore.Claimed, error)) ([]jobstore.Claimed, error) {
 	var claimed []jobstore.Claimed
 	var err error
 	if c.fail != nil {
 		err = c.fail(topics, slots)
 	}
 	if err == nil {
-		claimed, err = c.store.Claim(ctx, topics, slots, ttl)
+		claimed, err = run()
 	}
 	c.mu.Lock()
 	c.calls = append(c.calls, claimCall{slices.Clone(topics), slices.Clone(slots), len(claimed), err, time.Now()})

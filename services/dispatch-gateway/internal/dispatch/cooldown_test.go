@@ -24,19 +24,42 @@ type queueClaimer struct {
 	mu      sync.Mutex
 	backlog int
 	sizes   []int
+	// afters holds, per claim, the cursor it resumed after (nil: it
+	// started from the head).
+	afters []*jobstore.ClaimCursor
+	taken  int
 }
 
 func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Duration) ([]jobstore.Claimed, error) {
+	return q.take(slots, nil), nil
+}
+
+func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+	return q.take(slots, &after), nil
+}
+
+// take hands out jobs in dispatch order: the n-th job ever taken was
+// submitted n µs after the epoch.
+func (q *queueClaimer) take(slots []string, after *jobstore.ClaimCursor) []jobstore.Claimed {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sizes = append(q.sizes, len(slots))
+	q.afters = append(q.afters, after)
 	n := min(len(slots), q.backlog)
 	q.backlog -= n
 	out := make([]jobstore.Claimed, n)
 	for i := range out {
-		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: slots[i]}
+		q.taken++
+		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: slots[i], Priority: 5,
+			SubmittedAt: time.Unix(0, 0).Add(time.Duration(q.taken) * time.Microsecond)}
 	}
-	return out, nil
+	return out
+}
+
+func (q *queueClaimer) resumed() []*jobstore.ClaimCursor {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]*jobstore.ClaimCursor(nil), q.afters...)
 }
 
 func (q *queueClaimer) claims() []int {

@@ -50,9 +50,11 @@ func ClaimErrorReason(err error) string {
 	return ClaimErrorOther
 }
 
-// Claimer is the claim statement (jobstore.Store.Claim).
+// Claimer is the claim statement (jobstore.Store.Claim), from the head of
+// the queue or resuming after a cursor (jobstore.Store.ClaimAfter).
 type Claimer interface {
 	Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]jobstore.Claimed, error)
+	ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error)
 }
 
 // Observer is told what each claim did, for metrics.
@@ -88,6 +90,12 @@ type DispatcherConfig struct {
 	// A pass that found the queue short (the idle case) never rests, so
 	// a new job's latency is untouched.
 	ClaimCooldown time.Duration
+	// ClaimRescanInterval is how long a group's claims may resume after
+	// the last job its previous claim took (ADR-0022) before one starts
+	// from the head of the queue again: the longest a job sorting before
+	// that cursor (a higher priority, a retry come due) waits while the
+	// group has a backlog. Zero: every claim starts from the head.
+	ClaimRescanInterval time.Duration
 }
 
 // Dispatcher is the gateway's single claim loop. It claims when there are
@@ -125,6 +133,16 @@ type Dispatcher struct {
 	// topic alone (a one-topic group's key is its topic). An entry stays
 	// until a claim of its key succeeds, so its delay keeps doubling.
 	backoff map[string]claimBackoff
+	// cursors holds, per group whose last claim came back full, where
+	// that claim left off. Only the loop reads and writes it.
+	cursors map[string]groupCursor
+}
+
+// groupCursor is where a group's claims resume, and when the group last
+// claimed from the head.
+type groupCursor struct {
+	after  jobstore.ClaimCursor
+	headAt time.Time
 }
 
 type claimBackoff struct {
@@ -142,6 +160,7 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 		wake:     make(chan struct{}, 1),
 		drained:  map[string]uint64{},
 		backoff:  map[string]claimBackoff{},
+		cursors:  map[string]groupCursor{},
 	}
 	d.registry = NewRegistry(d.slotsFreed)
 	return d
@@ -402,7 +421,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 	if len(topics) == 0 {
 		return nil
 	}
-	claimed, err := d.claim(ctx, topics, g.Slots)
+	claimed, err := d.claimResuming(ctx, g, topics)
 	if err == nil {
 		d.succeeded(g.Key, topics)
 		return claimed
@@ -433,7 +452,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 			break
 		}
 		t := topics[(start+i)%len(topics)]
-		got, err := d.claim(ctx, []string{t}, slots)
+		got, err := d.claim(ctx, []string{t}, slots, nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return claimed
@@ -458,10 +477,44 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 	return claimed
 }
 
-// claim runs one claim statement and tells the observer.
-func (d *Dispatcher) claim(ctx context.Context, topics, slots []string) ([]jobstore.Claimed, error) {
+// claimResuming claims for g's slots, resuming after the group's cursor
+// while it is fresh (ADR-0022): the group's last claim came back full, all
+// its topics are claimable, and it last claimed from the head less than
+// ClaimRescanInterval ago. A claim that comes back full leaves a cursor
+// after the last job it took; a short or failed one leaves none, so the
+// group's next claim starts from the head.
+func (d *Dispatcher) claimResuming(ctx context.Context, g Group, topics []string) ([]jobstore.Claimed, error) {
+	now := time.Now()
+	cur, resume := d.cursors[g.Key]
+	resume = resume && len(topics) == len(g.Topics) && now.Sub(cur.headAt) < d.cfg.ClaimRescanInterval
+	var claimed []jobstore.Claimed
+	var err error
+	if resume {
+		claimed, err = d.claim(ctx, topics, g.Slots, &cur.after)
+	} else {
+		cur = groupCursor{headAt: now}
+		claimed, err = d.claim(ctx, topics, g.Slots, nil)
+	}
+	if err != nil || len(claimed) < len(g.Slots) || d.cfg.ClaimRescanInterval <= 0 {
+		delete(d.cursors, g.Key)
+		return claimed, err
+	}
+	cur.after, _ = jobstore.LastClaimed(claimed)
+	d.cursors[g.Key] = cur
+	return claimed, nil
+}
+
+// claim runs one claim, from the head or resuming after a cursor, and
+// tells the observer.
+func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, after *jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
 	start := time.Now()
-	claimed, err := d.claimer.Claim(ctx, topics, slots, d.cfg.LeaseTTL)
+	var claimed []jobstore.Claimed
+	var err error
+	if after != nil {
+		claimed, err = d.claimer.ClaimAfter(ctx, topics, slots, d.cfg.LeaseTTL, *after)
+	} else {
+		claimed, err = d.claimer.Claim(ctx, topics, slots, d.cfg.LeaseTTL)
+	}
 	if d.observer != nil && (err == nil || ctx.Err() == nil) {
 		d.observer.Claimed(time.Since(start), len(slots), claimed, err)
 	}
