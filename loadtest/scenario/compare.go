@@ -27,6 +27,11 @@ type CompareParams struct {
 	// Sides names the sides that run ("pulse", "river", "rawsql"); empty:
 	// all three. A ratio whose sides did not both run is 0.
 	Sides []string
+	// HoldSnapshot keeps a transaction with a snapshot open in each run's
+	// database for the whole run, as a long report query or a pg_dump
+	// would: Postgres can then mark no index entry of a job claimed during
+	// the run dead.
+	HoldSnapshot bool
 }
 
 // Workloads of the river scenario.
@@ -75,6 +80,17 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			var err error
 			m, err = StartMeter(ctx, t.PIDs, meter)
 			return err
+		}
+		if p.HoldSnapshot {
+			url := meter.TableDatabaseURL
+			if url == "" {
+				url = meter.DatabaseURL
+			}
+			release, err := HoldSnapshot(ctx, url)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", side, workload, err)
+			}
+			defer release()
 		}
 		before := BacklogReady(ctx, t.DatabaseURL, p.Settle, start)
 		if workload == WorkloadConcurrent {
@@ -142,7 +158,8 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			"river_max_workers": p.RiverMaxWorkers, "river_pool_conns": p.RiverPoolConns,
 			"river_fetch_cooldown": RiverFetchCooldown.String(), "river_fetch_poll_interval": RiverFetchPollInterval.String(),
 			"rawsql_claimers": raw.Claimers, "rawsql_claim_batch": raw.ClaimBatch,
-			"rawsql_completers": raw.Completers, "rawsql_complete_batch": raw.CompleteBatch},
+			"rawsql_completers": raw.Completers, "rawsql_complete_batch": raw.CompleteBatch,
+			"hold_snapshot": p.HoldSnapshot},
 		Metrics: map[string]float64{},
 	}
 	med := func(key, metric string) float64 { return median(runs[key], metric) }
@@ -167,6 +184,30 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	m["pulse_vs_rawsql"] = ratio(m["pulse_concurrent_jobs_per_s"], m["rawsql_concurrent_jobs_per_s"])
 	m["pulse_vs_rawsql_backlog"] = ratio(m["pulse_backlog_jobs_per_s"], m["rawsql_backlog_jobs_per_s"])
 	return out, nil
+}
+
+// HoldSnapshot opens a REPEATABLE READ transaction on databaseURL and
+// takes its snapshot, holding back the database's horizon (what vacuum
+// and index scans may treat as dead) until release. It locks no table.
+// Postgres computes the horizon per database, so it must be the queue
+// table's own.
+func HoldSnapshot(ctx context.Context, databaseURL string) (release func(), err error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("hold snapshot: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT 1`)
+	}
+	if err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("hold snapshot: %w", err)
+	}
+	return func() {
+		_ = tx.Rollback(context.Background())
+		_ = conn.Close(context.Background())
+	}, nil
 }
 
 // BacklogReady is what runs between a backlog's inserts and its drain:

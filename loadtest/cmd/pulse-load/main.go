@@ -59,6 +59,7 @@ func run() error {
 		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
 		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
 		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
+		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
 		riverPool   = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
 		riverMaxW   = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
 		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
@@ -208,7 +209,7 @@ func run() error {
 		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
 			Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency,
 			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), Raw: raw,
-			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","),
+			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","), HoldSnapshot: *holdSnap,
 		})
 		r.Scenario = "river"
 		if err := emit(r, err); err != nil {
