@@ -85,10 +85,14 @@ WITH picked AS (
 // since the oldest snapshot still open anywhere in the database: Postgres
 // marks an entry dead only once no snapshot can see the row it points to.
 // Any long transaction — a report query, a backup, another gateway's slow
-// claim — makes every claim walk every job taken since it began, and a
-// claim made slow that way holds the horizon back itself: the feedback
-// loop the claim timeout bounds. Resuming after the cursor walks only what
-// other gateways took since this one's last claim, whatever the horizon.
+// claim — makes every claim walk every job taken since it began. Worse, a
+// claim walking from the head to where the backlog begins chases the
+// other gateways: each row they claim after its snapshot and before it
+// gets there must be locked, found updated, and rechecked at its newest
+// version, which costs far more than a step over a dead entry; a slow walk
+// meets more of them and gets slower (the feedback loop the claim timeout
+// bounds). Resuming after the cursor walks only what the other gateways
+// took since this one's last claim, whatever the horizon.
 //
 // The walk is two index range scans in dispatch order, joined lazily: the
 // rest of the cursor's priority ((submitted_at, id) > cursor, one index
@@ -96,35 +100,13 @@ WITH picked AS (
 // the first comes back short, and locks only the rows it pulls. Jobs that
 // sort before the cursor — a higher priority submitted since, a retry or a
 // scheduled job come due, a row another claim locked and then gave back —
-// are the dispatcher's to find: it claims from the head again whenever a
-// claim comes back short and at least every PULSE_CLAIM_RESCAN_INTERVAL.
-// The pause filters are claimSQL's, so pause stays exact.
-const claimAfterSQL = `
-WITH same_priority AS (
-    SELECT id FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')
-      AND priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)
-      AND next_run_at <= now()
-      AND topic = ANY($1::text[])
-      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
-      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
-      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
-    ORDER BY priority DESC, submitted_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), lower_priority AS (
-    SELECT id FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')
-      AND priority < $5::smallint
-      AND next_run_at <= now()
-      AND topic = ANY($1::text[])
-      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
-      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
-      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
-    ORDER BY priority DESC, submitted_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), picked AS (
+// are claimBeforeSQL's, which the dispatcher runs first at least every
+// PULSE_CLAIM_RESCAN_INTERVAL. The pause and limit filters are claimSQL's,
+// so pause stays exact.
+var claimAfterSQL = `
+WITH ` + claimRange("same_priority", "priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)") + `,
+` + claimRange("lower_priority", "priority < $5::smallint") + `,
+picked AS (
     SELECT id FROM same_priority
     UNION ALL
     SELECT id FROM lower_priority
@@ -133,6 +115,44 @@ WITH same_priority AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
 ` + claimUpdateSQL
+
+// claimBeforeSQL takes the claimable jobs that sort before the cursor,
+// in dispatch order: the higher priorities, then the cursor's priority up
+// to the cursor. It walks from the head, like claimSQL, but stops at the
+// cursor instead of going on to chase the other gateways' claims where
+// the backlog begins: the rows it meets were claimed before its snapshot
+// (a step over each) or are the few it is there to find.
+var claimBeforeSQL = `
+WITH ` + claimRange("higher_priority", "priority > $5::smallint") + `,
+` + claimRange("same_priority", "priority = $5::smallint AND (submitted_at, id) < ($6::timestamptz, $7::uuid)") + `,
+picked AS (
+    SELECT id FROM higher_priority
+    UNION ALL
+    SELECT id FROM same_priority
+    LIMIT $2
+), slotted AS (
+    SELECT id, row_number() OVER () AS slot FROM picked
+)
+` + claimUpdateSQL
+
+// claimRange is the CTE name: claimSQL's walk of jobs_claim_idx in
+// dispatch order, within bound (index conditions on priority, submitted_at
+// and id), locking up to $2 rows as the statement pulls them.
+func claimRange(name, bound string) string {
+	return name + ` AS (
+    SELECT id FROM jobs
+    WHERE status IN ('PENDING', 'RETRYING')
+      AND ` + bound + `
+      AND next_run_at <= now()
+      AND topic = ANY($1::text[])
+      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+    ORDER BY priority DESC, submitted_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+}
 
 // claimUpdateSQL leases the slotted rows: the end of every claim statement.
 const claimUpdateSQL = `UPDATE jobs AS j
@@ -337,35 +357,53 @@ func LastClaimed(jobs []Claimed) (last ClaimCursor, ok bool) {
 
 // ClaimAfter is Claim resuming after the cursor where an earlier claim left
 // off (claimAfterSQL): it takes the claimable jobs that follow after in
-// dispatch order. When those are fewer than the slots, it claims the rest
-// from the head in a second transaction, so it comes back short only when
-// Claim would. A group with a limited topic is claimed as Claim claims it.
-//
-// If that second claim fails after the first took jobs, the jobs taken are
-// returned without the error: they are leased and must reach their
-// workers. The dispatcher's next claim of the group starts from the head
-// (this one came back short of nothing it could tell) and meets the error
-// itself.
+// dispatch order, and when those are fewer than the slots, the rest from
+// before it (claimBeforeSQL) in a second transaction. So it comes back
+// short only when Claim would. A group with a limited topic is claimed as
+// Claim claims it.
 func (s *Store) ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after ClaimCursor) ([]Claimed, error) {
+	return s.claimAround(ctx, topics, slots, leaseTTL, after, claimAfterSQL, claimBeforeSQL)
+}
+
+// ClaimBefore is ClaimAfter the other way round, a rescan: the claimable
+// jobs that sort before the cursor first (claimBeforeSQL), then, when
+// those are fewer than the slots, the rest from after it.
+func (s *Store) ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor) ([]Claimed, error) {
+	return s.claimAround(ctx, topics, slots, leaseTTL, at, claimBeforeSQL, claimAfterSQL)
+}
+
+// claimAround claims with the statement first around the cursor, then
+// with second for the slots first left free, each in its own transaction,
+// so the second's snapshot is fresh. If the second fails after the first
+// took jobs, the jobs taken are returned without the error: they are
+// leased and must reach their workers. The claim came back short, so the
+// dispatcher's next claim of the group starts from the head and meets the
+// error itself.
+func (s *Store) claimAround(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor, first, second string) ([]Claimed, error) {
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
-	args := []any{topics, len(slots), slots, intervalOf(leaseTTL), after.Priority, after.SubmittedAt, [16]byte(after.ID)}
-	out, limited, err := s.claimWith(ctx, claimAfterSQL, args)
+	args := []any{topics, len(slots), slots, intervalOf(leaseTTL), at.Priority, at.SubmittedAt, [16]byte(at.ID)}
+	out, limited, err := s.claimWith(ctx, first, args)
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
 	if limited > 0 {
 		return s.Claim(ctx, topics, slots, leaseTTL)
 	}
-	if len(out) < len(slots) {
-		more, err := s.Claim(ctx, topics, slots[len(out):], leaseTTL)
-		if err != nil && len(out) == 0 {
-			return nil, err
-		}
-		out = append(out, more...)
+	if len(out) == len(slots) {
+		return out, nil
 	}
-	return out, nil
+	rest := slots[len(out):]
+	args[1], args[2] = len(rest), rest
+	more, _, err := s.claimWith(ctx, second, args)
+	if err != nil {
+		if len(out) == 0 {
+			return nil, interpretError("claim", err)
+		}
+		return out, nil
+	}
+	return append(out, more...), nil
 }
 
 // claimWith runs one claim batch with the claim statement sql and returns

@@ -89,12 +89,14 @@ func TestClaimAfter(t *testing.T) {
 		b := setup(t)
 		insertJobs(t, b, "u", 5, 4)
 		order := pendingInDispatchOrder(t, b, "u")
-		// The cursor is at the last job: nothing follows it, and the three
-		// before it are claimed from the head in the same call.
-		cursor := cursorOf(t, b, order[3])
-		got, err := b.store.ClaimAfter(ctx, []string{"u"}, []string{"a", "b", "c", "d", "e"}, ttl, cursor)
+		first, err := b.store.Claim(ctx, []string{"u"}, slots("w", 2), ttl)
 		require.NoError(t, err)
-		require.ElementsMatch(t, order, claimedIDs(got), "after the cursor: the last job; from the head: the other three")
+		cursor, _ := jobstore.LastClaimed(first)
+		urgent := insertJobs(t, b, "u", 9, 2) // sorts before the cursor
+		// After the cursor: the last two; then, before it, the urgent two.
+		got, err := b.store.ClaimAfter(ctx, []string{"u"}, []string{"a", "b", "c", "d", "e", "f"}, ttl, cursor)
+		require.NoError(t, err)
+		require.ElementsMatch(t, append(order[2:], urgent...), claimedIDs(got))
 		workers := map[string]bool{}
 		for _, c := range got {
 			workers[c.WorkerID] = true
@@ -103,6 +105,27 @@ func TestClaimAfter(t *testing.T) {
 		got, err = b.store.ClaimAfter(ctx, []string{"u"}, slots("w", 2), ttl, cursor)
 		require.NoError(t, err)
 		require.Empty(t, got)
+		got, err = b.store.Claim(ctx, []string{"u"}, slots("w", 2), ttl)
+		require.NoError(t, err)
+		require.Empty(t, got, "the queue is empty")
+	})
+
+	t.Run("ClaimBeforeTakesWhatSortsBeforeTheCursorFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertJobs(t, b, "v", 5, 6)
+		order := pendingInDispatchOrder(t, b, "v")
+		cursor := cursorOf(t, b, order[3])
+		urgent := insertJobs(t, b, "v", 8, 1)
+		// Higher priority first, then the cursor's priority up to it: the
+		// cursor's own job (a job a claim took) is not before it.
+		got, err := b.store.ClaimBefore(ctx, []string{"v"}, slots("w", 4), ttl, cursor)
+		require.NoError(t, err)
+		require.ElementsMatch(t, append(urgent, order[:3]...), claimedIDs(got))
+		// Short before the cursor: the rest after it, never the job at it.
+		got, err = b.store.ClaimBefore(ctx, []string{"v"}, slots("w", 5), ttl, cursor)
+		require.NoError(t, err)
+		require.ElementsMatch(t, order[4:], claimedIDs(got))
 	})
 
 	t.Run("TakesNothingOfAPausedScope", func(t *testing.T) {
@@ -114,15 +137,22 @@ func TestClaimAfter(t *testing.T) {
 		cursor := cursorOf(t, b, order[0])
 		_, err := b.store.Pause(ctx, pauseReq("p", jobstore.PauseDrain, "resume test", "alice"))
 		require.NoError(t, err)
-		got, err := b.store.ClaimAfter(ctx, []string{"p", "q"}, slots("w", 8), ttl, cursor)
+		got, err := b.store.ClaimAfter(ctx, []string{"p", "q"}, slots("w", 2), ttl, cursor)
 		require.NoError(t, err)
+		more, err := b.store.ClaimBefore(ctx, []string{"p", "q"}, slots("w", 6), ttl, cursor)
+		require.NoError(t, err)
+		got = append(got, more...)
 		require.Len(t, got, 4)
 		for _, c := range got {
 			require.Equal(t, "q", c.Topic)
 		}
 		_, err = b.store.Pause(ctx, pauseReq(jobstore.GlobalScope, jobstore.PauseDrain, "resume test", "alice"))
 		require.NoError(t, err)
+		insertJobs(t, b, "q", 5, 4)
 		got, err = b.store.ClaimAfter(ctx, []string{"p", "q"}, slots("w", 8), ttl, cursor)
+		require.NoError(t, err)
+		require.Empty(t, got)
+		got, err = b.store.ClaimBefore(ctx, []string{"p", "q"}, slots("w", 8), ttl, cursor)
 		require.NoError(t, err)
 		require.Empty(t, got)
 	})
@@ -137,6 +167,9 @@ func TestClaimAfter(t *testing.T) {
 		got, err := b.store.ClaimAfter(ctx, []string{"lim"}, slots("w", 8), ttl, cursorOf(t, b, order[0]))
 		require.NoError(t, err)
 		require.Len(t, got, 3, "a limited topic is claimed within its limit")
+		got, err = b.store.ClaimBefore(ctx, []string{"lim"}, slots("w", 8), ttl, cursorOf(t, b, order[9]))
+		require.NoError(t, err)
+		require.Empty(t, got, "a limited topic at its limit gives nothing")
 	})
 
 	// The reason for the cursor (ADR-0022): while any snapshot older than

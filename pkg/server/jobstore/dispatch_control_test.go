@@ -348,19 +348,24 @@ func TestClaimUnderPause(t *testing.T) {
 				require.NotContains(t, n, "Seq Scan", "paused=%q", paused)
 				require.NotContains(t, n, "Sort", "paused=%q: the claim must walk the index in order, not sort the backlog", paused)
 			}
-			// Resuming after a cursor: both ranges walk the index in order.
-			resumed := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimAfterSQL,
-				[]string{"a", "b"}, 100, slots("w", 100), "30 seconds", int16(5), time.Now(), [16]byte(uuid.New()))
-			for _, walk := range []string{"CTE same_priority", "CTE lower_priority"} {
-				w := resumed.find(walk)
-				require.NotNil(t, w, resumed.text)
-				require.Contains(t, w.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", walk, paused)
-				for _, n := range w.nodes() {
-					require.NotContains(t, n, "Seq Scan", "%s, paused=%q", walk, paused)
-					require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", walk, paused)
+			// Around a cursor: every range walks the index in order.
+			for sql, walks := range map[string][]string{
+				jobstore.ClaimAfterSQL:  {"CTE same_priority", "CTE lower_priority"},
+				jobstore.ClaimBeforeSQL: {"CTE higher_priority", "CTE same_priority"},
+			} {
+				around := explain(t, b, jobstore.PinnedPlanSQL, sql,
+					[]string{"a", "b"}, 100, slots("w", 100), "30 seconds", int16(5), time.Now(), [16]byte(uuid.New()))
+				for _, walk := range walks {
+					w := around.find(walk)
+					require.NotNil(t, w, around.text)
+					require.Contains(t, w.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", walk, paused)
+					for _, n := range w.nodes() {
+						require.NotContains(t, n, "Seq Scan", "%s, paused=%q", walk, paused)
+						require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", walk, paused)
+					}
 				}
+				require.Less(t, around.cost, 1e9, "paused=%q", paused)
 			}
-			require.Less(t, resumed.cost, 1e9, "paused=%q", paused)
 			// With a limited topic: both heads walk the index in order; only
 			// their merge (at most a few batches of rows, in picked) is
 			// sorted.

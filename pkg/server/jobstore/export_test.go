@@ -6,7 +6,6 @@ import "context"
 // runs them.
 const (
 	ClaimSQL        = claimSQL
-	ClaimAfterSQL   = claimAfterSQL
 	ClaimLimitedSQL = claimLimitedSQL
 	ClaimPlanSQL    = claimPlanSQL
 	PinnedPlanSQL   = pinnedPlanSQL
@@ -20,7 +19,9 @@ const (
 // The settling statements, built with the throughput rollup's writer
 // parameter.
 var (
-	ReportSQL = reportSQL
+	ClaimAfterSQL  = claimAfterSQL
+	ClaimBeforeSQL = claimBeforeSQL
+	ReportSQL      = reportSQL
 	ReapSQL   = reapSQL
 )
 

@@ -47,6 +47,10 @@ func (c *recordingClaimer) ClaimAfter(ctx context.Context, topics, slots []strin
 	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.ClaimAfter(ctx, topics, slots, ttl, after) })
 }
 
+func (c *recordingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.ClaimBefore(ctx, topics, slots, ttl, at) })
+}
+
 func (c *recordingClaimer) claim(topics, slots []string, run func() ([]jobstore.Claimed, error)) ([]jobstore.Claimed, error) {
 	var claimed []jobstore.Claimed
 	var err error

@@ -24,27 +24,36 @@ type queueClaimer struct {
 	mu      sync.Mutex
 	backlog int
 	sizes   []int
-	// afters holds, per claim, the cursor it resumed after (nil: it
-	// started from the head).
-	afters []*jobstore.ClaimCursor
-	taken  int
+	// froms holds, per claim, where it started: "head", or "after" or
+	// "before" and the cursor.
+	froms []claimedFrom
+	taken int
+}
+
+type claimedFrom struct {
+	from string
+	at   jobstore.ClaimCursor
 }
 
 func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Duration) ([]jobstore.Claimed, error) {
-	return q.take(slots, nil), nil
+	return q.take(slots, claimedFrom{from: "head"}), nil
 }
 
 func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
-	return q.take(slots, &after), nil
+	return q.take(slots, claimedFrom{"after", after}), nil
+}
+
+func (q *queueClaimer) ClaimBefore(_ context.Context, _, slots []string, _ time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+	return q.take(slots, claimedFrom{"before", at}), nil
 }
 
 // take hands out jobs in dispatch order: the n-th job ever taken was
 // submitted n µs after the epoch.
-func (q *queueClaimer) take(slots []string, after *jobstore.ClaimCursor) []jobstore.Claimed {
+func (q *queueClaimer) take(slots []string, from claimedFrom) []jobstore.Claimed {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sizes = append(q.sizes, len(slots))
-	q.afters = append(q.afters, after)
+	q.froms = append(q.froms, from)
 	n := min(len(slots), q.backlog)
 	q.backlog -= n
 	out := make([]jobstore.Claimed, n)
@@ -56,10 +65,10 @@ func (q *queueClaimer) take(slots []string, after *jobstore.ClaimCursor) []jobst
 	return out
 }
 
-func (q *queueClaimer) resumed() []*jobstore.ClaimCursor {
+func (q *queueClaimer) claimedFrom() []claimedFrom {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return append([]*jobstore.ClaimCursor(nil), q.afters...)
+	return append([]claimedFrom(nil), q.froms...)
 }
 
 func (q *queueClaimer) claims() []int {

@@ -51,10 +51,13 @@ func ClaimErrorReason(err error) string {
 }
 
 // Claimer is the claim statement (jobstore.Store.Claim), from the head of
-// the queue or resuming after a cursor (jobstore.Store.ClaimAfter).
+// the queue, or around a cursor: resuming after it
+// (jobstore.Store.ClaimAfter) or rescanning before it first
+// (jobstore.Store.ClaimBefore).
 type Claimer interface {
 	Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]jobstore.Claimed, error)
 	ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error)
+	ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error)
 }
 
 // Observer is told what each claim did, for metrics.
@@ -91,10 +94,10 @@ type DispatcherConfig struct {
 	// a new job's latency is untouched.
 	ClaimCooldown time.Duration
 	// ClaimRescanInterval is how long a group's claims may resume after
-	// the last job its previous claim took (ADR-0022) before one starts
-	// from the head of the queue again: the longest a job sorting before
-	// that cursor (a higher priority, a retry come due) waits while the
-	// group has a backlog. Zero: every claim starts from the head.
+	// the last job its previous claim took (ADR-0022) before one looks
+	// before that cursor first: the longest a job sorting before it (a
+	// higher priority, a retry come due) waits while the group has a
+	// backlog. Zero: every claim starts from the head.
 	ClaimRescanInterval time.Duration
 }
 
@@ -134,15 +137,15 @@ type Dispatcher struct {
 	// until a claim of its key succeeds, so its delay keeps doubling.
 	backoff map[string]claimBackoff
 	// cursors holds, per group whose last claim came back full, where
-	// that claim left off. Only the loop reads and writes it.
+	// its claims left off. Only the loop reads and writes it.
 	cursors map[string]groupCursor
 }
 
 // groupCursor is where a group's claims resume, and when the group last
-// claimed from the head.
+// looked before it (a claim from the head, or a rescan).
 type groupCursor struct {
-	after  jobstore.ClaimCursor
-	headAt time.Time
+	at        jobstore.ClaimCursor
+	scannedAt time.Time
 }
 
 type claimBackoff struct {
@@ -421,7 +424,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 	if len(topics) == 0 {
 		return nil
 	}
-	claimed, err := d.claimResuming(ctx, g, topics)
+	claimed, err := d.claimNext(ctx, g, topics)
 	if err == nil {
 		d.succeeded(g.Key, topics)
 		return claimed
@@ -452,7 +455,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 			break
 		}
 		t := topics[(start+i)%len(topics)]
-		got, err := d.claim(ctx, []string{t}, slots, nil)
+		got, err := d.claim(ctx, []string{t}, slots, claimFromHead, jobstore.ClaimCursor{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return claimed
@@ -477,42 +480,58 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 	return claimed
 }
 
-// claimResuming claims for g's slots, resuming after the group's cursor
-// while it is fresh (ADR-0022): the group's last claim came back full, all
-// its topics are claimable, and it last claimed from the head less than
-// ClaimRescanInterval ago. A claim that comes back full leaves a cursor
-// after the last job it took; a short or failed one leaves none, so the
-// group's next claim starts from the head.
-func (d *Dispatcher) claimResuming(ctx context.Context, g Group, topics []string) ([]jobstore.Claimed, error) {
+// claimNext claims for g's slots around the group's cursor (ADR-0022)
+// when its last claim came back full and all its topics are claimable:
+// resuming after the cursor, or, once ClaimRescanInterval has passed since
+// the group last looked before it, rescanning before it first. A claim
+// that comes back full leaves the cursor at the last job taken (never
+// moving it back: a rescan's jobs may all sort before it); a short or
+// failed one leaves none, so the group's next claim starts from the head.
+func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]jobstore.Claimed, error) {
 	now := time.Now()
-	cur, resume := d.cursors[g.Key]
-	resume = resume && len(topics) == len(g.Topics) && now.Sub(cur.headAt) < d.cfg.ClaimRescanInterval
-	var claimed []jobstore.Claimed
-	var err error
-	if resume {
-		claimed, err = d.claim(ctx, topics, g.Slots, &cur.after)
-	} else {
-		cur = groupCursor{headAt: now}
-		claimed, err = d.claim(ctx, topics, g.Slots, nil)
+	cur, ok := d.cursors[g.Key]
+	from := claimFromHead
+	switch {
+	case !ok || len(topics) != len(g.Topics) || d.cfg.ClaimRescanInterval <= 0:
+		cur = groupCursor{scannedAt: now}
+	case now.Sub(cur.scannedAt) >= d.cfg.ClaimRescanInterval:
+		from, cur.scannedAt = claimRescanning, now
+	default:
+		from = claimResuming
 	}
+	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at)
 	if err != nil || len(claimed) < len(g.Slots) || d.cfg.ClaimRescanInterval <= 0 {
 		delete(d.cursors, g.Key)
 		return claimed, err
 	}
-	cur.after, _ = jobstore.LastClaimed(claimed)
+	if last, _ := jobstore.LastClaimed(claimed); from == claimFromHead || cur.at.Before(last) {
+		cur.at = last
+	}
 	d.cursors[g.Key] = cur
 	return claimed, nil
 }
 
-// claim runs one claim, from the head or resuming after a cursor, and
-// tells the observer.
-func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, after *jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+// Where a claim starts.
+type claimFrom int
+
+const (
+	claimFromHead   claimFrom = iota // the head of the queue
+	claimResuming                    // after the cursor, then before it
+	claimRescanning                  // before the cursor, then after it
+)
+
+// claim runs one claim, from the head or around the cursor at, and tells
+// the observer.
+func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from claimFrom, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
 	start := time.Now()
 	var claimed []jobstore.Claimed
 	var err error
-	if after != nil {
-		claimed, err = d.claimer.ClaimAfter(ctx, topics, slots, d.cfg.LeaseTTL, *after)
-	} else {
+	switch from {
+	case claimResuming:
+		claimed, err = d.claimer.ClaimAfter(ctx, topics, slots, d.cfg.LeaseTTL, at)
+	case claimRescanning:
+		claimed, err = d.claimer.ClaimBefore(ctx, topics, slots, d.cfg.LeaseTTL, at)
+	default:
 		claimed, err = d.claimer.Claim(ctx, topics, slots, d.cfg.LeaseTTL)
 	}
 	if d.observer != nil && (err == nil || ctx.Err() == nil) {

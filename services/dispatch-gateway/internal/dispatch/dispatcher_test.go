@@ -28,6 +28,11 @@ func (c *countingClaimer) Claim(ctx context.Context, topics, slots []string, ttl
 	return c.store.Claim(ctx, topics, slots, ttl)
 }
 
+func (c *countingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+	c.calls.Add(1)
+	return c.store.ClaimBefore(ctx, topics, slots, ttl, at)
+}
+
 func (c *countingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
 	c.calls.Add(1)
 	return c.store.ClaimAfter(ctx, topics, slots, ttl, after)

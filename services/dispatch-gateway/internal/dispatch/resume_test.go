@@ -10,13 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
 // A group's claims resume after the last job the previous claim took while
-// that claim came back full, and start from the head again after a short
-// claim and at least every ClaimRescanInterval (ADR-0022).
+// that claim came back full, start from the head again after a short
+// claim, and look before the cursor first at least every
+// ClaimRescanInterval (ADR-0022).
 func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 	t.Parallel()
 	const rescan = 100 * time.Millisecond
@@ -38,6 +38,15 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 	// nth is the cursor after the n-th job queueClaimer handed out.
 	nth := func(n int) time.Time { return time.Unix(0, 0).Add(time.Duration(n) * time.Microsecond) }
 
+	// froms is where each claim so far started.
+	froms := func(q *queueClaimer) []string {
+		var out []string
+		for _, f := range q.claimedFrom() {
+			out = append(out, f.from)
+		}
+		return out
+	}
+
 	t.Run("AFullClaimIsFollowedByOneResumingAfterItsLastJob", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
@@ -45,11 +54,9 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 			d.JobsReady()
 			synctest.Wait()
 			finish(d, w)
-			after := q.resumed()
-			require.Len(t, after, 2)
-			require.Nil(t, after[0], "the first claim starts from the head")
-			require.NotNil(t, after[1], "the claim after a full one resumes")
-			require.True(t, after[1].SubmittedAt.Equal(nth(10)), "it resumes after the last job taken: %v", after[1].SubmittedAt)
+			require.Equal(t, []string{"head", "after"}, froms(q))
+			at := q.claimedFrom()[1].at
+			require.True(t, at.SubmittedAt.Equal(nth(10)), "it resumes after the last job taken: %v", at.SubmittedAt)
 		})
 	})
 
@@ -67,31 +74,47 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 			q.mu.Unlock()
 			d.JobsReady()
 			synctest.Wait()
-			after := q.resumed()
-			require.Len(t, after, 3)
-			require.NotNil(t, after[1])
-			require.Nil(t, after[2], "after a short claim the group claims from the head")
+			require.Equal(t, []string{"head", "after", "head"}, froms(q), "after a short claim the group claims from the head")
 		})
 	})
 
-	t.Run("EveryRescanIntervalAClaimStartsFromTheHead", func(t *testing.T) {
+	t.Run("EveryRescanIntervalAClaimLooksBeforeTheCursorFirst", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q, rescan)
 			d.JobsReady()
-			synctest.Wait() // head at t=0
+			synctest.Wait() // from the head at t=0
 			time.Sleep(rescan / 2)
 			finish(d, w) // resumes at t=50ms
 			time.Sleep(rescan / 2)
-			finish(d, w) // t=100ms: the interval since the head claim is over
-			finish(d, w) // resumes after the new head claim's last job
-			after := q.resumed()
-			require.Len(t, after, 4)
-			require.Nil(t, after[0])
-			require.NotNil(t, after[1])
-			require.Nil(t, after[2], "a claim a rescan interval after the last head claim starts from the head")
-			require.NotNil(t, after[3])
-			require.True(t, after[3].SubmittedAt.Equal(nth(30)), "%v", after[3].SubmittedAt)
+			finish(d, w) // t=100ms: rescans
+			finish(d, w) // resumes
+			time.Sleep(rescan)
+			finish(d, w) // t=200ms: rescans
+			require.Equal(t, []string{"head", "after", "before", "after", "before"}, froms(q))
+			f := q.claimedFrom()
+			require.True(t, f[2].at.SubmittedAt.Equal(nth(20)), "the rescan looks before the last job taken: %v", f[2].at.SubmittedAt)
+			require.True(t, f[3].at.SubmittedAt.Equal(nth(30)), "%v", f[3].at.SubmittedAt)
+		})
+	})
+
+	t.Run("ARescanNeverMovesTheCursorBack", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d, w := start(t, q, rescan)
+			d.JobsReady()
+			synctest.Wait()
+			finish(d, w) // cursor at job 20
+			// The rescan finds ten stragglers that sort before the cursor.
+			q.mu.Lock()
+			q.taken = -100
+			q.mu.Unlock()
+			time.Sleep(rescan)
+			finish(d, w)
+			finish(d, w)
+			f := q.claimedFrom()
+			require.Equal(t, []string{"head", "after", "before", "after"}, froms(q))
+			require.True(t, f[3].at.SubmittedAt.Equal(nth(20)), "the cursor stays after the last job of the backlog: %v", f[3].at.SubmittedAt)
 		})
 	})
 
@@ -103,7 +126,7 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 			synctest.Wait()
 			finish(d, w)
 			finish(d, w)
-			require.Equal(t, []*jobstore.ClaimCursor{nil, nil, nil}, q.resumed())
+			require.Equal(t, []string{"head", "head", "head"}, froms(q))
 		})
 	})
 }
