@@ -22,7 +22,7 @@ var (
 	ClaimAfterSQL  = claimAfterSQL
 	ClaimBeforeSQL = claimBeforeSQL
 	ReportSQL      = reportSQL
-	ReapSQL   = reapSQL
+	ReapSQL        = reapSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.
