@@ -62,7 +62,9 @@ type Claimer interface {
 
 // Observer is told what each claim did, for metrics.
 type Observer interface {
-	Claimed(took time.Duration, requested int, jobs []jobstore.Claimed, err error)
+	// Claimed: a claim that started from (ClaimFromHead, ClaimFromCursor,
+	// ClaimRescan) took took and returned jobs or err.
+	Claimed(took time.Duration, from string, jobs []jobstore.Claimed, err error)
 	Undeliverable(jobs []jobstore.Claimed)
 	// ClaimsPaused counts a wake-up that issued no claim because dispatch
 	// is globally paused.
@@ -455,7 +457,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 			break
 		}
 		t := topics[(start+i)%len(topics)]
-		got, err := d.claim(ctx, []string{t}, slots, claimFromHead, jobstore.ClaimCursor{})
+		got, err := d.claim(ctx, []string{t}, slots, ClaimFromHead, jobstore.ClaimCursor{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return claimed
@@ -490,52 +492,51 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]jobstore.Claimed, error) {
 	now := time.Now()
 	cur, ok := d.cursors[g.Key]
-	from := claimFromHead
+	from := ClaimFromHead
 	switch {
 	case !ok || len(topics) != len(g.Topics) || d.cfg.ClaimRescanInterval <= 0:
 		cur = groupCursor{scannedAt: now}
 	case now.Sub(cur.scannedAt) >= d.cfg.ClaimRescanInterval:
-		from, cur.scannedAt = claimRescanning, now
+		from, cur.scannedAt = ClaimRescan, now
 	default:
-		from = claimResuming
+		from = ClaimFromCursor
 	}
 	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at)
 	if err != nil || len(claimed) < len(g.Slots) || d.cfg.ClaimRescanInterval <= 0 {
 		delete(d.cursors, g.Key)
 		return claimed, err
 	}
-	if last, _ := jobstore.LastClaimed(claimed); from == claimFromHead || cur.at.Before(last) {
+	if last, _ := jobstore.LastClaimed(claimed); from == ClaimFromHead || cur.at.Before(last) {
 		cur.at = last
 	}
 	d.cursors[g.Key] = cur
 	return claimed, nil
 }
 
-// Where a claim starts.
-type claimFrom int
-
+// Where a claim starts (ADR-0022): the from label of
+// pulse_gateway_claims_total.
 const (
-	claimFromHead   claimFrom = iota // the head of the queue
-	claimResuming                    // after the cursor, then before it
-	claimRescanning                  // before the cursor, then after it
+	ClaimFromHead   = "head"   // the head of the queue
+	ClaimFromCursor = "cursor" // after the group's cursor, then before it
+	ClaimRescan     = "rescan" // before the cursor, then after it
 )
 
 // claim runs one claim, from the head or around the cursor at, and tells
 // the observer.
-func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from claimFrom, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from string, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
 	start := time.Now()
 	var claimed []jobstore.Claimed
 	var err error
 	switch from {
-	case claimResuming:
+	case ClaimFromCursor:
 		claimed, err = d.claimer.ClaimAfter(ctx, topics, slots, d.cfg.LeaseTTL, at)
-	case claimRescanning:
+	case ClaimRescan:
 		claimed, err = d.claimer.ClaimBefore(ctx, topics, slots, d.cfg.LeaseTTL, at)
 	default:
 		claimed, err = d.claimer.Claim(ctx, topics, slots, d.cfg.LeaseTTL)
 	}
 	if d.observer != nil && (err == nil || ctx.Err() == nil) {
-		d.observer.Claimed(time.Since(start), len(slots), claimed, err)
+		d.observer.Claimed(time.Since(start), from, claimed, err)
 	}
 	return claimed, err
 }

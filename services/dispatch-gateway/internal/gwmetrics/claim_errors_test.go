@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
 func TestClaimErrorsAreCountedByReason(t *testing.T) {
@@ -23,15 +24,29 @@ func TestClaimErrorsAreCountedByReason(t *testing.T) {
 		"every reason is exported from the start, at 0")
 
 	refused := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "23514", ConstraintName: "a_check"})
-	m.Claimed(time.Millisecond, 3, nil, refused)
-	m.Claimed(time.Millisecond, 3, nil, refused)
-	m.Claimed(time.Millisecond, 3, nil, apierr.Unavailable("claim", errors.New("connection refused")))
-	m.Claimed(time.Millisecond, 3, nil, context.DeadlineExceeded)
-	m.Claimed(time.Millisecond, 3, nil, nil)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, refused)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, refused)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, apierr.Unavailable("claim", errors.New("connection refused")))
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, context.DeadlineExceeded)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, nil)
 
 	require.Equal(t, 2.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("data")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("unavailable")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.ClaimErrorsByReason.WithLabelValues("other")))
 	require.Equal(t, 4.0, testutil.ToFloat64(m.ClaimErrors), "the unlabelled total still counts every failed claim")
 	require.Equal(t, 3, testutil.CollectAndCount(reg, "pulse_gateway_claim_errors_total"))
+}
+
+func TestClaimsAreCountedByWhereTheyStarted(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, func() (int, int) { return 0, 0 })
+	require.Equal(t, 3, testutil.CollectAndCount(reg, "pulse_gateway_claims_total"), "every start is exported from the start, at 0")
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, nil)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromCursor, nil, nil)
+	m.Claimed(time.Millisecond, dispatch.ClaimFromCursor, nil, nil)
+	m.Claimed(time.Millisecond, dispatch.ClaimRescan, nil, errors.New("failed claims count too"))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Claims.WithLabelValues("head")))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.Claims.WithLabelValues("cursor")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Claims.WithLabelValues("rescan")))
 }

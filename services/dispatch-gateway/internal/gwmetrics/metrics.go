@@ -18,12 +18,15 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 // Metrics is the gateway's instrument set; it implements the dispatcher's
 // and the API's observer interfaces.
 type Metrics struct {
-	Dispatched      *prometheus.CounterVec
-	Settled         *prometheus.CounterVec
-	Rejected        prometheus.Counter
-	QueueWait       *prometheus.HistogramVec
-	RunDuration     *prometheus.HistogramVec
-	ClaimDuration   prometheus.Histogram
+	Dispatched    *prometheus.CounterVec
+	Settled       *prometheus.CounterVec
+	Rejected      prometheus.Counter
+	QueueWait     *prometheus.HistogramVec
+	RunDuration   *prometheus.HistogramVec
+	ClaimDuration prometheus.Histogram
+	// Claims counts claims by where they started (dispatch.ClaimFromHead,
+	// ClaimFromCursor, ClaimRescan).
+	Claims          *prometheus.CounterVec
 	ClaimErrors     prometheus.Counter
 	ClaimBatch      prometheus.Histogram
 	UndeliveredJobs prometheus.Counter
@@ -66,6 +69,10 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		ClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pulse_claim_duration_seconds", Help: "Duration of one claim statement.", Buckets: latencyBuckets,
 		}),
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_gateway_claims_total",
+			Help: "Claims, by where they started (ADR-0022): head (the queue's head), cursor (after the last job the group's previous claim took), rescan (before that point first).",
+		}, []string{"from"}),
 		ClaimErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_claim_errors_total", Help: "Claim statements that failed.",
 		}),
@@ -105,12 +112,16 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		}),
 		now: time.Now,
 	}
-	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration,
+	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims,
 		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
 		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors)
-	// Every reason from the start, so a rate over it is 0, not absent.
+	// Every reason and start from the start, so a rate over it is 0, not
+	// absent.
 	for _, r := range []string{dispatch.ClaimErrorData, dispatch.ClaimErrorUnavailable, dispatch.ClaimErrorOther} {
 		m.ClaimErrorsByReason.WithLabelValues(r)
+	}
+	for _, f := range []string{dispatch.ClaimFromHead, dispatch.ClaimFromCursor, dispatch.ClaimRescan} {
+		m.Claims.WithLabelValues(f)
 	}
 	return m
 }
@@ -139,8 +150,9 @@ func (m *Metrics) GateState(st *jobstore.DispatchState) {
 }
 
 // Claimed records one claim statement.
-func (m *Metrics) Claimed(took time.Duration, _ int, jobs []jobstore.Claimed, err error) {
+func (m *Metrics) Claimed(took time.Duration, from string, jobs []jobstore.Claimed, err error) {
 	m.ClaimDuration.Observe(took.Seconds())
+	m.Claims.WithLabelValues(from).Inc()
 	if err != nil {
 		m.ClaimErrors.Inc()
 		m.ClaimErrorsByReason.WithLabelValues(dispatch.ClaimErrorReason(err)).Inc()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
 func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
@@ -20,7 +21,7 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 	now := time.Now()
 	m.now = func() time.Time { return now }
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	m.Claimed(time.Millisecond, 2, []jobstore.Claimed{
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []jobstore.Claimed{
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-40 * time.Millisecond), TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"},
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-3 * time.Second)}, // no trace: plain observation
 		// The right length, but no valid trace (an all-zero id): no
@@ -59,7 +60,7 @@ func TestCountsPerTopicAndOutcomeInMixedBatches(t *testing.T) {
 	claimed := func(topic string, attempt int32) jobstore.Claimed {
 		return jobstore.Claimed{ID: uuid.New(), Attempt: attempt, Topic: topic, SubmittedAt: now}
 	}
-	m.Claimed(time.Millisecond, 5, []jobstore.Claimed{
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []jobstore.Claimed{
 		claimed("a", 1), claimed("a", 2), claimed("b", 1), claimed("a", 1), claimed("c", 3),
 	}, nil)
 	require.Equal(t, 3.0, testutil.ToFloat64(m.Dispatched.WithLabelValues("a")))
