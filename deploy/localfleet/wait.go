@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
+
+	"github.com/pulsequeue/pulse/pkg/server/freeport"
 )
 
 // pollInterval is how often WaitHTTP asks again.
@@ -41,12 +42,7 @@ func WaitHTTP(ctx context.Context, url string) error {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// from below the ephemeral range, so no outgoing connection on the machine
+// can take it before the service binds it (freeport).
+func FreePort() (int, error) { return freeport.Get() }

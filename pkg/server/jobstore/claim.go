@@ -389,7 +389,13 @@ func (s *Store) claimAround(ctx context.Context, topics []string, slots []string
 		return nil, interpretError("claim", err)
 	}
 	if limited > 0 {
-		return s.Claim(ctx, topics, slots, leaseTTL)
+		// The group has a limited topic, so first took nothing: claim it
+		// as Claim does, from the head.
+		out, _, err = s.claimWith(ctx, claimLimitedSQL, args[:4])
+		if err != nil {
+			return nil, interpretError("claim", err)
+		}
+		return out, nil
 	}
 	if len(out) == len(slots) {
 		return out, nil

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/server/freeport"
 )
 
 // Options tune the cluster. The zero value is a durable-enough cluster for
@@ -275,10 +276,9 @@ func postgresCredential() (*syscall.Credential, error) {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get()
 	if err != nil {
 		return 0, fmt.Errorf("pgcluster: pick a port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }

@@ -335,6 +335,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		case <-d.wake:
 		case <-ticker.C:
 			d.forgetDrained()
+			d.forgetCursors()
 		case <-retry.C:
 			// A group may have been marked drained while one of its topics
 			// was backed off: let every group look again.
@@ -511,6 +512,18 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 	}
 	d.cursors[g.Key] = cur
 	return claimed, nil
+}
+
+// forgetCursors drops the cursors of groups that have not looked before
+// them for longer than a rescan interval: groups whose workers went away
+// in a backlog. A live group rescans every interval.
+func (d *Dispatcher) forgetCursors() {
+	now := time.Now()
+	for key, cur := range d.cursors {
+		if now.Sub(cur.scannedAt) > 2*d.cfg.ClaimRescanInterval+d.cfg.PollInterval {
+			delete(d.cursors, key)
+		}
+	}
 }
 
 // Where a claim starts (ADR-0022): the from label of
