@@ -59,19 +59,8 @@ type Claimed struct {
 // common case, at the cost of one more one-time filter: a probe of
 // topic_limits' primary key. When a topic of the group has a limit, the
 // filter makes it take nothing, and Claim runs claimLimitedSQL instead.
-const claimSQL = `
-WITH picked AS (
-    SELECT id FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')
-      AND next_run_at <= now()
-      AND topic = ANY($1::text[])
-      AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
-      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
-      AND topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
-    ORDER BY priority DESC, submitted_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), slotted AS (
+var claimSQL = `
+WITH ` + claimRange("picked", "") + `, slotted AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
 ` + claimUpdateSQL
@@ -135,14 +124,17 @@ picked AS (
 )
 ` + claimUpdateSQL
 
-// claimRange is the CTE name: claimSQL's walk of jobs_claim_idx in
+// claimRange is the CTE name: the claim's walk of jobs_claim_idx in
 // dispatch order, within bound (index conditions on priority, submitted_at
-// and id), locking up to $2 rows as the statement pulls them.
+// and id; empty: from the head), locking up to $2 rows as the statement
+// pulls them.
 func claimRange(name, bound string) string {
+	if bound != "" {
+		bound = "\n      AND " + bound
+	}
 	return name + ` AS (
     SELECT id FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')
-      AND ` + bound + `
+    WHERE status IN ('PENDING', 'RETRYING')` + bound + `
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
       AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))

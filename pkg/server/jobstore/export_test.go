@@ -5,7 +5,6 @@ import "context"
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
 const (
-	ClaimSQL        = claimSQL
 	ClaimLimitedSQL = claimLimitedSQL
 	ClaimPlanSQL    = claimPlanSQL
 	PinnedPlanSQL   = pinnedPlanSQL
@@ -19,6 +18,7 @@ const (
 // The settling statements, built with the throughput rollup's writer
 // parameter.
 var (
+	ClaimSQL       = claimSQL
 	ClaimAfterSQL  = claimAfterSQL
 	ClaimBeforeSQL = claimBeforeSQL
 	ReportSQL      = reportSQL
