@@ -65,12 +65,19 @@ func TestFleetProcessesEveryJobOnce(t *testing.T) {
 		concurrency int
 	}
 	specs := []workerSpec{{"w-small", 2}, {"w-a", 8}, {"w-b", 8}, {"w-c", 8}, {"w-d", 8}}
+	// The small worker hands a slot back before its result settles for at
+	// most one result at a time, so it holds at most 2 + 1 leases.
+	const smallSettleBehind = 1
 	var maxSmall, runningSmall atomic.Int64
 	workCtx, stopWorkers := context.WithCancel(ctx)
 	var workersDone sync.WaitGroup
 	for i, s := range specs {
 		targets := []string{f.GatewayAddrs[i%2], f.GatewayAddrs[(i+1)%2]}
-		w, err := pulse.NewWorker(targets, pulse.WithWorkerID(s.id), pulse.WithConcurrency(s.concurrency), pulse.WithLogger(logger))
+		opts := []pulse.WorkerOption{pulse.WithWorkerID(s.id), pulse.WithConcurrency(s.concurrency), pulse.WithLogger(logger)}
+		if s.id == "w-small" {
+			opts = append(opts, pulse.WithSettleBehind(smallSettleBehind))
+		}
+		w, err := pulse.NewWorker(targets, opts...)
 		require.NoError(t, err)
 		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
 			start := time.Now()
@@ -97,8 +104,8 @@ func TestFleetProcessesEveryJobOnce(t *testing.T) {
 		}()
 	}
 
-	// Watch the database: the concurrency-2 worker never holds more than 2
-	// RUNNING rows.
+	// Watch the database: the concurrency-2 worker never holds more than
+	// 2 + smallSettleBehind RUNNING rows.
 	watchDone := make(chan int)
 	go func() {
 		maxHeld := 0
@@ -154,7 +161,7 @@ func TestFleetProcessesEveryJobOnce(t *testing.T) {
 	}
 	t.Logf("runs per worker: %v", perWorker)
 	require.LessOrEqual(t, maxSmall.Load(), int64(2), "the concurrency-2 worker ran more than 2 handlers at once")
-	require.LessOrEqual(t, maxHeld, 2, "the concurrency-2 worker held more than 2 RUNNING jobs")
+	require.LessOrEqual(t, maxHeld, 2+smallSettleBehind, "the concurrency-2 worker held more RUNNING jobs than its slots and its results settling behind them")
 	require.Greater(t, perWorker["w-small"], 0, "the small worker took part")
 }
 

@@ -34,11 +34,15 @@ type topicHandler struct {
 
 // executor runs assignments: one goroutine per job, at most concurrency
 // handlers at a time, each with a context the heartbeater can cancel. When a
-// handler returns it queues the result and frees the slot, in that order.
+// handler returns it queues the result and frees the slot, in that order:
+// at once while fewer than cap(behind) results wait to settle, else once
+// its own result settled (ADR-0023).
 type executor struct {
 	handlers    map[string]topicHandler
 	concurrency int
 	sem         chan struct{}
+	// behind holds one token per result settling behind its freed slot.
+	behind chan struct{}
 	running     *runningJobs
 	ledger      *slotLedger
 	reporter    *reporter
@@ -52,13 +56,14 @@ type executor struct {
 	leaseTTL     func() time.Duration
 }
 
-func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, concurrency int,
+func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, concurrency, settleBehind int,
 	running *runningJobs, ledger *slotLedger, rep *reporter, log *slog.Logger,
 ) *executor {
 	return &executor{
 		handlers:    handlers,
 		concurrency: concurrency,
 		sem:         make(chan struct{}, concurrency),
+		behind:      make(chan struct{}, settleBehind),
 		running:     running,
 		ledger:      ledger,
 		reporter:    rep,
@@ -108,22 +113,40 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			e.ledger.finished()
 			return
 		}
-		// The slot goes back to the gateway once the result is settled, not
-		// when the handler returns: until then the row is still RUNNING and
-		// leased to this worker. A handler that overran its timeout and is
-		// still running keeps its slot until it returns, so the worker
-		// never runs more handlers than its concurrency.
-		finished := e.ledger.finished
-		if overran != nil {
-			finished = func() {
+		// The slot goes back to the gateway now if fewer than cap(behind)
+		// results are waiting to settle: the row stays RUNNING and leased
+		// to this worker until the result settles, and the next job need
+		// not wait for that. Otherwise it goes back once the result is
+		// settled, so undeliverable results stop the worker from taking
+		// more. A handler that overran its timeout and is still running
+		// keeps its slot until it returns, so the worker never runs more
+		// handlers than its concurrency.
+		settled := e.ledger.finished
+		switch {
+		case overran != nil:
+			settled = func() {
 				go func() {
 					<-overran
 					e.ledger.finished()
 				}()
 			}
+		case e.settleBehind():
+			e.ledger.finished()
+			settled = func() { <-e.behind }
 		}
-		e.reporter.submit(e.result(job, err), span.SpanContext(), finished)
+		e.reporter.submit(e.result(job, err), span.SpanContext(), settled)
 	}()
+}
+
+// settleBehind takes a place for one result to settle behind its freed
+// slot, and reports whether there was one.
+func (e *executor) settleBehind() bool {
+	select {
+	case e.behind <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // execute waits for a slot and runs the job's handler, unless the

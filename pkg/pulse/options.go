@@ -131,7 +131,11 @@ type workerConfig struct {
 	logger          *slog.Logger
 	shutdownTimeout time.Duration
 	maxReportBatch  int
-	errs            []error
+	// settleBehind is how many finished attempts may wait for their
+	// results to settle after their slots went back; -1 until set, then
+	// the concurrency (Worker.Run).
+	settleBehind int
+	errs         []error
 }
 
 func defaultWorkerConfig() workerConfig {
@@ -140,7 +144,16 @@ func defaultWorkerConfig() workerConfig {
 		logger:          slog.Default(),
 		shutdownTimeout: DefaultShutdownTimeout,
 		maxReportBatch:  DefaultMaxReportBatch,
+		settleBehind:    -1,
 	}
+}
+
+// settleBehindOrDefault is the WithSettleBehind value, or the concurrency.
+func (c *workerConfig) settleBehindOrDefault() int {
+	if c.settleBehind < 0 {
+		return c.concurrency
+	}
+	return c.settleBehind
 }
 
 func (c *workerConfig) validate() error {
@@ -213,6 +226,29 @@ func WithMaxReportBatch(n int) WorkerOption {
 			return
 		}
 		c.maxReportBatch = n
+	})
+}
+
+// WithSettleBehind sets how many finished attempts may still wait for their
+// results to be settled (acknowledged by a gateway, written by it to
+// Postgres) after their slots went back. A handler's slot is handed back
+// when it returns, so the next job starts while the result travels; only
+// when n results are already waiting does a slot wait for its own
+// result to settle. The default is the worker's concurrency; 0 makes
+// every slot wait for its result, so the worker never holds more leased
+// (RUNNING) jobs than its concurrency.
+//
+// Either way at most concurrency handlers run and the gateway never sends
+// more jobs than there are free slots; a worker holds at most concurrency
+// + n leases, and results that cannot be delivered stop the slots from
+// coming back once n are waiting (ADR-0023). It must not be negative.
+func WithSettleBehind(n int) WorkerOption {
+	return workerOption(func(c *workerConfig) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("pulse: settle-behind must not be negative, got %d", n))
+			return
+		}
+		c.settleBehind = n
 	})
 }
 

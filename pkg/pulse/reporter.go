@@ -26,9 +26,10 @@ const (
 )
 
 // pendingResult is a finished attempt waiting to be reported. settled is
-// called exactly once when the result is acknowledged or given up on: only
-// then does the worker hand the slot back, so it never holds more leased
-// (RUNNING) jobs than its concurrency.
+// called exactly once when the result is acknowledged or given up on: it
+// hands back the attempt's slot, or its place among the results settling
+// behind freed slots (executor, ADR-0023), so what a worker holds leased
+// stays bounded.
 type pendingResult struct {
 	result     *pulsev1.JobResult
 	producedAt time.Time

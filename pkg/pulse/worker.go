@@ -162,7 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	running := newRunningJobs()
 	ledger := newSlotLedger()
 	rep := newReporter(pool, terms, w.cfg.workerID, w.cfg.maxReportBatch, log)
-	exec := newExecutor(context.WithoutCancel(ctx), handlers, w.cfg.concurrency, running, ledger, rep, log)
+	exec := newExecutor(context.WithoutCancel(ctx), handlers, w.cfg.concurrency, w.cfg.settleBehindOrDefault(), running, ledger, rep, log)
 	dispatch := newDispatchWatch(log, running)
 	hb := newHeartbeater(pool, terms, running, dispatch, w.cfg.workerID, log)
 	exec.confirmLease, exec.leaseTTL = hb.confirm, terms.leaseTTL
