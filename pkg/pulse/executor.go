@@ -42,13 +42,13 @@ type executor struct {
 	concurrency int
 	sem         chan struct{}
 	// behind holds one token per result settling behind its freed slot.
-	behind chan struct{}
-	running     *runningJobs
-	ledger      *slotLedger
-	reporter    *reporter
-	baseCtx     context.Context // values of Run's ctx, never canceled by it
-	log         *slog.Logger
-	wg          sync.WaitGroup
+	behind   chan struct{}
+	running  *runningJobs
+	ledger   *slotLedger
+	reporter *reporter
+	baseCtx  context.Context // values of Run's ctx, never canceled by it
+	log      *slog.Logger
+	wg       sync.WaitGroup
 	// confirmLease asks a gateway whether the attempt's lease is still
 	// held (renewing it if so); leaseTTL is the gateway's lease TTL. Both
 	// are set by Worker.Run; without them every attempt is startable.
