@@ -28,6 +28,9 @@ type queueClaimer struct {
 	// "before" and the cursor.
 	froms []claimedFrom
 	taken int
+	// during, when set, runs inside each claim, as handlers finishing
+	// while a claim statement runs would.
+	during func()
 }
 
 type claimedFrom struct {
@@ -50,6 +53,12 @@ func (q *queueClaimer) ClaimBefore(_ context.Context, _, slots []string, _ time.
 // take hands out jobs in dispatch order: the n-th job ever taken was
 // submitted n µs after the epoch.
 func (q *queueClaimer) take(slots []string, from claimedFrom) []jobstore.Claimed {
+	q.mu.Lock()
+	during := q.during
+	q.mu.Unlock()
+	if during != nil {
+		during()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sizes = append(q.sizes, len(slots))
@@ -109,6 +118,51 @@ func TestClaimCooldown(t *testing.T) {
 			time.Sleep(cooldown)
 			synctest.Wait()
 			require.Equal(t, []int{10, 6}, q.claims(), "after the cooldown one claim takes every slot freed meanwhile")
+		})
+	})
+
+	t.Run("SlotsFreedWhileAFullClaimRunsWaitForTheCooldownToo", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d, w := start(t, q)
+			d.JobsReady()
+			synctest.Wait()
+			require.Len(t, w.TakeOutbox(), 10)
+
+			// Six handlers finish; while the claim for their slots runs,
+			// three more do.
+			d.Registry().Credit(w, 6)
+			q.mu.Lock()
+			q.during = func() {
+				q.mu.Lock()
+				q.during = nil
+				q.mu.Unlock()
+				d.Registry().Credit(w, 3)
+			}
+			q.mu.Unlock()
+			time.Sleep(cooldown)
+			synctest.Wait()
+			require.Equal(t, []int{10, 6}, q.claims(), "slots freed while a full claim ran are not claimed at once")
+
+			time.Sleep(cooldown)
+			synctest.Wait()
+			require.Equal(t, []int{10, 6, 3}, q.claims(), "they go out together after the cooldown")
+		})
+	})
+
+	t.Run("APassCappedAtOneBatchClaimsTheRestAtOnce", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: 4, ClaimCooldown: cooldown},
+				q, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { d.Run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+			d.Registry().Add("w", []string{"t"}, 10)
+			d.JobsReady()
+			synctest.Wait()
+			require.Equal(t, []int{4, 4, 2}, q.claims(), "slots already free past one batch are claimed without resting")
 		})
 	})
 

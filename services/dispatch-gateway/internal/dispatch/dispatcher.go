@@ -359,7 +359,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 }
 
 // drain claims for every group with free slots and possible work, again
-// and again while claims come back full. A group whose claim fails is
+// while claims come back full and a pass's reservation was capped at one
+// batch. A group whose claim fails is
 // backed off and the pass goes on with the others. It reports whether a
 // claim came back full: the queue held more than the free slots took.
 func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
@@ -373,6 +374,10 @@ func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 		groups := d.registry.Reserve(d.mayHaveWork, d.cfg.Batch)
 		if len(groups) == 0 {
 			return
+		}
+		reserved := 0
+		for _, g := range groups {
+			reserved += len(g.Slots)
 		}
 		full := false
 		epoch := d.currentEpoch()
@@ -410,7 +415,12 @@ func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 				full, backlog = true, true
 			}
 		}
-		if !full {
+		// Claims came back full. Claim again at once only when this pass
+		// reserved a whole batch, so slots it could not take are already
+		// free; otherwise return, and Run rests for the cooldown, so the
+		// slots freed while these claims ran and during the rest go out in
+		// one claim instead of a handful each.
+		if !full || reserved < d.cfg.Batch {
 			return backlog
 		}
 	}
