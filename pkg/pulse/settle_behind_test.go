@@ -54,21 +54,29 @@ func awaitFinished(t *testing.T, done <-chan string, n int) {
 	}
 }
 
+// startHeldReports runs a worker with 2 slots and the given settle-behind
+// against a gateway that acknowledges no report until settle is closed.
+// done receives each job whose handler returned.
+func startHeldReports(t *testing.T, settleBehind int) (gw *fakeGateway, fs *fakeStream, done chan string, settle chan struct{}) {
+	t.Helper()
+	gw = newFakeGateway(t, "gw-1", fastWelcome())
+	settle = make(chan struct{})
+	gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+		<-settle
+		return ackAll(req), nil
+	})
+	done = make(chan string, 10)
+	startWorker(t, []string{gw.addr}, map[string]Handler{"t": finishedHandler(done)},
+		WithConcurrency(2), WithSettleBehind(settleBehind))
+	return gw, gw.nextStream(t), done, settle
+}
+
 func TestSettleBehind(t *testing.T) {
 	t.Parallel()
 
 	t.Run("SlotsComeBackBeforeTheirResultsSettleUpToTheLimit", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		settle := make(chan struct{})
-		gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
-			<-settle
-			return ackAll(req), nil
-		})
-		done := make(chan string, 10)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": finishedHandler(done)},
-			WithConcurrency(2), WithSettleBehind(3))
-		fs := gw.nextStream(t)
+		gw, fs, done, settle := startHeldReports(t, 3)
 
 		// Two jobs finish while no report settles: both slots come back.
 		fs.assign(assignment("j1", "t"), assignment("j2", "t"))
@@ -95,16 +103,7 @@ func TestSettleBehind(t *testing.T) {
 
 	t.Run("ZeroMakesEverySlotWaitForItsResult", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		settle := make(chan struct{})
-		gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
-			<-settle
-			return ackAll(req), nil
-		})
-		done := make(chan string, 10)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": finishedHandler(done)},
-			WithConcurrency(2), WithSettleBehind(0))
-		fs := gw.nextStream(t)
+		_, fs, done, settle := startHeldReports(t, 0)
 
 		fs.assign(assignment("j1", "t"), assignment("j2", "t"))
 		awaitFinished(t, done, 2)

@@ -89,14 +89,19 @@ func (q *queueClaimer) claims() []int {
 func TestClaimCooldown(t *testing.T) {
 	t.Parallel()
 	const cooldown = 50 * time.Millisecond
-	start := func(t *testing.T, q *queueClaimer) (*dispatch.Dispatcher, *dispatch.Worker) {
-		d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: 100, ClaimCooldown: cooldown},
+	// startBatch runs a dispatcher claiming at most batch per pass for one
+	// worker with 10 slots.
+	startBatch := func(t *testing.T, q *queueClaimer, batch int) (*dispatch.Dispatcher, *dispatch.Worker) {
+		d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: batch, ClaimCooldown: cooldown},
 			q, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { d.Run(ctx); close(done) }()
 		t.Cleanup(func() { cancel(); <-done })
 		return d, d.Registry().Add("w", []string{"t"}, 10)
+	}
+	start := func(t *testing.T, q *queueClaimer) (*dispatch.Dispatcher, *dispatch.Worker) {
+		return startBatch(t, q, 100)
 	}
 
 	t.Run("AfterAFullClaimFreedSlotsGatherForOneCooldown", func(t *testing.T) {
@@ -153,13 +158,7 @@ func TestClaimCooldown(t *testing.T) {
 	t.Run("APassCappedAtOneBatchClaimsTheRestAtOnce", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
-			d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: 4, ClaimCooldown: cooldown},
-				q, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() { d.Run(ctx); close(done) }()
-			t.Cleanup(func() { cancel(); <-done })
-			d.Registry().Add("w", []string{"t"}, 10)
+			d, _ := startBatch(t, q, 4)
 			d.JobsReady()
 			synctest.Wait()
 			require.Equal(t, []int{4, 4, 2}, q.claims(), "slots already free past one batch are claimed without resting")
