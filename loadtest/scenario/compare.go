@@ -18,7 +18,9 @@ type CompareParams struct {
 	Reps                   int // rounds; each round runs every side once per workload
 	RiverMaxWorkers        int // 0: Workers × Concurrency
 	RiverPoolConns         int32
-	Raw                    RawSQLParams // Claimers, ClaimBatch, Completers, CompleteBatch
+	// RiverClients is the River side's worker clients (RiverParams.Clients).
+	RiverClients int
+	Raw          RawSQLParams // Claimers, ClaimBatch, Completers, CompleteBatch
 	// Settle is the wait before reading Postgres's cumulative counters
 	// after each run (StatsSettle); 0 reports CPU and WAL bytes only.
 	Settle time.Duration
@@ -59,7 +61,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		return Result{}, err
 	}
 	tp := ThroughputParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, Workers: p.Workers, Concurrency: p.Concurrency}
-	rp := RiverParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, MaxWorkers: p.RiverMaxWorkers, PoolConns: p.RiverPoolConns}
+	rp := RiverParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, MaxWorkers: p.RiverMaxWorkers, PoolConns: p.RiverPoolConns, Clients: p.RiverClients}
 	raw := p.Raw
 	raw.Jobs, raw.Producers, raw.Batch = p.Jobs, p.Producers, p.Batch
 	pulseMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir}
@@ -155,7 +157,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		Scenario: "river",
 		Params: map[string]any{"jobs": p.Jobs, "producers": p.Producers, "batch": p.Batch,
 			"workers": p.Workers, "concurrency": p.Concurrency, "gateways": len(t.GatewayAddrs), "reps": p.Reps,
-			"river_max_workers": p.RiverMaxWorkers, "river_pool_conns": p.RiverPoolConns,
+			"river_max_workers": p.RiverMaxWorkers, "river_pool_conns": p.RiverPoolConns, "river_clients": max(p.RiverClients, 1),
 			"river_fetch_cooldown": RiverFetchCooldown.String(), "river_fetch_poll_interval": RiverFetchPollInterval.String(),
 			"rawsql_claimers": raw.Claimers, "rawsql_claim_batch": raw.ClaimBatch,
 			"rawsql_completers": raw.Completers, "rawsql_complete_batch": raw.CompleteBatch,

@@ -43,6 +43,11 @@ type RiverParams struct {
 	// inserting client's); 0 is pgxpool's default, max(4, CPUs), which is
 	// what River's CLI benchmark runs with.
 	PoolConns int32
+	// Clients is how many worker clients share the slots, each with its
+	// own pool of PoolConns, as River runs in that many processes; 0 or 1
+	// is one, River's own setup. Set it to the pulse side's gateway count
+	// to compare one dispatch loop per gateway with one per River client.
+	Clients int
 }
 
 // RiverSide runs the pulse workloads through River, in this process: an
@@ -140,29 +145,45 @@ func (r *RiverSide) pool(ctx context.Context, conns int32, name string) (*pgxpoo
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.Int64) (worker, inserter *river.Client[pgx.Tx], closeAll func(), err error) {
-	wpool, err := r.pool(ctx, p.PoolConns, "river-load-worker")
-	if err != nil {
-		return nil, nil, nil, err
+func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.Int64) (workers *riverWorkers, inserter *river.Client[pgx.Tx], closeAll func(), err error) {
+	var pools []*pgxpool.Pool
+	closeAll = func() {
+		for _, pool := range pools {
+			pool.Close()
+		}
 	}
 	ipool, err := r.pool(ctx, p.PoolConns, "river-load-insert")
 	if err != nil {
-		wpool.Close()
 		return nil, nil, nil, err
 	}
-	closeAll = func() { wpool.Close(); ipool.Close() }
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &riverNoopWorker{started: started})
-	worker, err = river.NewClient(riverpgxv5.New(wpool), &river.Config{
-		FetchCooldown:     RiverFetchCooldown,
-		FetchPollInterval: RiverFetchPollInterval,
-		Logger:            r.logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: p.MaxWorkers}},
-		Workers:           workers,
-	})
-	if err != nil {
-		closeAll()
-		return nil, nil, nil, err
+	pools = append(pools, ipool)
+	n := max(p.Clients, 1)
+	workers = &riverWorkers{}
+	for i := range n {
+		wpool, err := r.pool(ctx, p.PoolConns, "river-load-worker")
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		pools = append(pools, wpool)
+		slots := p.MaxWorkers / n
+		if i < p.MaxWorkers%n {
+			slots++
+		}
+		registry := river.NewWorkers()
+		river.AddWorker(registry, &riverNoopWorker{started: started})
+		worker, err := river.NewClient(riverpgxv5.New(wpool), &river.Config{
+			FetchCooldown:     RiverFetchCooldown,
+			FetchPollInterval: RiverFetchPollInterval,
+			Logger:            r.logger,
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: slots}},
+			Workers:           registry,
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		workers.clients = append(workers.clients, worker)
 	}
 	// Insert-only (no queues, no workers); FetchCooldown also paces its
 	// insert notifications, as it would the worker client's own.
@@ -175,7 +196,37 @@ func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.
 		closeAll()
 		return nil, nil, nil, err
 	}
-	return worker, inserter, closeAll, nil
+	return workers, inserter, closeAll, nil
+}
+
+// riverWorkers are the worker clients of one run, started and stopped
+// together.
+type riverWorkers struct {
+	clients []*river.Client[pgx.Tx]
+}
+
+// Start starts every client; if one fails, those already started are
+// stopped.
+func (w *riverWorkers) Start(ctx context.Context) error {
+	for i, c := range w.clients {
+		if err := c.Start(ctx); err != nil {
+			_ = (&riverWorkers{clients: w.clients[:i]}).Stop(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every client and returns the first error.
+
+func (w *riverWorkers) Stop(ctx context.Context) error {
+	var first error
+	for _, c := range w.clients {
+		if err := c.Stop(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // insert sends p.Jobs jobs from p.Producers goroutines in InsertMany calls
@@ -321,6 +372,6 @@ func (r *RiverSide) Drain(ctx context.Context, p RiverParams, before func() erro
 
 func (r *RiverSide) params(p RiverParams) map[string]any {
 	return map[string]any{"jobs": p.Jobs, "producers": p.Producers, "batch": p.Batch,
-		"max_workers": p.MaxWorkers, "pool_conns": p.PoolConns,
+		"max_workers": p.MaxWorkers, "pool_conns": p.PoolConns, "clients": max(p.Clients, 1),
 		"fetch_cooldown": RiverFetchCooldown.String(), "fetch_poll_interval": RiverFetchPollInterval.String()}
 }

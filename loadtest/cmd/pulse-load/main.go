@@ -41,35 +41,36 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
-		gateways    = flag.Int("gateways", 2, "dispatch-gateway replicas in the local fleet")
-		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit")
-		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
-		batch       = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
-		workers     = flag.Int("workers", 4, "throughput: SDK worker processes (in this process)")
-		concurrency = flag.Int("concurrency", 256, "throughput: handler slots per worker")
-		samples     = flag.Int("samples", 300, "latency: jobs submitted one at a time")
-		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
-		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
-		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
-		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
-		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
-		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
-		reps        = flag.Int("reps", 2, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported")
-		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
-		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
-		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
-		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
-		riverPool   = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
-		riverMaxW   = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
-		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
-		rawClaimN   = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
-		rawSettlers = flag.Int("rawsql-completers", 2, "rawsql: completion loops (pulse: one report in flight per gateway)")
-		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
-		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
-		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
-		cooldown    = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
-		walStats    = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
+		which        = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
+		gateways     = flag.Int("gateways", 2, "dispatch-gateway replicas in the local fleet")
+		jobs         = flag.Int("jobs", 200000, "throughput: jobs to submit")
+		producers    = flag.Int("producers", 4, "throughput: concurrent producers")
+		batch        = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
+		workers      = flag.Int("workers", 4, "throughput: SDK worker processes (in this process)")
+		concurrency  = flag.Int("concurrency", 256, "throughput: handler slots per worker")
+		samples      = flag.Int("samples", 300, "latency: jobs submitted one at a time")
+		pauses       = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
+		idleWorkers  = flag.Int("idle-workers", 1000, "idle: connected idle workers")
+		backlog      = flag.Int("backlog", 1000000, "backlog: the large backlog size")
+		fast         = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
+		cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
+		statements   = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
+		reps         = flag.Int("reps", 2, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported")
+		settle       = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
+		serviceEnv   = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
+		sides        = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
+		holdSnap     = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
+		riverPool    = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
+		riverClients = flag.Int("river-clients", 1, "river: River worker clients sharing the slots, each with its own pool (as River in that many processes); 1 is River's own setup, -gateways the same number of dispatch loops as pulse")
+		riverMaxW    = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
+		rawClaimers  = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
+		rawClaimN    = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
+		rawSettlers  = flag.Int("rawsql-completers", 2, "rawsql: completion loops (pulse: one report in flight per gateway)")
+		rawSettleN   = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
+		scaleSizes   = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
+		timeout      = flag.Duration("timeout", time.Hour, "give up after this long")
+		cooldown     = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
+		walStats     = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
 	)
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -94,6 +95,9 @@ func run() error {
 		want[strings.TrimSpace(s)] = true
 	}
 	all := want["all"]
+	if *riverClients < 1 {
+		return fmt.Errorf("-river-clients: %d; River needs at least one worker client", *riverClients)
+	}
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
 	if *cooldown >= 0 {
@@ -208,7 +212,7 @@ func run() error {
 	if want["river"] {
 		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
 			Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency,
-			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), Raw: raw,
+			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), RiverClients: *riverClients, Raw: raw,
 			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","), HoldSnapshot: *holdSnap,
 		})
 		r.Scenario = "river"
