@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -97,6 +98,9 @@ func run() error {
 	all := want["all"]
 	if *riverClients < 1 {
 		return fmt.Errorf("-river-clients: %d; River needs at least one worker client", *riverClients)
+	}
+	if slots := cmp.Or(*riverMaxW, *workers**concurrency); *riverClients > slots {
+		return fmt.Errorf("-river-clients: %d clients for %d slots; each client needs at least one", *riverClients, slots)
 	}
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
