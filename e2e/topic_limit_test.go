@@ -82,3 +82,41 @@ func TestTopicLimitHoldsAcrossGateways(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, served, 2, "the limit held across gateways that all claimed the topic")
 }
+
+// TestTopicLimitFreedRoomIsUsedAtOnce: a limited topic whose jobs take
+// milliseconds, a backlog far above its limit, and gateways that poll once
+// a minute. A claim at the limit comes back short and the gateways treat
+// the topic as drained; what wakes them is the report that settles a job
+// of the topic (a NOTIFY at its commit). Without it the backlog would wait
+// a poll tick per two jobs; with it the whole backlog runs, and the limit
+// holds at every claim's commit.
+func TestTopicLimitFreedRoomIsUsedAtOnce(t *testing.T) {
+	t.Parallel()
+	f := upPauseFleet(t, localfleet.Options{Gateways: 2, Env: map[string]string{"PULSE_POLL_INTERVAL": "1m"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, claimwitness.InstallLimits(ctx, f.pool))
+
+	const topic, jobs = "e2e.limited.fast", 80
+	var got pulsehttp.Topic
+	require.Equal(t, http.StatusOK, f.call(http.MethodPut, f.ControlHTTP+"/v1/topics/"+topic, `{"max_running":2}`, "", &got))
+	f.enqueue(ctx, f.newClient(), topic, jobs)
+	began := time.Now()
+	f.startWorkers([]string{topic}, 2, 8, func(ctx context.Context, job *pulse.Job) error {
+		return pauseSleep(ctx, 2*time.Millisecond)
+	})
+
+	require.Eventually(t, func() bool {
+		return f.count(`topic = $1 AND status = 'COMPLETED'`, topic) == jobs
+	}, 90*time.Second, 20*time.Millisecond, "the backlog of a limited topic ran without waiting for poll ticks")
+	over, err := claimwitness.OverLimits(ctx, f.pool)
+	require.NoError(t, err)
+	for _, o := range over {
+		t.Errorf("over the limit: %s", o)
+	}
+	n, top, err := claimwitness.LimitedClaims(ctx, f.pool, topic)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), top, "the topic ran at its limit")
+	t.Logf("%d jobs at a limit of 2 in %s; %d claims of %s judged, at most %d running at a commit",
+		jobs, time.Since(began).Round(time.Millisecond), n, topic, top)
+}

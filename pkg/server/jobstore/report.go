@@ -84,10 +84,33 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 // primary key: measured at 20-25 ms per 100-result report instead of 3 ms,
 // for as long as the connection kept the prepared plan. The id lookup is
 // now the only index the statement can use.
+//
+// Every settled row left RUNNING, so it freed room under its topic's
+// limit, if the topic has one: wakeLimitedSQL tells every gateway at
+// commit. A SELECT in a WITH runs only if the statement reads it; the
+// final WHERE reads it once (an InitPlan, a one-time filter that is
+// always true), so the wake costs the unlimited topics one look at
+// topic_limits per statement.
 var reportSQL = `
 WITH settled AS (` + reportUpdateSQL + `
-), ` + countSettled(7) + `
-SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM settled`
+), ` + countSettled(7) + `, ` + wakeLimitedSQL + `
+SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM settled
+WHERE (SELECT count(*) FROM woken) >= 0`
+
+// wakeLimitedSQL notifies ReadyChannel once per limited topic among the
+// settled rows (ADR-0024). A topic at its limit leaves its claims short,
+// and a gateway treats a group whose claim came back short as drained
+// until something says jobs may be ready; without this, room freed by a
+// finishing job waited for the next insert or poll tick. NOTIFY is
+// delivered at commit, so the claim it wakes counts this statement's
+// transitions; Postgres folds the same topic notified twice in one
+// transaction into one.
+const wakeLimitedSQL = `
+woken AS (
+    SELECT pg_notify('` + ReadyChannel + `', l.topic)
+    FROM topic_limits AS l
+    WHERE l.topic IN (SELECT topic FROM settled)
+)`
 
 // reportUpdateSQL is reportSQL's fenced UPDATE, on its own a statement
 // that settles without counting (the benchmark's baseline).

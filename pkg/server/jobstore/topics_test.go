@@ -1,6 +1,7 @@
 package jobstore_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
@@ -115,6 +117,53 @@ func TestTopicLimit(t *testing.T) {
 		require.Empty(t, claimTopics(t, b, []string{"lim"}, 10), "3 run, the limit is 2")
 		complete(t, b, running[2:4])
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 1, "1 runs, the limit is 2")
+	})
+
+	t.Run("SettlingWakesTheGatewaysForLimitedTopicsOnly", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertJobs(t, b, "lim", 5, 3)
+		insertJobs(t, b, "open", 5, 3)
+		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(2), "alice")
+		require.NoError(t, err)
+		lim := claimTopics(t, b, []string{"lim"}, 10)
+		require.Len(t, lim, 2)
+		open := claimTopics(t, b, []string{"open"}, 10)
+		require.Len(t, open, 3)
+
+		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+		require.NoError(t, err)
+
+		// In commit order: the unlimited topic's report, a marker, the
+		// limited topic's report (two jobs, one statement), a marker, and
+		// a failure of the unlimited topic's job that is also a retry.
+		complete(t, b, open[:1])
+		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 1')`, jobstore.ReadyChannel)
+		require.NoError(t, err)
+		complete(t, b, lim)
+		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 2')`, jobstore.ReadyChannel)
+		require.NoError(t, err)
+		acks, err := b.store.Report(ctx, "", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: open[1].ID, Attempt: open[1].Attempt},
+			Outcome: jobstore.OutcomeFail, Error: "boom", Worker: open[1].WorkerID}})
+		require.NoError(t, err)
+		require.True(t, acks[0].Accepted)
+		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 3')`, jobstore.ReadyChannel)
+		require.NoError(t, err)
+
+		var got []string
+		for len(got) == 0 || got[len(got)-1] != "marker 3" {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err)
+			got = append(got, n.Payload)
+		}
+		require.Equal(t, []string{"marker 1", "lim", "marker 2", "marker 3"}, got,
+			"one wake per limited topic per report; none for a topic without a limit")
+		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 1, "the room the report freed is claimable")
 	})
 
 	t.Run("ClearingRemovesTheCap", func(t *testing.T) {
