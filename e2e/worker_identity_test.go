@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -142,6 +143,29 @@ func TestAWorkerActsOnlyAsItselfAcrossTheFleet(t *testing.T) {
 		}
 		_, err = stream.Recv()
 		require.Equal(t, codes.AlreadyExists, status.Code(err), err)
+	}
+
+	// Through the SDK, a worker every gateway turns away stops at once and
+	// says why, instead of reconnecting forever: bob as alice's worker id,
+	// a wrong password, an operator's credentials.
+	for name, c := range map[string]struct {
+		id, user, pass string
+		code           codes.Code
+	}{
+		"AnotherIdentitysWorkerID": {"alice-w", "bob", "bob-pw", codes.AlreadyExists},
+		"WrongPassword":            {"mallory-w", "bob", "not-bob-pw", codes.Unauthenticated},
+		"NotAWorker":               {"ops-w", "ops", "ops-pw", codes.PermissionDenied},
+	} {
+		w, err := pulse.NewWorker(f.GatewayAddrs, pulse.WithWorkerID(c.id), pulse.WithUserPass(c.user, c.pass),
+			pulse.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		require.NoError(t, err)
+		w.Register(topic, func(context.Context, *pulse.Job) error { return errors.New("must never run") })
+		runCtx, stopRun := context.WithTimeout(ctx, time.Minute)
+		err = w.Run(runCtx)
+		require.NoError(t, runCtx.Err(), "%s: Run returned on its own", name)
+		stopRun()
+		require.ErrorIs(t, err, pulse.ErrWorkerRefused, name)
+		require.Equal(t, c.code, status.Code(err), "%s: %v", name, err)
 	}
 	for _, id := range held {
 		j := get(id)

@@ -31,6 +31,17 @@ var (
 	// time: a worker identity owns one set of leases and must not run twice.
 	ErrWorkerStarted = errors.New("pulse: worker already started")
 
+	// ErrWorkerRefused is returned (wrapped, with the gateway's own error)
+	// by [Worker.Run] when, before any gateway ever welcomed the worker,
+	// every gateway refused it for what it is: its credentials
+	// (Unauthenticated, PermissionDenied), what it asked for
+	// (InvalidArgument: its worker id, topics or concurrency), or its
+	// worker id streaming under another identity (AlreadyExists).
+	// Reconnecting cannot change those, so Run stops instead of retrying
+	// forever. Once welcomed, a worker keeps reconnecting through any
+	// error, since credentials may be rotating under it.
+	ErrWorkerRefused = errors.New("pulse: every gateway refused the worker")
+
 	// ErrJobTimedOut matches (errors.Is) the cause of a handler context's
 	// cancellation when the job's timeout passed, and the error of the
 	// attempt it failed. Its text says how long: "timed out after 30s".

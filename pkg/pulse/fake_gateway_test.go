@@ -41,6 +41,8 @@ type fakeGateway struct {
 	holdHalfClosed bool
 
 	mu          sync.Mutex
+	opens       int                 // streams opened, refused ones included
+	openFn      func(nth int) error // non-nil: a non-nil error refuses the nth open
 	heartbeats  []*pulsev1.HeartbeatRequest
 	reportCalls int
 	heartbeatFn func(*pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error)
@@ -99,6 +101,15 @@ func (g *fakeGateway) StreamJobs(srv pulsev1.DispatchService_StreamJobsServer) e
 	}
 	if req.GetOpen() == nil {
 		return status.Error(codes.InvalidArgument, "open must come first")
+	}
+	g.mu.Lock()
+	g.opens++
+	nth, fn := g.opens, g.openFn
+	g.mu.Unlock()
+	if fn != nil {
+		if err := fn(nth); err != nil {
+			return err
+		}
 	}
 	if err := srv.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_Welcome{Welcome: g.welcome}}); err != nil {
 		return err
@@ -207,6 +218,18 @@ func (g *fakeGateway) setHeartbeatFn(fn func(*pulsev1.HeartbeatRequest) (*pulsev
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.heartbeatFn = fn
+}
+
+func (g *fakeGateway) setOpenFn(fn func(nth int) error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.openFn = fn
+}
+
+func (g *fakeGateway) openCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.opens
 }
 
 func (g *fakeGateway) setReportFn(fn func(*pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error)) {

@@ -52,6 +52,9 @@ func (p *gatewayPool) rotate() (string, pulsev1.DispatchServiceClient) {
 }
 
 // current returns the gateway the worker is streaming from, or last tried.
+// size is how many gateway targets the pool rotates through.
+func (p *gatewayPool) size() int { return len(p.clients) }
+
 func (p *gatewayPool) current() pulsev1.DispatchServiceClient {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
@@ -57,23 +60,53 @@ func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exe
 // which is how the gateway learns it takes no more work: the gateway sends
 // what it had already claimed for the worker (those jobs run in the drain)
 // and ends the stream, so a worker that stops cleanly strands no lease.
-func (s *streamLoop) run(ctx context.Context) {
+//
+// Until some gateway has welcomed the worker, a refusal (refused) from
+// every target in a row ends run with ErrWorkerRefused: a worker that was
+// never let in is misconfigured, and retrying would only hide it. After
+// the first welcome, run reconnects through anything.
+func (s *streamLoop) run(ctx context.Context) error {
 	bo := backoff{min: reconnectMin, max: reconnectMax, jitter: true}
+	everWelcomed := false
+	refusals := 0 // in a row, before the first welcome
 	for {
 		target, client := s.pool.rotate()
 		welcomed, err := s.session(ctx, client, target)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if welcomed {
 			bo.reset()
+			everWelcomed = true
+		}
+		if !everWelcomed {
+			if !refused(err) {
+				refusals = 0
+			} else if refusals++; refusals >= s.pool.size() {
+				return fmt.Errorf("%w (last: %s): %w", ErrWorkerRefused, target, err)
+			}
 		}
 		delay := bo.next()
-		s.log.Warn("job stream lost, reconnecting", logKeyTarget, target, logKeyDelay, delay, logKeyError, err)
+		if refused(err) {
+			s.log.Error("gateway refused the worker, reconnecting", logKeyTarget, target, logKeyDelay, delay, logKeyError, err)
+		} else {
+			s.log.Warn("job stream lost, reconnecting", logKeyTarget, target, logKeyDelay, delay, logKeyError, err)
+		}
 		if !sleepCtx(ctx, delay) {
-			return
+			return nil
 		}
 	}
+}
+
+// refused reports whether err is a gateway turning the worker away for
+// what it is — its credentials, its worker id or what it asked for —
+// rather than an outage: reconnecting as the same worker cannot help.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument, codes.AlreadyExists:
+		return true
+	}
+	return false
 }
 
 // session runs one stream to completion. It reports whether the gateway

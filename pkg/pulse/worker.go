@@ -140,8 +140,10 @@ func (w *Worker) Use(middleware ...Middleware) {
 // taking work, waits up to the shutdown timeout for running handlers,
 // cancels the rest with [ErrWorkerShutdown], reports every result it can,
 // and closes its connections. It returns nil after a normal shutdown and an
-// error only for misuse (no handlers, a second call) or an invalid target.
-// Gateway outages are not errors: Run logs them and reconnects.
+// error only for misuse (no handlers, a second call), an invalid target, or
+// [ErrWorkerRefused]: before any gateway welcomed the worker, every gateway
+// refused its credentials, worker id or topics. Gateway outages are not
+// errors: Run logs them and reconnects.
 func (w *Worker) Run(ctx context.Context) error {
 	handlers, topics, err := w.start()
 	if err != nil {
@@ -179,7 +181,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	loops.Go(func() { hb.run(hbCtx) })
 
 	log.Info("worker started", logKeyCount, len(topics))
-	stream.run(ctx)
+	runErr := stream.run(ctx)
 
 	w.drain(exec, running, log)
 	stopHeartbeats()
@@ -187,6 +189,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	flushDeadline := time.AfterFunc(flushTimeout, stopFlush)
 	loops.Wait()
 	flushDeadline.Stop()
+	if runErr != nil {
+		log.Error("worker stopped: refused", logKeyError, runErr)
+		return runErr
+	}
 	log.Info("worker stopped")
 	return nil
 }
