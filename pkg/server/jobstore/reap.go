@@ -31,7 +31,9 @@ const LeaseExpiredError = "worker lease expired"
 // a huge expired set is settled in bounded transactions. SKIP LOCKED plus
 // the status guard make concurrent reapers safe: a row leaves RUNNING
 // once, so it is reaped once. The same statement adds what it settled to
-// job_throughput (countSettledSQL, writer $2), as failed attempts.
+// job_throughput (countSettledSQL, writer $2), as failed attempts, and
+// wakes the gateways for the limited topics whose room it freed
+// (wakeLimitedSQL, as the report does).
 var reapSQL = `
 WITH expired AS (
     SELECT id FROM jobs
@@ -52,8 +54,9 @@ WITH expired AS (
     WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
     RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '') AS locked_by,
               COALESCE(j.traceparent, '') AS traceparent, COALESCE(j.tracestate, '') AS tracestate
-), ` + countSettled(2) + `
-SELECT id, topic, status, attempts, locked_by, traceparent, tracestate FROM settled`
+), ` + countSettled(2) + `, ` + wakeLimitedSQL + `
+SELECT id, topic, status, attempts, locked_by, traceparent, tracestate FROM settled
+` + wokenFilter
 
 // Reap settles up to limit expired leases in one statement, which counts
 // them in job_throughput under the store's writer.

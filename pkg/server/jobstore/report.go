@@ -88,17 +88,18 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 // Every settled row left RUNNING, so it freed room under its topic's
 // limit, if the topic has one: wakeLimitedSQL tells every gateway at
 // commit. A SELECT in a WITH runs only if the statement reads it; the
-// final WHERE reads it once (an InitPlan, a one-time filter that is
-// always true), so the wake costs the unlimited topics one look at
-// topic_limits per statement.
+// final WHERE (wokenFilter) reads it once (an InitPlan, a one-time filter
+// that is always true), so the wake costs the unlimited topics one look
+// at topic_limits per distinct topic per statement.
 var reportSQL = `
 WITH settled AS (` + reportUpdateSQL + `
 ), ` + countSettled(7) + `, ` + wakeLimitedSQL + `
 SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM settled
-WHERE (SELECT count(*) FROM woken) >= 0`
+` + wokenFilter
 
 // wakeLimitedSQL notifies ReadyChannel once per limited topic among the
-// settled rows (ADR-0024). A topic at its limit leaves its claims short,
+// rows of the CTE settled, which left RUNNING (ADR-0024): the report's
+// and the reaper's. A topic at its limit leaves its claims short,
 // and a gateway treats a group whose claim came back short as drained
 // until something says jobs may be ready; without this, room freed by a
 // finishing job waited for the next insert or poll tick. NOTIFY is
@@ -111,6 +112,10 @@ woken AS (
     FROM topic_limits AS l
     WHERE l.topic IN (SELECT topic FROM settled)
 )`
+
+// wokenFilter ends a statement with wakeLimitedSQL: the one-time filter
+// that makes it run.
+const wokenFilter = `WHERE (SELECT count(*) FROM woken) >= 0`
 
 // reportUpdateSQL is reportSQL's fenced UPDATE, on its own a statement
 // that settles without counting (the benchmark's baseline).

@@ -166,6 +166,35 @@ func TestTopicLimit(t *testing.T) {
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 1, "the room the report freed is claimable")
 	})
 
+	t.Run("ReapingAnExpiredLeaseWakesTheGateways", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		insertJobs(t, b, "lim", 5, 2)
+		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(1), "alice")
+		require.NoError(t, err)
+		lapsing, err := b.store.Claim(ctx, []string{"lim"}, slots("w", 10), time.Millisecond)
+		require.NoError(t, err)
+		require.Len(t, lapsing, 1, "the limit is 1")
+
+		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			reaped, err := b.store.Reap(ctx, 10)
+			require.NoError(t, err)
+			return len(reaped) == 1
+		}, 10*time.Second, 5*time.Millisecond, "the 1 ms lease lapses and is reaped")
+
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		require.NoError(t, err)
+		require.Equal(t, "lim", n.Payload)
+		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 1, "the room the reaper freed is claimable")
+	})
+
 	t.Run("ClearingRemovesTheCap", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
