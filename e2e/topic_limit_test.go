@@ -65,11 +65,7 @@ func TestTopicLimitHoldsAcrossGateways(t *testing.T) {
 		return f.count(`topic = $1 AND status = 'RUNNING'`, limited) > 3
 	}, 30*time.Second, 5*time.Millisecond)
 
-	over, err := claimwitness.OverLimits(ctx, f.pool)
-	require.NoError(t, err)
-	for _, o := range over {
-		t.Errorf("over the limit: %s", o)
-	}
+	requireNoClaimOverLimits(ctx, t, f)
 	n, top, err := claimwitness.LimitedClaims(ctx, f.pool, limited)
 	require.NoError(t, err)
 	t.Logf("%d claims of %s judged, at most %d running at a commit", n, limited, top)
@@ -109,14 +105,21 @@ func TestTopicLimitFreedRoomIsUsedAtOnce(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return f.count(`topic = $1 AND status = 'COMPLETED'`, topic) == jobs
 	}, 90*time.Second, 20*time.Millisecond, "the backlog of a limited topic ran without waiting for poll ticks")
-	over, err := claimwitness.OverLimits(ctx, f.pool)
-	require.NoError(t, err)
-	for _, o := range over {
-		t.Errorf("over the limit: %s", o)
-	}
+	requireNoClaimOverLimits(ctx, t, f)
 	n, top, err := claimwitness.LimitedClaims(ctx, f.pool, topic)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), top, "the topic ran at its limit")
 	t.Logf("%d jobs at a limit of 2 in %s; %d claims of %s judged, at most %d running at a commit",
 		jobs, time.Since(began).Round(time.Millisecond), n, topic, top)
+}
+
+// requireNoClaimOverLimits fails the test for every claim that committed
+// with a limited topic over its limit (claimwitness.InstallLimits).
+func requireNoClaimOverLimits(ctx context.Context, t *testing.T, f *pauseFleet) {
+	t.Helper()
+	over, err := claimwitness.OverLimits(ctx, f.pool)
+	require.NoError(t, err)
+	for _, o := range over {
+		t.Errorf("over the limit: %s", o)
+	}
 }

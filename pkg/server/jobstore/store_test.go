@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -219,11 +218,7 @@ func TestInsert(t *testing.T) {
 	t.Run("BatchInsertNotifiesOncePerTopic", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
-		require.NoError(t, err)
+		conn := listenReady(t, b)
 
 		var jobs []jobstore.NewJob
 		for i := range 100 {
@@ -233,7 +228,7 @@ func TestInsert(t *testing.T) {
 			}
 			jobs = append(jobs, newJob(topic, 5))
 		}
-		_, err = b.store.Insert(ctx, jobs)
+		_, err := b.store.Insert(ctx, jobs)
 		require.NoError(t, err)
 		// A marker statement afterwards: once its notification arrives, every
 		// notification of the batch insert has arrived too.

@@ -61,6 +61,18 @@ func completeJobs(b *testBundle, claimed []jobstore.Claimed) error {
 	return nil
 }
 
+// listenReady opens a connection of its own that LISTENs on
+// ReadyChannel, closed when the test ends.
+func listenReady(t *testing.T, b *testBundle) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(ctx) })
+	_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+	require.NoError(t, err)
+	return conn
+}
+
 func claimTopics(t *testing.T, b *testBundle, topics []string, n int) []jobstore.Claimed {
 	t.Helper()
 	got, err := b.store.Claim(ctx, topics, slots("w", n), ttl)
@@ -131,11 +143,7 @@ func TestTopicLimit(t *testing.T) {
 		open := claimTopics(t, b, []string{"open"}, 10)
 		require.Len(t, open, 3)
 
-		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
-		require.NoError(t, err)
+		conn := listenReady(t, b)
 
 		// In commit order: the unlimited topic's report, a marker, the
 		// limited topic's report (two jobs, one statement), a marker, and
@@ -176,11 +184,7 @@ func TestTopicLimit(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lapsing, 1, "the limit is 1")
 
-		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
-		require.NoError(t, err)
+		conn := listenReady(t, b)
 		require.Eventually(t, func() bool {
 			reaped, err := b.store.Reap(ctx, 10)
 			require.NoError(t, err)
