@@ -4,7 +4,8 @@
 //
 //	go run ./loadtest/cmd/pulse-load -scenario all
 //	go run ./loadtest/cmd/pulse-load -scenario throughput -jobs 200000 -workers 4 -gateways 2
-//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3
+//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3                   # one gateway, one River client
+//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3 -river-clients 2  # two of each
 //	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
 //
 // all is latency, throughput, idle, backlog and pause; river (pulse against
@@ -43,7 +44,7 @@ func main() {
 func run() error {
 	var (
 		which        = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
-		gateways     = flag.Int("gateways", 2, "dispatch-gateway replicas in the local fleet")
+		gateways     = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: one per River worker client (-river-clients) when only river and rawsql run, so both sides have as many dispatch loops, else 2")
 		jobs         = flag.Int("jobs", 200000, "throughput: jobs to submit")
 		producers    = flag.Int("producers", 4, "throughput: concurrent producers")
 		batch        = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
@@ -101,6 +102,13 @@ func run() error {
 	}
 	if slots := cmp.Or(*riverMaxW, *workers**concurrency); *riverClients > slots {
 		return fmt.Errorf("-river-clients: %d clients for %d slots; each client needs at least one", *riverClients, slots)
+	}
+
+	if *gateways < 0 {
+		return fmt.Errorf("-gateways: %d; a fleet needs at least one gateway (0 picks the default)", *gateways)
+	}
+	if *gateways == 0 {
+		*gateways = defaultGateways(want, *riverClients)
 	}
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
@@ -246,6 +254,23 @@ func run() error {
 		return scenario.PrintTopStatements(ctx, fleet.DatabaseURL, os.Stderr)
 	}
 	return nil
+}
+
+// defaultGateways is the fleet's size when -gateways is not given: for a
+// comparison with River alone (river, with or without rawsql, which needs
+// no gateway), one gateway per River worker client, so that each side runs
+// as many dispatch loops (ADR-0026); for every other scenario two, so that
+// pause, latency and idle cost are measured across replicas.
+func defaultGateways(want map[string]bool, riverClients int) int {
+	if !want["river"] {
+		return 2
+	}
+	for s := range want {
+		if s != "river" && s != "rawsql" && s != "" {
+			return 2
+		}
+	}
+	return riverClients
 }
 
 // rawSQLRun is one metered raw-SQL ceiling run on a freshly emptied jobs
