@@ -35,6 +35,9 @@ func TestUnstorableStreamParametersAreRefused(t *testing.T) {
 	msg, err := good.Recv()
 	require.NoError(t, err)
 	require.NotNil(t, msg.GetWelcome())
+	// The handler registers the stream just after sending the welcome.
+	require.Eventually(t, func() bool { workers, _ := b.registry.Stats(); return workers == 1 },
+		10*time.Second, 5*time.Millisecond, "the good stream is registered")
 
 	bad := map[string]*pulsev1.OpenStream{
 		"open.worker_id": {WorkerId: "w\x00evil", Topics: []string{"t"}, Concurrency: 3},
@@ -56,6 +59,8 @@ func TestUnstorableStreamParametersAreRefused(t *testing.T) {
 	require.Equal(t, apierr.KindInvalidArgument, apierr.KindOf(err))
 	require.Equal(t, "worker_id", apierr.FieldOf(err))
 
+	// Each refused stream's handler returned before its refusal reached
+	// the client, so none of them can still register.
 	workers, _ := b.registry.Stats()
 	require.Equal(t, 1, workers, "refused streams are not registered")
 
