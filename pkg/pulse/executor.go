@@ -154,10 +154,21 @@ func (e *executor) settleBehind() bool {
 // unless the handler outlived its timeout and its grace and is still
 // running: it is closed when the handler returns.
 func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (err error, overran <-chan struct{}) {
+	// A free slot is taken without asking for ctx.Done(): the job's
+	// context makes its Done channel on first request, and with a slot
+	// free (the common case) nothing needs it. ctx.Err() keeps a job
+	// stopped before it got here from starting.
+	if ctx.Err() != nil {
+		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
+	}
 	select {
 	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
+	default:
+		select {
+		case e.sem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
+		}
 	}
 	release := func() { <-e.sem }
 	if !e.startable(ctx, k) {
