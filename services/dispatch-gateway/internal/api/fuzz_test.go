@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +86,21 @@ func deleteJob(t *testing.T, b *testBundle, id uuid.UUID) {
 	if _, err := b.store.Pool().Exec(ctx, `DELETE FROM jobs WHERE id = $1`, id); err != nil {
 		t.Errorf("delete job %s: %v", id, err)
 	}
+}
+
+// stuckState says what a test that waited in vain for a job can see: the
+// job's row, the registry and the pool (a claim waiting for a connection
+// never times out).
+func stuckState(b *testBundle, id uuid.UUID) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	workers, free := b.registry.Stats()
+	st := b.store.Pool().Stat()
+	var status, lockedBy string
+	var attempts int32
+	err := b.store.Pool().QueryRow(ctx, `SELECT status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = $1`, id).Scan(&status, &attempts, &lockedBy)
+	return fmt.Sprintf("job %s %s attempt %d locked_by %q (read: %v); registry: %d workers, %d free slots; pool: %d acquired, %d idle of %d",
+		id, status, attempts, lockedBy, err, workers, free, st.AcquiredConns(), st.IdleConns(), st.MaxConns())
 }
 
 // sameRef says whether a request's job id and attempt name c.
@@ -252,7 +268,7 @@ func FuzzStreamJobsOpen(f *testing.F) {
 				// A claim that failed (a statement timeout on a starved
 				// machine, say) is retried after a backoff of up to 5 s;
 				// 30 s is several retries, not a speed.
-				t.Fatal("an accepted worker got no job in 30 s: its claim fails")
+				t.Fatalf("an accepted worker got no job in 30 s: its claim fails or never runs (%s)", stuckState(b, id))
 			}
 		}
 		cancel()
