@@ -87,8 +87,7 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 10)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(3), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 3)
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 3)
 		require.Empty(t, claimTopics(t, b, []string{"lim"}, 10), "at its limit the topic starts nothing")
 	})
@@ -97,8 +96,7 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 3)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(0), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 0)
 		require.Empty(t, claimTopics(t, b, []string{"lim"}, 10))
 	})
 
@@ -106,11 +104,9 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 10)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(2), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 2)
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 2)
-		_, err = b.store.SetTopicLimit(ctx, "lim", ptr(5), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 5)
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 3)
 	})
 
@@ -118,12 +114,10 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 10)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(5), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 5)
 		running := claimTopics(t, b, []string{"lim"}, 10)
 		require.Len(t, running, 5)
-		_, err = b.store.SetTopicLimit(ctx, "lim", ptr(2), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 2)
 		require.Empty(t, claimTopics(t, b, []string{"lim"}, 10), "5 run, the limit is 2")
 		complete(t, b, running[:2])
 		require.Empty(t, claimTopics(t, b, []string{"lim"}, 10), "3 run, the limit is 2")
@@ -136,8 +130,7 @@ func TestTopicLimit(t *testing.T) {
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 3)
 		insertJobs(t, b, "open", 5, 3)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(2), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 2)
 		lim := claimTopics(t, b, []string{"lim"}, 10)
 		require.Len(t, lim, 2)
 		open := claimTopics(t, b, []string{"open"}, 10)
@@ -149,7 +142,7 @@ func TestTopicLimit(t *testing.T) {
 		// limited topic's report (two jobs, one statement), a marker, and
 		// a failure of the unlimited topic's job that is also a retry.
 		complete(t, b, open[:1])
-		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 1')`, jobstore.ReadyChannel)
+		_, err := b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 1')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
 		complete(t, b, lim)
 		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 2')`, jobstore.ReadyChannel)
@@ -178,8 +171,7 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 2)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(1), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 1)
 		lapsing, err := b.store.Claim(ctx, []string{"lim"}, slots("w", 10), time.Millisecond)
 		require.NoError(t, err)
 		require.Len(t, lapsing, 1, "the limit is 1")
@@ -203,8 +195,7 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 10)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(1), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 1)
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 1)
 		info, err := b.store.SetTopicLimit(ctx, "lim", nil, "alice")
 		require.NoError(t, err)
@@ -225,8 +216,7 @@ func TestTopicLimit(t *testing.T) {
 		lim9a, lim9b := row("lim", 9, 1), row("lim", 9, 2)
 		row("lim", 9, 3)
 		open5a, open5b := row("open", 5, 1), row("open", 5, 2)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(2), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 2)
 
 		got := claimTopics(t, b, []string{"lim", "open"}, 4)
 		ids := make([]uuid.UUID, len(got))
@@ -246,10 +236,9 @@ func TestTopicLimit(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 3)
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(10), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", 10)
 		for _, scope := range []string{"lim", jobstore.GlobalScope} {
-			_, err = b.store.Pause(ctx, pauseReq(scope, jobstore.PauseDrain, "x", "alice"))
+			_, err := b.store.Pause(ctx, pauseReq(scope, jobstore.PauseDrain, "x", "alice"))
 			require.NoError(t, err)
 			require.Empty(t, claimTopics(t, b, []string{"lim"}, 10), scope)
 			_, err = b.store.Resume(ctx, scope, "alice")
@@ -280,8 +269,7 @@ func TestTopicLimit(t *testing.T) {
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%q", tc.topic)
 			require.Equal(t, tc.field, apierr.FieldOf(err), "%q: %v", tc.topic, err)
 		}
-		_, err := b.store.SetTopicLimit(ctx, "lim", ptr(jobstore.MaxTopicLimit), "alice")
-		require.NoError(t, err)
+		setLimit(t, b, "lim", jobstore.MaxTopicLimit)
 	})
 
 	t.Run("SchemaTriggerTakesThePauseBarrier", func(t *testing.T) {
@@ -483,4 +471,11 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 			t.Logf("%d limited claims, at most %d running at a commit", n, top)
 		})
 	}
+}
+
+// setLimit caps topic at n running jobs, as an operator would.
+func setLimit(t *testing.T, b *testBundle, topic string, n int) {
+	t.Helper()
+	_, err := b.store.SetTopicLimit(context.Background(), topic, ptr(n), "alice")
+	require.NoError(t, err)
 }
