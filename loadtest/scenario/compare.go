@@ -44,7 +44,7 @@ const (
 
 // CompareRiver runs each workload through pulse, River and raw SQL, Reps
 // times, interleaved (pulse, river, rawsql, pulse, river, rawsql, ...),
-// resetting the queue table and checkpointing before every run. Each run is
+// emptying both queue tables and checkpointing before every run. Each run is
 // emitted with its CPU seconds per 100k jobs per process and what it wrote
 // to Postgres; the returned summary holds the medians and the ratios
 // pulse/River (ratio_concurrent, ratio_backlog) and pulse/raw SQL
@@ -119,12 +119,20 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		}
 		return nil
 	}
-	resetPulse := func() error { return ResetJobs(ctx, t.DatabaseURL) }
-	resetRiver := func() error { return rs.Reset(ctx) }
+	// Every run empties both queue tables, not only its own: a table left
+	// full of the last run's dead row versions is vacuum work that
+	// autovacuum would do during the next run, charged to whichever side
+	// that is (the meter counts every Postgres process).
+	reset := func() error {
+		if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
+			return err
+		}
+		return rs.Reset(ctx)
+	}
 	for rep := range p.Reps {
 		for _, workload := range []string{WorkloadConcurrent, WorkloadBacklog} {
 			backlog := workload == WorkloadBacklog
-			if err := one("pulse", workload, rep, resetPulse, pulseMeter, func(before func() error) (Result, error) {
+			if err := one("pulse", workload, rep, reset, pulseMeter, func(before func() error) (Result, error) {
 				if backlog {
 					return PulseDrain(ctx, t, tp, before)
 				}
@@ -132,7 +140,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("river", workload, rep, resetRiver, riverMeter, func(before func() error) (Result, error) {
+			if err := one("river", workload, rep, reset, riverMeter, func(before func() error) (Result, error) {
 				if backlog {
 					return rs.Drain(ctx, rp, before)
 				}
@@ -140,7 +148,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("rawsql", workload, rep, resetPulse, pulseMeter, func(before func() error) (Result, error) {
+			if err := one("rawsql", workload, rep, reset, pulseMeter, func(before func() error) (Result, error) {
 				q := raw
 				q.Backlog = backlog
 				if backlog {

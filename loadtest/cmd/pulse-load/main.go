@@ -4,7 +4,7 @@
 //
 //	go run ./loadtest/cmd/pulse-load -scenario all
 //	go run ./loadtest/cmd/pulse-load -scenario throughput -jobs 200000 -workers 4 -gateways 2
-//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3                   # one gateway, one River client
+//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3                   # one gateway and one SDK worker, one River client
 //	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3 -river-clients 2  # two of each
 //	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
 //
@@ -48,8 +48,8 @@ func run() error {
 		jobs         = flag.Int("jobs", 200000, "throughput: jobs to submit")
 		producers    = flag.Int("producers", 4, "throughput: concurrent producers")
 		batch        = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
-		workers      = flag.Int("workers", 4, "throughput: SDK worker processes (in this process)")
-		concurrency  = flag.Int("concurrency", 256, "throughput: handler slots per worker")
+		workers      = flag.Int("workers", 4, "throughput, river: SDK worker processes (in this process); river alone: one per River worker client (-river-clients) unless given")
+		concurrency  = flag.Int("concurrency", 256, "throughput, river: handler slots per worker; river alone: 1024 split over the workers unless given")
 		samples      = flag.Int("samples", 300, "latency: jobs submitted one at a time")
 		pauses       = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
 		idleWorkers  = flag.Int("idle-workers", 1000, "idle: connected idle workers")
@@ -57,7 +57,7 @@ func run() error {
 		fast         = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
 		cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
 		statements   = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
-		reps         = flag.Int("reps", 2, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported")
+		reps         = flag.Int("reps", 3, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported, so one disturbed round of three does not move them")
 		settle       = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
 		serviceEnv   = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
 		sides        = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
@@ -99,6 +99,14 @@ func run() error {
 	all := want["all"]
 	if *riverClients < 1 {
 		return fmt.Errorf("-river-clients: %d; River needs at least one worker client", *riverClients)
+	}
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if riverOnly(want) {
+		*workers, *concurrency = riverWorkers(*riverClients, given["workers"], *workers, given["concurrency"], *concurrency)
+	}
+	if *workers < 1 || *concurrency < 1 {
+		return fmt.Errorf("-workers %d -concurrency %d: a worker needs at least one slot, and a run at least one worker", *workers, *concurrency)
 	}
 	if slots := cmp.Or(*riverMaxW, *workers**concurrency); *riverClients > slots {
 		return fmt.Errorf("-river-clients: %d clients for %d slots; each client needs at least one", *riverClients, slots)
@@ -257,20 +265,48 @@ func run() error {
 }
 
 // defaultGateways is the fleet's size when -gateways is not given: for a
-// comparison with River alone (river, with or without rawsql, which needs
-// no gateway), one gateway per River worker client, so that each side runs
-// as many dispatch loops (ADR-0026); for every other scenario two, so that
-// pause, latency and idle cost are measured across replicas.
+// comparison with River alone, one gateway per River worker client, so that
+// each side runs as many dispatch loops (ADR-0026); for every other
+// scenario two, so that pause, latency and idle cost are measured across
+// replicas.
 func defaultGateways(want map[string]bool, riverClients int) int {
+	if riverOnly(want) {
+		return riverClients
+	}
+	return 2
+}
+
+// riverSlots is the comparison's slot count when neither -workers nor
+// -concurrency is given: the other scenarios' default, 4 × 256.
+const riverSlots = 1024
+
+// riverWorkers is pulse's side of a comparison with River alone: as many
+// SDK workers as River has worker clients, one worker process a side
+// (ADR-0027), each with its share of the slots River's clients split. A
+// flag given keeps its value; -concurrency stays per worker, so with
+// -workers given alone the slots are still split over them.
+func riverWorkers(riverClients int, workersGiven bool, workers int, concGiven bool, conc int) (int, int) {
+	if !workersGiven {
+		workers = riverClients
+	}
+	if !concGiven && workers > 0 {
+		conc = max(riverSlots/workers, 1)
+	}
+	return workers, conc
+}
+
+// riverOnly reports whether the run compares pulse with River alone: river,
+// with or without rawsql (which needs no gateway and no SDK worker).
+func riverOnly(want map[string]bool) bool {
 	if !want["river"] {
-		return 2
+		return false
 	}
 	for s := range want {
 		if s != "river" && s != "rawsql" && s != "" {
-			return 2
+			return false
 		}
 	}
-	return riverClients
+	return true
 }
 
 // rawSQLRun is one metered raw-SQL ceiling run on a freshly emptied jobs
