@@ -67,9 +67,19 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	pulseMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir}
 	riverMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "river_job", TableDatabaseURL: rs.URL(), WALDataDir: t.WALDataDir}
 
+	// Every run empties both queue tables, not only its own: a table left
+	// full of the last run's dead row versions is vacuum work that
+	// autovacuum would do during the next run, charged to whichever side
+	// that is (the meter counts every Postgres process).
+	reset := func() error {
+		if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
+			return err
+		}
+		return rs.Reset(ctx)
+	}
 	// runs[side/workload] holds each run's metrics.
 	runs := map[string][]map[string]float64{}
-	one := func(side, workload string, rep int, reset func() error, meter MeterOptions,
+	one := func(side, workload string, rep int, meter MeterOptions,
 		run func(before func() error) (Result, error)) error {
 		if len(p.Sides) > 0 && !slices.Contains(p.Sides, side) {
 			return nil
@@ -119,20 +129,10 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		}
 		return nil
 	}
-	// Every run empties both queue tables, not only its own: a table left
-	// full of the last run's dead row versions is vacuum work that
-	// autovacuum would do during the next run, charged to whichever side
-	// that is (the meter counts every Postgres process).
-	reset := func() error {
-		if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
-			return err
-		}
-		return rs.Reset(ctx)
-	}
 	for rep := range p.Reps {
 		for _, workload := range []string{WorkloadConcurrent, WorkloadBacklog} {
 			backlog := workload == WorkloadBacklog
-			if err := one("pulse", workload, rep, reset, pulseMeter, func(before func() error) (Result, error) {
+			if err := one("pulse", workload, rep, pulseMeter, func(before func() error) (Result, error) {
 				if backlog {
 					return PulseDrain(ctx, t, tp, before)
 				}
@@ -140,7 +140,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("river", workload, rep, reset, riverMeter, func(before func() error) (Result, error) {
+			if err := one("river", workload, rep, riverMeter, func(before func() error) (Result, error) {
 				if backlog {
 					return rs.Drain(ctx, rp, before)
 				}
@@ -148,7 +148,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("rawsql", workload, rep, reset, pulseMeter, func(before func() error) (Result, error) {
+			if err := one("rawsql", workload, rep, pulseMeter, func(before func() error) (Result, error) {
 				q := raw
 				q.Backlog = backlog
 				if backlog {
