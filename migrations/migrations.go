@@ -80,7 +80,12 @@ const (
 	// INSERT trigger that refuses with the same names. Every rule holds
 	// with or without it, so no service requires it.
 	VersionGuardsOffHotPath int64 = 13
+	// VersionAuditRetention lets the audit of pauses (control_events) lose
+	// rows older than a day, which the reaper deletes past
+	// PULSE_AUDIT_RETENTION; every UPDATE and every younger row stay
+	// refused. The reaper requires it.
+	VersionAuditRetention int64 = 14
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionGuardsOffHotPath
+const Latest = VersionAuditRetention

@@ -35,8 +35,14 @@ const (
 	// ThroughputRetentionDefault is how long job_throughput keeps a
 	// minute's counts; the retention loop deletes older rows.
 	ThroughputRetentionDefault = 7 * 24 * time.Hour
-	DBMaxConnsDefault          = 4
-	ShutdownTimeoutDefault     = 20 * time.Second
+	// TopicSeenRetentionDefault is how long worker_topic_seen remembers a
+	// topic no worker serves any more.
+	TopicSeenRetentionDefault = 30 * 24 * time.Hour
+	// AuditRetentionDefault is how long control_events keeps a pause or
+	// resume.
+	AuditRetentionDefault  = 90 * 24 * time.Hour
+	DBMaxConnsDefault      = 4
+	ShutdownTimeoutDefault = 20 * time.Second
 
 	// MinInterval keeps a loop from spinning on the database.
 	MinInterval = 10 * time.Millisecond
@@ -65,6 +71,14 @@ type Config struct {
 	// ThroughputRetention is how long job_throughput keeps a minute's
 	// counts; zero keeps them forever.
 	ThroughputRetention time.Duration `envconfig:"THROUGHPUT_RETENTION" default:"168h"`
+	// TopicSeenRetention is how long worker_topic_seen remembers when a
+	// topic no worker serves any more was last served; zero keeps every
+	// topic forever.
+	TopicSeenRetention time.Duration `envconfig:"TOPIC_SEEN_RETENTION" default:"720h"`
+	// AuditRetention is how long control_events (the pause audit) keeps a
+	// row; zero keeps the audit forever, and anything else is at least
+	// jobstore.AuditRetentionFloor (a day).
+	AuditRetention time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h"`
 	// ReaperID names this reaper where it writes: its rows in
 	// job_throughput. Empty: reaper-<hostname>-<pid>.
 	ReaperID        string        `envconfig:"REAPER_ID"`
@@ -97,6 +111,10 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_RETENTION_BATCH", "is %d; it must be between 1 and %d", c.RetentionBatch, MaxBatch)
 	case c.ThroughputRetention < 0:
 		return config.Invalid("PULSE_THROUGHPUT_RETENTION", "is %s; it must not be negative (0 keeps throughput counts forever)", c.ThroughputRetention)
+	case c.TopicSeenRetention < 0:
+		return config.Invalid("PULSE_TOPIC_SEEN_RETENTION", "is %s; it must not be negative (0 keeps every topic forever)", c.TopicSeenRetention)
+	case c.AuditRetention < 0 || (c.AuditRetention > 0 && c.AuditRetention < jobstore.AuditRetentionFloor):
+		return config.Invalid("PULSE_AUDIT_RETENTION", "is %s; it must be 0 (keep the audit forever) or at least %s", c.AuditRetention, jobstore.AuditRetentionFloor)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the reaper needs at least 2 (the sweep and retention run side by side)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:

@@ -33,6 +33,8 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 	require.Equal(t, config.Config{
 		ReaperID:              c.ReaperID,
 		ThroughputRetention:   config.ThroughputRetentionDefault,
+		TopicSeenRetention:    config.TopicSeenRetentionDefault,
+		AuditRetention:        config.AuditRetentionDefault,
 		DatabaseURL:           "postgres://localhost/pulse",
 		AdminAddr:             config.AdminAddrDefault,
 		LogLevel:              "info",
@@ -63,6 +65,9 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_RETENTION_BATCH", "100000"},
 		{"PULSE_THROUGHPUT_RETENTION", "-1h"},
 		{"PULSE_THROUGHPUT_RETENTION", "a week"},
+		{"PULSE_TOPIC_SEEN_RETENTION", "-1h"},
+		{"PULSE_AUDIT_RETENTION", "-1h"},
+		{"PULSE_AUDIT_RETENTION", "23h"},
 		{"PULSE_REAPER_ID", strings.Repeat("r", 201)},
 		{"PULSE_REAPER_ID", "r\xff"},
 		{"PULSE_DB_MAX_CONNS", "1"},

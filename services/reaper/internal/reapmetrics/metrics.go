@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
 )
 
 // Buckets from a millisecond to a minute: a sweep is a few bounded
@@ -33,6 +34,9 @@ type Metrics struct {
 	RetentionRuns *prometheus.CounterVec
 	// ThroughputRowsDeleted counts job_throughput rows retention deleted.
 	ThroughputRowsDeleted prometheus.Counter
+	// RowsPruned counts rows the pruner deleted, by table
+	// (worker_presence, worker_topic_seen, control_events).
+	RowsPruned *prometheus.CounterVec
 }
 
 // New registers the reaper metrics on reg.
@@ -56,12 +60,18 @@ func New(reg prometheus.Registerer) *Metrics {
 		ThroughputRowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_throughput_rows_deleted_total", Help: "job_throughput rows (counts per minute, topic and writer) deleted by retention.",
 		}),
+		RowsPruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_reaper_rows_pruned_total", Help: "Rows the pruner deleted, by table (worker_presence: expired presence; worker_topic_seen: topics unserved past PULSE_TOPIC_SEEN_RETENTION; control_events: audit past PULSE_AUDIT_RETENTION).",
+		}, []string{"table"}),
 	}
-	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted)
+	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted, m.RowsPruned)
 	// Series that exist from the first scrape, so rate() and alerts see 0.
 	for _, r := range []string{ResultOK, ResultError} {
 		m.Sweeps.WithLabelValues(r)
 		m.RetentionRuns.WithLabelValues(r)
+	}
+	for _, t := range PrunedTables {
+		m.RowsPruned.WithLabelValues(t)
 	}
 	for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
 		m.JobsDeleted.WithLabelValues(StatusLabel(s))
@@ -90,6 +100,13 @@ func (m *Metrics) Deleted(status jobstore.Status, n int64) {
 // ThroughputDeleted counts job_throughput rows one retention statement
 // removed.
 func (m *Metrics) ThroughputDeleted(n int64) { m.ThroughputRowsDeleted.Add(float64(n)) }
+
+// PrunedTables are the table label's values, the tables the pruner keeps
+// bounded.
+var PrunedTables = []string{retention.TablePresence, retention.TableTopicSeen, retention.TableControlEvents}
+
+// Pruned counts rows of a table one pruning statement removed.
+func (m *Metrics) Pruned(table string, n int64) { m.RowsPruned.WithLabelValues(table).Add(float64(n)) }
 
 // Cleaned records one whole retention pass.
 func (m *Metrics) Cleaned(err error) { m.RetentionRuns.WithLabelValues(result(err)).Inc() }
