@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -57,9 +58,9 @@ func ClaimVsBacklog(ctx context.Context, databaseURL string, p BacklogParams) (R
 				return nil, nil, err
 			}
 			claimTook := time.Since(t0)
-			results := make([]jobstore.Result, len(claimed))
+			results := make([]pulsetype.Result, len(claimed))
 			for j, c := range claimed {
-				results[j] = jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: jobstore.OutcomeComplete}
+				results[j] = pulsetype.Result{Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: pulsetype.OutcomeComplete}
 			}
 			if _, err := store.Report(ctx, "bench", results); err != nil {
 				return nil, nil, err

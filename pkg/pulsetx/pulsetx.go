@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -85,7 +86,7 @@ func (e Enqueuer) EnqueueManySQL(ctx context.Context, tx *sql.Tx, jobs []pulse.J
 // prefix names the jobs in errors ("jobs" → "jobs[2].timeout"; "" for
 // one job: "timeout").
 func (e Enqueuer) enqueue(ctx context.Context, q jobstore.Queryer, reqs []pulse.JobRequest, prefix string) ([]pulse.Submitted, error) {
-	jobs := make([]jobstore.NewJob, len(reqs))
+	jobs := make([]pulsetype.NewJob, len(reqs))
 	for i := range reqs {
 		name := prefix
 		if prefix != "" {
@@ -133,7 +134,7 @@ func withName(name string, err error) string {
 
 // withTraceContext stores the caller's W3C trace context on the job, as
 // control-api does, so the span that runs it joins the producer's trace.
-func withTraceContext(ctx context.Context, job *jobstore.NewJob) {
+func withTraceContext(ctx context.Context, job *pulsetype.NewJob) {
 	carrier := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, carrier)
 	tp, ts := carrier.Get("traceparent"), carrier.Get("tracestate")

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
 )
@@ -176,7 +176,7 @@ func TestReaperProcess(t *testing.T) {
 
 		id := fixture.Running(t, pool, fixture.RunningOpts{Topic: "proc.test", Worker: "worker-gone", LeaseIn: -time.Second})
 		waitFor(t, "the expired job to be reaped", func() bool {
-			return fixture.Job(t, pool, id).Status == jobstore.StatusRetrying
+			return fixture.Job(t, pool, id).Status == pulsetype.StatusRetrying
 		})
 		j := fixture.Job(t, pool, id)
 		require.Len(t, j.Errors, 1)

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
@@ -99,7 +99,7 @@ func ValidateArgs(field string, args []byte, maxBytes int) ([]byte, error) {
 // Validate checks spec and builds the row to insert. prefix is how the
 // request names the spec ("" for a bare body, "jobs[3]" in a batch), so
 // errors read "jobs[3].topic: is required".
-func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob, error) {
+func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJob, error) {
 	f := func(name string) string {
 		if prefix == "" {
 			return name
@@ -107,36 +107,36 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 		return prefix + "." + name
 	}
 	if spec == nil {
-		return jobstore.NewJob{}, apierr.Invalid(prefix, "is required")
+		return pulsetype.NewJob{}, apierr.Invalid(prefix, "is required")
 	}
 	if err := ValidateTopic(f("topic"), spec.GetTopic()); err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
 	args, err := ValidateArgs(f("args"), spec.GetArgs(), lim.MaxArgsBytes)
 	if err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
 	prio := int32(DefaultPriority)
 	if spec.GetHasPriority() || spec.GetPriority() != 0 {
 		prio = spec.GetPriority()
 		if prio < MinPriority || prio > MaxPriority {
-			return jobstore.NewJob{}, apierr.Invalid(f("priority"), "is %d; it must be between %d and %d", prio, MinPriority, MaxPriority)
+			return pulsetype.NewJob{}, apierr.Invalid(f("priority"), "is %d; it must be between %d and %d", prio, MinPriority, MaxPriority)
 		}
 	}
 	maxAttempts := spec.GetMaxAttempts()
 	if maxAttempts == 0 {
 		maxAttempts = DefaultMaxAttempts
 	} else if maxAttempts < MinMaxAttempts || maxAttempts > MaxMaxAttempts {
-		return jobstore.NewJob{}, apierr.Invalid(f("max_attempts"), "is %d; it must be between %d and %d", maxAttempts, MinMaxAttempts, MaxMaxAttempts)
+		return pulsetype.NewJob{}, apierr.Invalid(f("max_attempts"), "is %d; it must be between %d and %d", maxAttempts, MinMaxAttempts, MaxMaxAttempts)
 	}
 	key := spec.GetIdempotencyKey()
 	if len(key) > MaxIdempotencyKeyBytes {
-		return jobstore.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyBytes)
+		return pulsetype.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyBytes)
 	}
 	if err := storable.Text(f("idempotency_key"), key); err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
-	job := jobstore.NewJob{
+	job := pulsetype.NewJob{
 		Topic:          spec.GetTopic(),
 		Args:           args,
 		Priority:       int16(prio),
@@ -144,26 +144,26 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 		IdempotencyKey: key,
 	}
 	if job.Timeout, err = ValidateDuration(f("timeout"), spec.GetTimeout(), MinTimeout, MaxTimeout); err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
 	if job.UniqueFor, err = ValidateDuration(f("unique_for"), spec.GetUniqueFor(), MinUniqueFor, MaxUniqueFor); err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
 	if job.Retry, err = ValidateRetry(f("retry"), spec.GetRetry()); err != nil {
-		return jobstore.NewJob{}, err
+		return pulsetype.NewJob{}, err
 	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
-			return jobstore.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
+			return pulsetype.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
 		}
 		job.RunAt = ts.AsTime()
 		if err := storable.Time(f("run_at"), job.RunAt); err != nil {
-			return jobstore.NewJob{}, err
+			return pulsetype.NewJob{}, err
 		}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return jobstore.NewJob{}, fmt.Errorf("mint job id: %w", err)
+		return pulsetype.NewJob{}, fmt.Errorf("mint job id: %w", err)
 	}
 	job.ID = id
 	return job, nil
@@ -173,32 +173,32 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (jobstore.NewJob
 // policy) and returns it for the row. It has exactly one form: base with
 // an optional max not below it (exponential), or fixed; each duration is
 // MinRetryDelay..MaxRetryDelay. Errors name the member: "retry.base".
-func ValidateRetry(field string, p *pulsev1.RetryPolicy) (jobstore.JobRetry, error) {
+func ValidateRetry(field string, p *pulsev1.RetryPolicy) (pulsetype.JobRetry, error) {
 	if p == nil {
-		return jobstore.JobRetry{}, nil
+		return pulsetype.JobRetry{}, nil
 	}
 	f := func(name string) string { return field + "." + name }
 	switch {
 	case p.GetFixed() != nil && (p.GetBase() != nil || p.GetMax() != nil):
-		return jobstore.JobRetry{}, apierr.Invalid(field, "has fixed and base/max; give one form: {base, max} (exponential) or {fixed}")
+		return pulsetype.JobRetry{}, apierr.Invalid(field, "has fixed and base/max; give one form: {base, max} (exponential) or {fixed}")
 	case p.GetFixed() == nil && p.GetBase() == nil && p.GetMax() != nil:
-		return jobstore.JobRetry{}, apierr.Invalid(f("max"), "needs %s: max caps an exponential backoff", f("base"))
+		return pulsetype.JobRetry{}, apierr.Invalid(f("max"), "needs %s: max caps an exponential backoff", f("base"))
 	case p.GetFixed() == nil && p.GetBase() == nil:
-		return jobstore.JobRetry{}, apierr.Invalid(field, "is empty; give {base, max} (exponential) or {fixed}, or leave retry out for the default policy")
+		return pulsetype.JobRetry{}, apierr.Invalid(field, "is empty; give {base, max} (exponential) or {fixed}, or leave retry out for the default policy")
 	}
-	var r jobstore.JobRetry
+	var r pulsetype.JobRetry
 	var err error
 	if r.Fixed, err = ValidateDuration(f("fixed"), p.GetFixed(), MinRetryDelay, MaxRetryDelay); err != nil {
-		return jobstore.JobRetry{}, err
+		return pulsetype.JobRetry{}, err
 	}
 	if r.Base, err = ValidateDuration(f("base"), p.GetBase(), MinRetryDelay, MaxRetryDelay); err != nil {
-		return jobstore.JobRetry{}, err
+		return pulsetype.JobRetry{}, err
 	}
 	if r.Max, err = ValidateDuration(f("max"), p.GetMax(), MinRetryDelay, MaxRetryDelay); err != nil {
-		return jobstore.JobRetry{}, err
+		return pulsetype.JobRetry{}, err
 	}
 	if r.Max != 0 && r.Max < r.Base {
-		return jobstore.JobRetry{}, apierr.Invalid(f("max"), "is %s; it must be at least %s (%s)", r.Max, f("base"), r.Base)
+		return pulsetype.JobRetry{}, apierr.Invalid(f("max"), "is %s; it must be at least %s (%s)", r.Max, f("base"), r.Base)
 	}
 	return r, nil
 }

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
 // ValidateArgs refuses exactly what Postgres's jsonb refuses (package
@@ -134,13 +134,13 @@ func TestValidateRetry(t *testing.T) {
 	}
 	for _, c := range []struct {
 		p    *pulsev1.RetryPolicy
-		want jobstore.JobRetry
+		want pulsetype.JobRetry
 	}{
-		{nil, jobstore.JobRetry{}},
-		{&pulsev1.RetryPolicy{Base: d(2 * time.Second), Max: d(10 * time.Minute)}, jobstore.JobRetry{Base: 2 * time.Second, Max: 10 * time.Minute}},
-		{&pulsev1.RetryPolicy{Base: d(time.Millisecond)}, jobstore.JobRetry{Base: time.Millisecond}},
-		{&pulsev1.RetryPolicy{Base: d(time.Minute), Max: d(time.Minute)}, jobstore.JobRetry{Base: time.Minute, Max: time.Minute}},
-		{&pulsev1.RetryPolicy{Fixed: d(366 * 24 * time.Hour)}, jobstore.JobRetry{Fixed: 366 * 24 * time.Hour}},
+		{nil, pulsetype.JobRetry{}},
+		{&pulsev1.RetryPolicy{Base: d(2 * time.Second), Max: d(10 * time.Minute)}, pulsetype.JobRetry{Base: 2 * time.Second, Max: 10 * time.Minute}},
+		{&pulsev1.RetryPolicy{Base: d(time.Millisecond)}, pulsetype.JobRetry{Base: time.Millisecond}},
+		{&pulsev1.RetryPolicy{Base: d(time.Minute), Max: d(time.Minute)}, pulsetype.JobRetry{Base: time.Minute, Max: time.Minute}},
+		{&pulsev1.RetryPolicy{Fixed: d(366 * 24 * time.Hour)}, pulsetype.JobRetry{Fixed: 366 * 24 * time.Hour}},
 	} {
 		job, err := jobspec.Validate("", &pulsev1.JobSpec{Topic: "t", Retry: c.p}, jobspec.Limits{})
 		require.NoError(t, err, "%v", c.p)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
@@ -27,7 +28,7 @@ const BulkBatchDefault = 1000
 type BulkFilter struct {
 	Topic string
 	// Status narrows the action to one of its statuses.
-	Status Status
+	Status pulsetype.Status
 	// Args, a JSON object, keeps the jobs whose args contain it (jsonb
 	// @>). The caller validates it (jobspec.ValidateArgsFilter).
 	Args []byte
@@ -43,8 +44,8 @@ type BulkResult struct {
 
 // Statuses a bulk action may act on.
 var (
-	cancelableStatuses = []Status{StatusPending, StatusRetrying, StatusRunning}
-	deletableStatuses  = []Status{StatusCompleted, StatusDeadLettered, StatusCanceled}
+	cancelableStatuses = []pulsetype.Status{pulsetype.StatusPending, pulsetype.StatusRetrying, pulsetype.StatusRunning}
+	deletableStatuses  = []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusDeadLettered, pulsetype.StatusCanceled}
 )
 
 // bulkCancelSQL cancels the next batch of matching jobs after the cursor
@@ -103,7 +104,7 @@ const (
 
 // statuses are the action's statuses narrowed by f.Status, or an error
 // naming the status when the action cannot act on it.
-func (a BulkAction) statuses(f BulkFilter) ([]Status, error) {
+func (a BulkAction) statuses(f BulkFilter) ([]pulsetype.Status, error) {
 	all, what := cancelableStatuses, "cancel acts only on PENDING, RETRYING or RUNNING jobs"
 	if a == BulkDelete {
 		all, what = deletableStatuses, "delete acts only on finished jobs: COMPLETED, DEAD_LETTERED or CANCELED"
@@ -113,7 +114,7 @@ func (a BulkAction) statuses(f BulkFilter) ([]Status, error) {
 	}
 	for _, s := range all {
 		if s == f.Status {
-			return []Status{s}, nil
+			return []pulsetype.Status{s}, nil
 		}
 	}
 	return nil, apierr.Invalid("status", "is %s; %s", f.Status, what)
@@ -121,7 +122,7 @@ func (a BulkAction) statuses(f BulkFilter) ([]Status, error) {
 
 // where renders f for the action as SQL after the placeholders already
 // taken (first is the next one's number), and its arguments.
-func (f BulkFilter) where(statuses []Status, first int) (string, []any) {
+func (f BulkFilter) where(statuses []pulsetype.Status, first int) (string, []any) {
 	names := make([]string, len(statuses))
 	for i, s := range statuses {
 		names[i] = string(s)

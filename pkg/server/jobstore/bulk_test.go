@@ -10,32 +10,33 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 )
 
 // bulkJob builds a job of topic with args in status.
-func bulkJob(t *testing.T, b *testBundle, topic, args string, status jobstore.Status) uuid.UUID {
+func bulkJob(t *testing.T, b *testBundle, topic, args string, status pulsetype.Status) uuid.UUID {
 	t.Helper()
 	spec := jobstoretest.Spec{Topic: topic, Args: args, Status: status}
-	if status == jobstore.StatusDeadLettered {
+	if status == pulsetype.StatusDeadLettered {
 		spec.MaxAttempts = 1
 	}
 	return jobstoretest.MustCreate(t, b.pool, spec)
 }
 
-func statuses(t *testing.T, b *testBundle, ids ...uuid.UUID) []jobstore.Status {
+func statuses(t *testing.T, b *testBundle, ids ...uuid.UUID) []pulsetype.Status {
 	t.Helper()
-	out := make([]jobstore.Status, len(ids))
+	out := make([]pulsetype.Status, len(ids))
 	for i, id := range ids {
 		out[i] = statusOf(t, b.pool, id)
 	}
 	return out
 }
 
-func repeat(s jobstore.Status, n int) []jobstore.Status {
-	out := make([]jobstore.Status, n)
+func repeat(s pulsetype.Status, n int) []pulsetype.Status {
+	out := make([]pulsetype.Status, n)
 	for i := range out {
 		out[i] = s
 	}
@@ -53,14 +54,14 @@ func TestBulk(t *testing.T) {
 		b := setup(t)
 		var match []uuid.UUID
 		for range 7 {
-			match = append(match, bulkJob(t, b, "mail", acme, jobstore.StatusPending))
+			match = append(match, bulkJob(t, b, "mail", acme, pulsetype.StatusPending))
 		}
-		match = append(match, bulkJob(t, b, "mail", acme, jobstore.StatusRunning), bulkJob(t, b, "mail", acme, jobstore.StatusRetrying))
+		match = append(match, bulkJob(t, b, "mail", acme, pulsetype.StatusRunning), bulkJob(t, b, "mail", acme, pulsetype.StatusRetrying))
 		others := []uuid.UUID{
-			bulkJob(t, b, "mail", globex, jobstore.StatusPending),                  // other args
-			bulkJob(t, b, "pdf", acme, jobstore.StatusPending),                     // other topic
-			bulkJob(t, b, "mail", acme, jobstore.StatusCompleted),                  // finished
-			bulkJob(t, b, "mail", `{"customer": "acmeX"}`, jobstore.StatusPending), // containment, not prefix
+			bulkJob(t, b, "mail", globex, pulsetype.StatusPending),                  // other args
+			bulkJob(t, b, "pdf", acme, pulsetype.StatusPending),                     // other topic
+			bulkJob(t, b, "mail", acme, pulsetype.StatusCompleted),                  // finished
+			bulkJob(t, b, "mail", `{"customer": "acmeX"}`, pulsetype.StatusPending), // containment, not prefix
 		}
 		f := jobstore.BulkFilter{Topic: "mail", Args: acmeFilter}
 
@@ -72,8 +73,8 @@ func TestBulk(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 9, res.Affected)
 		require.Equal(t, 4, res.Batches, "three full batches, then one that finds nothing")
-		require.Equal(t, repeat(jobstore.StatusCanceled, 9), statuses(t, b, match...))
-		require.Equal(t, []jobstore.Status{jobstore.StatusPending, jobstore.StatusPending, jobstore.StatusCompleted, jobstore.StatusPending},
+		require.Equal(t, repeat(pulsetype.StatusCanceled, 9), statuses(t, b, match...))
+		require.Equal(t, []pulsetype.Status{pulsetype.StatusPending, pulsetype.StatusPending, pulsetype.StatusCompleted, pulsetype.StatusPending},
 			statuses(t, b, others...))
 		n, err = b.store.CountMatching(ctx, jobstore.BulkCancel, f)
 		require.NoError(t, err)
@@ -88,28 +89,28 @@ func TestBulk(t *testing.T) {
 	t.Run("NarrowsToOneStatus", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		running := bulkJob(t, b, "mail", acme, jobstore.StatusRunning)
-		pending := bulkJob(t, b, "mail", acme, jobstore.StatusPending)
-		res, err := b.store.CancelMatching(ctx, jobstore.BulkFilter{Topic: "mail", Status: jobstore.StatusRunning}, 0)
+		running := bulkJob(t, b, "mail", acme, pulsetype.StatusRunning)
+		pending := bulkJob(t, b, "mail", acme, pulsetype.StatusPending)
+		res, err := b.store.CancelMatching(ctx, jobstore.BulkFilter{Topic: "mail", Status: pulsetype.StatusRunning}, 0)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, res.Affected)
-		require.Equal(t, []jobstore.Status{jobstore.StatusCanceled, jobstore.StatusPending}, statuses(t, b, running, pending))
+		require.Equal(t, []pulsetype.Status{pulsetype.StatusCanceled, pulsetype.StatusPending}, statuses(t, b, running, pending))
 	})
 
 	t.Run("DeletesOnlyMatchingFinishedJobsInBatches", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var finished []uuid.UUID
-		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCompleted, jobstore.StatusCompleted,
-			jobstore.StatusDeadLettered, jobstore.StatusDeadLettered, jobstore.StatusCanceled} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCompleted, pulsetype.StatusCompleted,
+			pulsetype.StatusDeadLettered, pulsetype.StatusDeadLettered, pulsetype.StatusCanceled} {
 			finished = append(finished, bulkJob(t, b, "etl", acme, s))
 		}
 		live := []uuid.UUID{
-			bulkJob(t, b, "etl", acme, jobstore.StatusPending),
-			bulkJob(t, b, "etl", acme, jobstore.StatusRunning),
-			bulkJob(t, b, "etl", acme, jobstore.StatusRetrying),
+			bulkJob(t, b, "etl", acme, pulsetype.StatusPending),
+			bulkJob(t, b, "etl", acme, pulsetype.StatusRunning),
+			bulkJob(t, b, "etl", acme, pulsetype.StatusRetrying),
 		}
-		other := bulkJob(t, b, "mail", acme, jobstore.StatusCompleted)
+		other := bulkJob(t, b, "mail", acme, pulsetype.StatusCompleted)
 
 		res, err := b.store.DeleteMatching(ctx, jobstore.BulkFilter{Topic: "etl"}, 2)
 		require.NoError(t, err)
@@ -124,9 +125,9 @@ func TestBulk(t *testing.T) {
 		}
 
 		// One status of the three.
-		dead := bulkJob(t, b, "etl", acme, jobstore.StatusDeadLettered)
-		done := bulkJob(t, b, "etl", acme, jobstore.StatusCompleted)
-		res, err = b.store.DeleteMatching(ctx, jobstore.BulkFilter{Topic: "etl", Status: jobstore.StatusDeadLettered}, 0)
+		dead := bulkJob(t, b, "etl", acme, pulsetype.StatusDeadLettered)
+		done := bulkJob(t, b, "etl", acme, pulsetype.StatusCompleted)
+		res, err = b.store.DeleteMatching(ctx, jobstore.BulkFilter{Topic: "etl", Status: pulsetype.StatusDeadLettered}, 0)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, res.Affected)
 		left = remaining(t, b.pool)
@@ -137,9 +138,9 @@ func TestBulk(t *testing.T) {
 	t.Run("RefusesAStatusTheActionCannotActOnAndTouchesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		pending := bulkJob(t, b, "etl", acme, jobstore.StatusPending)
-		done := bulkJob(t, b, "etl", acme, jobstore.StatusCompleted)
-		for _, s := range []jobstore.Status{jobstore.StatusPending, jobstore.StatusRunning, jobstore.StatusRetrying} {
+		pending := bulkJob(t, b, "etl", acme, pulsetype.StatusPending)
+		done := bulkJob(t, b, "etl", acme, pulsetype.StatusCompleted)
+		for _, s := range []pulsetype.Status{pulsetype.StatusPending, pulsetype.StatusRunning, pulsetype.StatusRetrying} {
 			_, err := b.store.DeleteMatching(ctx, jobstore.BulkFilter{Status: s}, 0)
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, s)
 			require.Equal(t, "status", apierr.FieldOf(err))
@@ -147,12 +148,12 @@ func TestBulk(t *testing.T) {
 			_, err = b.store.CountMatching(ctx, jobstore.BulkDelete, jobstore.BulkFilter{Status: s})
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, s)
 		}
-		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusDeadLettered, jobstore.StatusCanceled} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusDeadLettered, pulsetype.StatusCanceled} {
 			_, err := b.store.CancelMatching(ctx, jobstore.BulkFilter{Status: s}, 0)
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, s)
 			require.Contains(t, err.Error(), "cancel acts only on PENDING, RETRYING or RUNNING jobs")
 		}
-		require.Equal(t, []jobstore.Status{jobstore.StatusPending, jobstore.StatusCompleted}, statuses(t, b, pending, done))
+		require.Equal(t, []pulsetype.Status{pulsetype.StatusPending, pulsetype.StatusCompleted}, statuses(t, b, pending, done))
 
 		// And the schema refuses the delete of a live job whatever the
 		// statement (jobs_delete_terminal_only): the store's refusal is not
@@ -166,7 +167,7 @@ func TestBulk(t *testing.T) {
 	t.Run("TakesHostileFilterValuesAsDataNotSQL", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		keep := bulkJob(t, b, "mail", acme, jobstore.StatusPending)
+		keep := bulkJob(t, b, "mail", acme, pulsetype.StatusPending)
 		for _, f := range []jobstore.BulkFilter{
 			{Topic: "mail' OR '1'='1"},
 			{Topic: "mail", Args: []byte(`{"customer": "x' OR true --"}`)},
@@ -177,7 +178,7 @@ func TestBulk(t *testing.T) {
 			require.NoError(t, err, "%.80q", f.Args)
 			require.Zero(t, res.Affected)
 		}
-		require.Equal(t, jobstore.StatusPending, statusOf(t, b.pool, keep))
+		require.Equal(t, pulsetype.StatusPending, statusOf(t, b.pool, keep))
 
 		// What validation would have refused (package jobspec), Postgres
 		// refuses as the caller's data: nothing changes.
@@ -190,18 +191,18 @@ func TestBulk(t *testing.T) {
 			_, err := b.store.CancelMatching(ctx, f, 0)
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%q", f)
 		}
-		require.Equal(t, jobstore.StatusPending, statusOf(t, b.pool, keep))
+		require.Equal(t, pulsetype.StatusPending, statusOf(t, b.pool, keep))
 	})
 
 	t.Run("StopsBetweenBatchesWhenTheCallerGoes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		id := bulkJob(t, b, "mail", acme, jobstore.StatusPending)
+		id := bulkJob(t, b, "mail", acme, pulsetype.StatusPending)
 		gone, cancel := context.WithCancel(ctx)
 		cancel()
 		_, err := b.store.CancelMatching(gone, jobstore.BulkFilter{Topic: "mail"}, 1)
 		require.ErrorIs(t, err, context.Canceled)
-		require.Equal(t, jobstore.StatusPending, statusOf(t, b.pool, id))
+		require.Equal(t, pulsetype.StatusPending, statusOf(t, b.pool, id))
 	})
 }
 
@@ -213,13 +214,13 @@ func TestListByArgsAndFinishedOrder(t *testing.T) {
 	var ids []uuid.UUID
 	for i := range 3 {
 		ids = append(ids, jobstoretest.MustCreate(t, b.pool, jobstoretest.Spec{
-			Topic: "mail", Args: `{"customer": "acme"}`, Status: jobstore.StatusDeadLettered, MaxAttempts: 1,
+			Topic: "mail", Args: `{"customer": "acme"}`, Status: pulsetype.StatusDeadLettered, MaxAttempts: 1,
 			SubmittedAt: base.Add(time.Duration(i) * time.Minute),
 			StartedAt:   base.Add(time.Duration(i) * time.Minute),
 			FinishedAt:  base.Add(time.Duration(30-10*i) * time.Minute),
 		}))
 	}
-	jobstoretest.MustCreate(t, b.pool, jobstoretest.Spec{Topic: "mail", Args: `{"customer": "globex"}`, Status: jobstore.StatusDeadLettered, MaxAttempts: 1})
+	jobstoretest.MustCreate(t, b.pool, jobstoretest.Spec{Topic: "mail", Args: `{"customer": "globex"}`, Status: pulsetype.StatusDeadLettered, MaxAttempts: 1})
 	jobstoretest.MustCreate(t, b.pool, jobstoretest.Spec{Topic: "mail", Args: `{"customer": "acme"}`}) // pending: not finished
 
 	f := jobstore.ListFilter{Args: []byte(`{"customer": "acme"}`), ByFinished: true, Limit: 2}

@@ -3,30 +3,13 @@ package jobstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-)
 
-// Claimed is a job the claim moved to RUNNING and leased to one worker. By
-// the time the gateway sends it, no other worker can hold it.
-type Claimed struct {
-	ID          uuid.UUID
-	Attempt     int32
-	Topic       string
-	Args        json.RawMessage
-	Priority    int16
-	MaxAttempts int32
-	SubmittedAt time.Time
-	LeaseUntil  time.Time
-	WorkerID    string
-	TraceParent string
-	TraceState  string
-	// Timeout bounds the attempt (jobs.timeout); zero: the job has none.
-	Timeout time.Duration
-}
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
+)
 
 // claimSQL takes up to $2 claimable jobs of the given topics in dispatch
 // order (priority DESC, then FIFO) and leases each to the worker named by its
@@ -300,7 +283,7 @@ const claimStatementTimeoutSQL = "1s" // ClaimStatementTimeout, as Postgres read
 // nothing, and the claim runs again with claimLimitedSQL: limited topics
 // pay a second round trip, so that the others pay no more than a probe of
 // topic_limits.
-func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]Claimed, error) {
+func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]pulsetype.Claimed, error) {
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
@@ -337,7 +320,7 @@ func (c ClaimCursor) Before(d ClaimCursor) bool {
 
 // LastClaimed is the cursor after the last of jobs in dispatch order; ok
 // is false when jobs is empty.
-func LastClaimed(jobs []Claimed) (last ClaimCursor, ok bool) {
+func LastClaimed(jobs []pulsetype.Claimed) (last ClaimCursor, ok bool) {
 	for i, j := range jobs {
 		c := ClaimCursor{Priority: j.Priority, SubmittedAt: j.SubmittedAt, ID: j.ID}
 		if i == 0 || last.Before(c) {
@@ -353,14 +336,14 @@ func LastClaimed(jobs []Claimed) (last ClaimCursor, ok bool) {
 // before it (claimBeforeSQL) in a second transaction. So it comes back
 // short only when Claim would. A group with a limited topic is claimed as
 // Claim claims it.
-func (s *Store) ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after ClaimCursor) ([]Claimed, error) {
+func (s *Store) ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after ClaimCursor) ([]pulsetype.Claimed, error) {
 	return s.claimAround(ctx, topics, slots, leaseTTL, after, claimAfterSQL, claimBeforeSQL)
 }
 
 // ClaimBefore is ClaimAfter the other way round, a rescan: the claimable
 // jobs that sort before the cursor first (claimBeforeSQL), then, when
 // those are fewer than the slots, the rest from after it.
-func (s *Store) ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor) ([]Claimed, error) {
+func (s *Store) ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor) ([]pulsetype.Claimed, error) {
 	return s.claimAround(ctx, topics, slots, leaseTTL, at, claimBeforeSQL, claimAfterSQL)
 }
 
@@ -371,7 +354,7 @@ func (s *Store) ClaimBefore(ctx context.Context, topics []string, slots []string
 // leased and must reach their workers. The claim came back short, so the
 // dispatcher's next claim of the group starts from the head and meets the
 // error itself.
-func (s *Store) claimAround(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor, first, second string) ([]Claimed, error) {
+func (s *Store) claimAround(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at ClaimCursor, first, second string) ([]pulsetype.Claimed, error) {
 	if len(slots) == 0 || len(topics) == 0 {
 		return nil, nil
 	}
@@ -406,7 +389,7 @@ func (s *Store) claimAround(ctx context.Context, topics []string, slots []string
 
 // claimWith runs one claim batch with the claim statement sql and returns
 // what it claimed and how many limit locks it took.
-func (s *Store) claimWith(ctx context.Context, sql string, args []any) ([]Claimed, int64, error) {
+func (s *Store) claimWith(ctx context.Context, sql string, args []any) ([]pulsetype.Claimed, int64, error) {
 	b := &pgx.Batch{}
 	b.Queue(claimPlanSQL)
 	b.Queue(claimLimitLocksSQL, args[0])
@@ -425,9 +408,9 @@ func (s *Store) claimWith(ctx context.Context, sql string, args []any) ([]Claime
 		return nil, 0, err
 	}
 	defer rows.Close()
-	out := make([]Claimed, 0, args[1].(int))
+	out := make([]pulsetype.Claimed, 0, args[1].(int))
 	for rows.Next() {
-		var c Claimed
+		var c pulsetype.Claimed
 		var timeoutMicros int64
 		// Args scans as plain bytes: pgx decodes jsonb into a json.RawMessage
 		// through encoding/json (a full parse per job), into a []byte by

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -26,7 +27,7 @@ func pendingInDispatchOrder(t *testing.T, b *testBundle, topic string) []uuid.UU
 	return ids
 }
 
-func claimedIDs(claimed []jobstore.Claimed) []uuid.UUID {
+func claimedIDs(claimed []pulsetype.Claimed) []uuid.UUID {
 	ids := make([]uuid.UUID, len(claimed))
 	for i, c := range claimed {
 		ids[i] = c.ID

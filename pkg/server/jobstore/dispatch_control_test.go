@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/testtool"
@@ -284,7 +285,7 @@ func TestClaimUnderPause(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, c, 1)
 		require.Equal(t, bb, c[0].ID)
-		require.Equal(t, jobstore.StatusPending, statusOf(t, b.pool, a))
+		require.Equal(t, pulsetype.StatusPending, statusOf(t, b.pool, a))
 
 		_, err = b.store.Resume(ctx, "a", "alice")
 		require.NoError(t, err)
@@ -323,7 +324,7 @@ func TestClaimUnderPause(t *testing.T) {
 	t.Run("PlanWalksTheClaimIndexInOrderWithoutJIT", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobs := make([]jobstore.NewJob, 2000)
+		jobs := make([]pulsetype.NewJob, 2000)
 		for i := range jobs {
 			jobs[i] = newJob([]string{"a", "b", "c"}[i%3], int16(i%11))
 		}
@@ -390,7 +391,7 @@ func TestClaimUnderPause(t *testing.T) {
 	t.Run("NeverCompilesTheClaimWithJIT", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{newJob("a", 5)})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{newJob("a", 5)})
 		require.NoError(t, err)
 		// A million-row backlog prices the claim above jit_above_cost;
 		// here a zero threshold stands in for it.
@@ -413,10 +414,10 @@ func TestClaimUnderPause(t *testing.T) {
 func TestHeartbeatReportsQuiesce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	a := insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRunning, LockedBy: "w"})
-	other := insertRow(t, b.pool, rowOpts{Topic: "other", Status: jobstore.StatusRunning, LockedBy: "w"})
-	refs := []jobstore.AttemptRef{{ID: a, Attempt: 1}, {ID: other, Attempt: 1}}
-	beat := func() []jobstore.Beat {
+	a := insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRunning, LockedBy: "w"})
+	other := insertRow(t, b.pool, rowOpts{Topic: "other", Status: pulsetype.StatusRunning, LockedBy: "w"})
+	refs := []pulsetype.AttemptRef{{ID: a, Attempt: 1}, {ID: other, Attempt: 1}}
+	beat := func() []pulsetype.Beat {
 		beats, err := b.store.Heartbeat(ctx, "w", refs, ttl)
 		require.NoError(t, err)
 		require.Len(t, beats, 2)
@@ -461,11 +462,11 @@ func TestQueueCounts(t *testing.T) {
 	for range 3 {
 		insertRow(t, b.pool, rowOpts{Topic: "a"})
 	}
-	insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRetrying})
-	insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRunning})
-	insertRow(t, b.pool, rowOpts{Topic: "b", Status: jobstore.StatusRunning})
-	insertRow(t, b.pool, rowOpts{Topic: "b", Status: jobstore.StatusRunning})
-	insertRow(t, b.pool, rowOpts{Topic: "c", Status: jobstore.StatusCompleted})
+	insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRetrying})
+	insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRunning})
+	insertRow(t, b.pool, rowOpts{Topic: "b", Status: pulsetype.StatusRunning})
+	insertRow(t, b.pool, rowOpts{Topic: "b", Status: pulsetype.StatusRunning})
+	insertRow(t, b.pool, rowOpts{Topic: "c", Status: pulsetype.StatusCompleted})
 
 	got, err := b.store.QueueCounts(ctx)
 	require.NoError(t, err)

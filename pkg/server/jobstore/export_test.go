@@ -1,6 +1,10 @@
 package jobstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
+)
 
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
@@ -31,6 +35,6 @@ const JobAheadSQL = jobAheadSQL
 // ReportWithoutRollup is Report with the statement it had before the
 // throughput rollup: the fenced UPDATE alone, counting nothing. The
 // benchmark compares the two.
-func (s *Store) ReportWithoutRollup(ctx context.Context, worker string, results []Result) ([]Ack, error) {
+func (s *Store) ReportWithoutRollup(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error) {
 	return s.report(ctx, reportUpdateSQL, false, worker, results)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -16,7 +17,7 @@ import (
 
 // rowOpts describes a job row for tests, in any lifecycle state.
 type rowOpts struct {
-	Status      jobstore.Status
+	Status      pulsetype.Status
 	Topic       string
 	Priority    int16 // 0: 5
 	Attempts    int32 // claims made; see jobstoretest.Spec
@@ -46,8 +47,8 @@ func insertRow(t *testing.T, pool *pgxpool.Pool, o rowOpts) uuid.UUID {
 	})
 }
 
-func newJob(topic string, prio int16) jobstore.NewJob {
-	return jobstore.NewJob{
+func newJob(topic string, prio int16) pulsetype.NewJob {
+	return pulsetype.NewJob{
 		ID:          uuid.Must(uuid.NewV7()),
 		Topic:       topic,
 		Args:        []byte(`{}`),
@@ -56,11 +57,11 @@ func newJob(topic string, prio int16) jobstore.NewJob {
 	}
 }
 
-func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) jobstore.Status {
+func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) pulsetype.Status {
 	t.Helper()
 	var s string
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
-	return jobstore.Status(s)
+	return pulsetype.Status(s)
 }
 
 // setRetryPolicy sets the retry_policy row of the test's database: failed

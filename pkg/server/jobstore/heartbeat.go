@@ -4,29 +4,10 @@ import (
 	"context"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
-
-// AttemptRef names one attempt of one job: the fence every worker call
-// carries back.
-type AttemptRef struct {
-	ID      uuid.UUID
-	Attempt int32
-}
-
-// Beat is the answer for one heartbeated attempt.
-type Beat struct {
-	Ref        AttemptRef
-	LeaseHeld  bool
-	LeaseUntil time.Time // zero unless LeaseHeld
-	Canceled   bool      // the job was canceled while this attempt ran
-	// Topic is the job's topic ("" when the job no longer exists).
-	Topic string
-	// Quiesced says the job's scope (global or its topic) is paused in
-	// quiesce mode: the worker's checkpoints should hold.
-	Quiesced bool
-}
 
 // heartbeatSQL extends the leases a worker still holds. The fence is
 // locked_by AND attempts: after a reap and re-claim (even by the same
@@ -61,7 +42,7 @@ ORDER BY beats.ord`
 
 // Heartbeat extends the lease of every attempt in refs that worker still
 // holds, in one statement, and says for each whether it held.
-func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef, leaseTTL time.Duration) ([]Beat, error) {
+func (s *Store) Heartbeat(ctx context.Context, worker string, refs []pulsetype.AttemptRef, leaseTTL time.Duration) ([]pulsetype.Beat, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -70,9 +51,9 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []AttemptRef,
 	for i, r := range refs {
 		ids[i], attempts[i] = r.ID, r.Attempt
 	}
-	out := make([]Beat, 0, len(refs))
+	out := make([]pulsetype.Beat, 0, len(refs))
 	err := s.queryPinned(ctx, heartbeatSQL, []any{worker, ids, attempts, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
-		var b Beat
+		var b pulsetype.Beat
 		var until *time.Time
 		if err := rows.Scan(uuidDest(&b.Ref.ID), &b.Ref.Attempt, &until, &b.Canceled, &b.Topic, &b.Quiesced); err != nil {
 			return err

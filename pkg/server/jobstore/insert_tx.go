@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
@@ -65,7 +66,7 @@ const insertOneTries = 3
 // back. InsertOne never retries a failed statement for that reason; a
 // unique job that loses its idempotency key to a transaction committing
 // during its insert fails Unavailable.
-func InsertOne(ctx context.Context, q Queryer, job NewJob) (Inserted, error) {
+func InsertOne(ctx context.Context, q Queryer, job pulsetype.NewJob) (pulsetype.Inserted, error) {
 	stmt := insertOneSQL
 	if job.UniqueFor > 0 {
 		stmt = insertOneUniqueSQL
@@ -80,28 +81,28 @@ func InsertOne(ctx context.Context, q Queryer, job NewJob) (Inserted, error) {
 	for range insertOneTries {
 		ids, err := q.QueryText(ctx, stmt, params...)
 		if err != nil {
-			return Inserted{}, rowError(job, err)
+			return pulsetype.Inserted{}, rowError(job, err)
 		}
 		if len(ids) == 1 {
-			return Inserted{ID: job.ID}, nil
+			return pulsetype.Inserted{ID: job.ID}, nil
 		}
 		if job.UniqueFor > 0 {
 			if id, ok, err := holder(ctx, q, uniqueHolderSQL, job.Topic, string(job.Args)); err != nil || ok {
-				return Inserted{ID: id, Duplicate: ok}, err
+				return pulsetype.Inserted{ID: id, Duplicate: ok}, err
 			}
 		}
 		if job.IdempotencyKey != "" {
 			if id, ok, err := holder(ctx, q, keyHolderSQL, job.IdempotencyKey); err != nil || ok {
-				return Inserted{ID: id, Duplicate: ok}, err
+				return pulsetype.Inserted{ID: id, Duplicate: ok}, err
 			}
 		}
 		if job.UniqueFor == 0 && job.IdempotencyKey == "" {
 			// Only its id can have conflicted: that job is this one.
-			return Inserted{ID: job.ID, Duplicate: true}, nil
+			return pulsetype.Inserted{ID: job.ID, Duplicate: true}, nil
 		}
 		// The holder is gone: the job may be inserted after all.
 	}
-	return Inserted{}, apierr.Unavailable("insert job: its duplicate's holder kept changing; retry", nil)
+	return pulsetype.Inserted{}, apierr.Unavailable("insert job: its duplicate's holder kept changing; retry", nil)
 }
 
 // holder runs a holder lookup: the id it finds, if any.

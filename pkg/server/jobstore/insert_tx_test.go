@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -47,7 +48,7 @@ func TestInsertOneInTheCallersTransaction(t *testing.T) {
 	inTx(t, false, func(q jobstore.Queryer) {
 		res, err := jobstore.InsertOne(ctx, q, rolled)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: rolled.ID}, res)
+		require.Equal(t, pulsetype.Inserted{ID: rolled.ID}, res)
 	})
 	require.Zero(t, countTopic(t, pool, "tx.one"))
 	var keys int
@@ -59,11 +60,11 @@ func TestInsertOneInTheCallersTransaction(t *testing.T) {
 	inTx(t, true, func(q jobstore.Queryer) {
 		res, err := jobstore.InsertOne(ctx, q, kept)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: kept.ID}, res)
+		require.Equal(t, pulsetype.Inserted{ID: kept.ID}, res)
 		// Within the same transaction, the same args are its duplicate.
 		res, err = jobstore.InsertOne(ctx, q, uniqueJob("tx.one", `{"order": 1}`, time.Minute))
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: kept.ID, Duplicate: true}, res)
+		require.Equal(t, pulsetype.Inserted{ID: kept.ID, Duplicate: true}, res)
 	})
 	got, err := newStore(t, pool).Get(ctx, kept.ID)
 	require.NoError(t, err)
@@ -76,7 +77,7 @@ func TestInsertOneInTheCallersTransaction(t *testing.T) {
 		keyed.IdempotencyKey = "order-1"
 		res, err := jobstore.InsertOne(ctx, q, keyed)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: kept.ID, Duplicate: true}, res)
+		require.Equal(t, pulsetype.Inserted{ID: kept.ID, Duplicate: true}, res)
 	})
 	require.Equal(t, 1, countTopic(t, pool, "tx.one"))
 

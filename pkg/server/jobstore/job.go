@@ -5,39 +5,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
-
-// Status is a job's lifecycle state as stored in jobs.status.
-type Status string
-
-// The statuses of the transition table (migrations/00001_jobs.sql,
-// docs/architecture.md).
-const (
-	StatusPending      Status = "PENDING"
-	StatusRunning      Status = "RUNNING"
-	StatusRetrying     Status = "RETRYING"
-	StatusCompleted    Status = "COMPLETED"
-	StatusDeadLettered Status = "DEAD_LETTERED"
-	StatusCanceled     Status = "CANCELED"
-)
-
-// Statuses lists every status in lifecycle order.
-var Statuses = []Status{StatusPending, StatusRunning, StatusRetrying, StatusCompleted, StatusDeadLettered, StatusCanceled}
-
-// Terminal reports whether s is an end state (the job has finished_at).
-func (s Status) Terminal() bool {
-	return s == StatusCompleted || s == StatusDeadLettered || s == StatusCanceled
-}
-
-// Valid reports whether s is a known status.
-func (s Status) Valid() bool {
-	for _, v := range Statuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
 
 // AttemptError is one entry of a job's error history.
 type AttemptError struct {
@@ -53,7 +23,7 @@ type Job struct {
 	Topic          string
 	Args           json.RawMessage
 	Priority       int16
-	Status         Status
+	Status         pulsetype.Status
 	Attempts       int32
 	MaxAttempts    int32
 	Errors         []AttemptError
@@ -71,24 +41,8 @@ type Job struct {
 	Timeout time.Duration
 	// Retry is the job's own backoff; zero: the retry_policy row's
 	// (migration 00010).
-	Retry JobRetry
+	Retry pulsetype.JobRetry
 }
-
-// JobRetry is one job's backoff between attempts (migration 00010,
-// ADR-0018), in at most one form: exponential (Base, and Max or zero for
-// the retry_policy row's cap), failed attempt n waiting about
-// Base × 2^(n-1), jittered down by up to a fifth, at most Max; or Fixed,
-// every failed attempt waiting exactly that long. The zero value follows
-// the retry_policy row. pulse_retry_delay computes the wait; nothing in Go
-// does.
-type JobRetry struct {
-	Base  time.Duration
-	Max   time.Duration
-	Fixed time.Duration
-}
-
-// IsZero reports whether the job follows the retry_policy row.
-func (r JobRetry) IsZero() bool { return r == JobRetry{} }
 
 // rowScanner is a pgx row or rows.
 type rowScanner interface {

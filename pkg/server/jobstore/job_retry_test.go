@@ -8,16 +8,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
 // insertWithRetry inserts one job of topic with policy p and maxAttempts.
-func insertWithRetry(t *testing.T, store *jobstore.Store, topic string, maxAttempts int32, p jobstore.JobRetry) uuid.UUID {
+func insertWithRetry(t *testing.T, store *jobstore.Store, topic string, maxAttempts int32, p pulsetype.JobRetry) uuid.UUID {
 	t.Helper()
 	j := newJob(topic, 5)
 	j.MaxAttempts, j.Retry = maxAttempts, p
-	_, err := store.Insert(ctx, []jobstore.NewJob{j})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{j})
 	require.NoError(t, err)
 	return j.ID
 }
@@ -37,7 +38,7 @@ func lastWait(t *testing.T, b *testBundle, id uuid.UUID) time.Duration {
 // failAttempt claims the job of topic and fails the attempt, by a report
 // (reaped false) or by letting its lease lapse for the reaper (reaped
 // true), and returns the job's status after it.
-func failAttempt(t *testing.T, b *testBundle, topic string, reaped bool, retryAfter time.Duration) jobstore.Status {
+func failAttempt(t *testing.T, b *testBundle, topic string, reaped bool, retryAfter time.Duration) pulsetype.Status {
 	t.Helper()
 	c, err := b.store.Claim(ctx, []string{topic}, slots("w", 1), ttl)
 	require.NoError(t, err)
@@ -49,8 +50,8 @@ func failAttempt(t *testing.T, b *testBundle, topic string, reaped bool, retryAf
 		require.Len(t, rs, 1)
 		return rs[0].Status
 	}
-	acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: c[0].ID, Attempt: c[0].Attempt},
-		Outcome: jobstore.OutcomeFail, Error: "boom", RetryAfter: retryAfter}})
+	acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: c[0].ID, Attempt: c[0].Attempt},
+		Outcome: pulsetype.OutcomeFail, Error: "boom", RetryAfter: retryAfter}})
 	require.NoError(t, err)
 	require.True(t, acks[0].Accepted, acks[0].Reason)
 	return acks[0].Status
@@ -69,10 +70,10 @@ func TestJobRetryPolicy(t *testing.T) {
 		t.Run("ExponentialStaysWithinItsJitterAndCap"+how.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			p := jobstore.JobRetry{Base: 2 * time.Second, Max: 20 * time.Second}
+			p := pulsetype.JobRetry{Base: 2 * time.Second, Max: 20 * time.Second}
 			id := insertWithRetry(t, b.store, "exp", 9, p)
 			for n := 1; n <= 8; n++ {
-				require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "exp", how.reaped, 0))
+				require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "exp", how.reaped, 0))
 				ceiling := min(p.Base<<(n-1), p.Max)
 				got := lastWait(t, b, id)
 				require.LessOrEqual(t, got, ceiling, "attempt %d", n)
@@ -80,16 +81,16 @@ func TestJobRetryPolicy(t *testing.T) {
 				makeDue(t, b.pool, id)
 			}
 			// The ninth failure is the last attempt: dead-lettered.
-			require.Equal(t, jobstore.StatusDeadLettered, failAttempt(t, b, "exp", how.reaped, 0))
+			require.Equal(t, pulsetype.StatusDeadLettered, failAttempt(t, b, "exp", how.reaped, 0))
 		})
 
 		t.Run("ExponentialWithoutMaxStopsAtThePolicyRowsCap"+how.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			setRetryPolicy(t, b.store, time.Second, 90*time.Second)
-			id := insertWithRetry(t, b.store, "exp", 10, jobstore.JobRetry{Base: time.Minute})
+			id := insertWithRetry(t, b.store, "exp", 10, pulsetype.JobRetry{Base: time.Minute})
 			for n := 1; n <= 3; n++ {
-				require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "exp", how.reaped, 0))
+				require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "exp", how.reaped, 0))
 				ceiling := min(time.Minute<<(n-1), 90*time.Second)
 				got := lastWait(t, b, id)
 				require.LessOrEqual(t, got, ceiling, "attempt %d", n)
@@ -101,9 +102,9 @@ func TestJobRetryPolicy(t *testing.T) {
 		t.Run("FixedIsExact"+how.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			id := insertWithRetry(t, b.store, "fixed", 5, jobstore.JobRetry{Fixed: 1500 * time.Millisecond})
+			id := insertWithRetry(t, b.store, "fixed", 5, pulsetype.JobRetry{Fixed: 1500 * time.Millisecond})
 			for n := 1; n <= 4; n++ {
-				require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "fixed", how.reaped, 0))
+				require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "fixed", how.reaped, 0))
 				require.Equal(t, 1500*time.Millisecond, lastWait(t, b, id), "attempt %d", n)
 				makeDue(t, b.pool, id)
 			}
@@ -113,9 +114,9 @@ func TestJobRetryPolicy(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			setRetryPolicy(t, b.store, 3*time.Second, time.Hour)
-			id := insertWithRetry(t, b.store, "row", 5, jobstore.JobRetry{})
+			id := insertWithRetry(t, b.store, "row", 5, pulsetype.JobRetry{})
 			for n := 1; n <= 3; n++ {
-				require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "row", how.reaped, 0))
+				require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "row", how.reaped, 0))
 				require.Equal(t, time.Duration(n*n)*3*time.Second, lastWait(t, b, id), "attempt %d", n)
 				makeDue(t, b.pool, id)
 			}
@@ -125,22 +126,22 @@ func TestJobRetryPolicy(t *testing.T) {
 	t.Run("RetryAfterWinsOverTheBackoffAndUsesAnAttempt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		id := insertWithRetry(t, b.store, "snooze", 2, jobstore.JobRetry{Fixed: 5 * time.Second})
-		require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "snooze", false, 45*time.Second))
+		id := insertWithRetry(t, b.store, "snooze", 2, pulsetype.JobRetry{Fixed: 5 * time.Second})
+		require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "snooze", false, 45*time.Second))
 		require.Equal(t, 45*time.Second, lastWait(t, b, id))
 		var attempts int32
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT attempts FROM jobs WHERE id = $1`, id).Scan(&attempts))
 		require.Equal(t, int32(1), attempts)
 		makeDue(t, b.pool, id)
 		// On the last attempt there is no next one to wait for.
-		require.Equal(t, jobstore.StatusDeadLettered, failAttempt(t, b, "snooze", false, 45*time.Second))
+		require.Equal(t, pulsetype.StatusDeadLettered, failAttempt(t, b, "snooze", false, 45*time.Second))
 	})
 
 	t.Run("RetryAfterOnAJobWithoutAPolicy", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		id := insertWithRetry(t, b.store, "snooze", 3, jobstore.JobRetry{})
-		require.Equal(t, jobstore.StatusRetrying, failAttempt(t, b, "snooze", false, 1500*time.Millisecond))
+		id := insertWithRetry(t, b.store, "snooze", 3, pulsetype.JobRetry{})
+		require.Equal(t, pulsetype.StatusRetrying, failAttempt(t, b, "snooze", false, 1500*time.Millisecond))
 		require.Equal(t, 1500*time.Millisecond, lastWait(t, b, id))
 	})
 
@@ -163,7 +164,7 @@ func TestJobRetryPolicy(t *testing.T) {
 	t.Run("StoredAndReadBack", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, p := range []jobstore.JobRetry{
+		for _, p := range []pulsetype.JobRetry{
 			{Base: 2 * time.Second, Max: 10 * time.Minute},
 			{Base: time.Millisecond},
 			{Fixed: 30 * time.Second},
@@ -182,7 +183,7 @@ func TestJobRetryPolicy(t *testing.T) {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
 		j := newJob("tx", 5)
-		j.Retry = jobstore.JobRetry{Fixed: 90 * time.Second}
+		j.Retry = pulsetype.JobRetry{Fixed: 90 * time.Second}
 		_, err = jobstore.InsertOne(ctx, txQueryer{tx}, j)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
@@ -194,7 +195,7 @@ func TestJobRetryPolicy(t *testing.T) {
 	t.Run("TheSchemaRefusesABadPolicyNamingRetry", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for name, p := range map[string]jobstore.JobRetry{
+		for name, p := range map[string]pulsetype.JobRetry{
 			"both forms":    {Base: time.Second, Fixed: time.Second},
 			"max and fixed": {Max: time.Second, Fixed: time.Second},
 			"max alone":     {Max: time.Second},
@@ -206,7 +207,7 @@ func TestJobRetryPolicy(t *testing.T) {
 		} {
 			j := newJob("bad", 5)
 			j.Retry = p
-			_, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+			_, err := b.store.Insert(ctx, []pulsetype.NewJob{j})
 			require.Error(t, err, name)
 			require.Equal(t, apierr.KindInvalidArgument, apierr.KindOf(err), "%s: %v", name, err)
 			require.Contains(t, err.Error(), "retry", name)
@@ -217,7 +218,7 @@ func TestJobRetryPolicy(t *testing.T) {
 	t.Run("ThePolicyIsImmutable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		id := insertWithRetry(t, b.store, "frozen", 3, jobstore.JobRetry{Base: time.Second, Max: time.Minute})
+		id := insertWithRetry(t, b.store, "frozen", 3, pulsetype.JobRetry{Base: time.Second, Max: time.Minute})
 		for _, stmt := range []string{
 			`UPDATE jobs SET retry_base = '2 seconds' WHERE id = $1`,
 			`UPDATE jobs SET retry_max = NULL WHERE id = $1`,
@@ -240,6 +241,6 @@ func TestJobRetryPolicy(t *testing.T) {
 		require.NoError(t, err)
 		j, err := b.store.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.JobRetry{Base: time.Second, Max: time.Minute}, j.Retry)
+		require.Equal(t, pulsetype.JobRetry{Base: time.Second, Max: time.Minute}, j.Retry)
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // WaitReason says why a claimable-in-principle job is not running.
@@ -76,7 +78,7 @@ FROM (SELECT count(*) AS n FROM higher) AS h, (SELECT count(*) AS n FROM earlier
 // ExplainWait says why job is not running; nil for a job that is running
 // or finished.
 func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
-	if job.Status != StatusPending && job.Status != StatusRetrying {
+	if job.Status != pulsetype.StatusPending && job.Status != pulsetype.StatusRetrying {
 		return nil, nil
 	}
 	st, err := s.DispatchState(ctx)
@@ -98,7 +100,7 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 	switch blocking, paused := st.Blocking(job.Topic); {
 	case paused:
 		w.Reason, w.PausedBy = WaitPaused, &blocking
-	case w.NotBefore != nil && job.Status == StatusRetrying:
+	case w.NotBefore != nil && job.Status == pulsetype.StatusRetrying:
 		w.Reason = WaitRetryBackoff
 	case w.NotBefore != nil:
 		w.Reason = WaitScheduled

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -127,13 +128,13 @@ func TestExplainWait(t *testing.T) {
 		b := setup(t)
 		future := newJob("a", 5)
 		future.RunAt = time.Now().Add(time.Hour)
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{future})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{future})
 		require.NoError(t, err)
 		w := explainOf(t, b, future.ID)
 		require.Equal(t, jobstore.WaitScheduled, w.Reason)
 		require.WithinDuration(t, future.RunAt, *w.NotBefore, time.Millisecond)
 
-		retrying := insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRetrying})
+		retrying := insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRetrying})
 		_, err = b.pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() + interval '1 minute' WHERE id = $1`, retrying)
 		require.NoError(t, err)
 		require.Equal(t, jobstore.WaitRetryBackoff, explainOf(t, b, retrying).Reason)
@@ -142,14 +143,14 @@ func TestExplainWait(t *testing.T) {
 	t.Run("RunningAndFinishedJobsAreNotWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRunning})))
-		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted})))
+		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusRunning})))
+		require.Nil(t, explainOf(t, b, insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusCompleted})))
 	})
 
 	t.Run("TheCountWalksBoundedIndexRanges", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobs := make([]jobstore.NewJob, 2000)
+		jobs := make([]pulsetype.NewJob, 2000)
 		for i := range jobs {
 			jobs[i] = newJob([]string{"a", "b"}[i%2], int16(i%11))
 		}

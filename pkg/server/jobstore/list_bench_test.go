@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
@@ -24,9 +25,9 @@ func BenchmarkListJobs(b *testing.B) {
 	pool := pgtest.Pool(b)
 	s := New(pool)
 	defer s.Close()
-	jobs := make([]NewJob, 2000)
+	jobs := make([]pulsetype.NewJob, 2000)
 	for i := range jobs {
-		jobs[i] = NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "bench.list", Args: []byte(`{"to":"someone@example.com","n":42}`),
+		jobs[i] = pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "bench.list", Args: []byte(`{"to":"someone@example.com","n":42}`),
 			Priority: 5, MaxAttempts: 3, IdempotencyKey: fmt.Sprintf("key-%d", i), Timeout: time.Minute}
 	}
 	if _, err := s.Insert(ctx, jobs); err != nil {
@@ -42,7 +43,7 @@ func BenchmarkListJobs(b *testing.B) {
 		}{{"pgx", s.listPgx}, {"bun", s.List}} {
 			b.Run(fmt.Sprintf("page=%d/%s", limit, impl.name), func(b *testing.B) {
 				b.ReportAllocs()
-				f := ListFilter{Topic: "bench.list", Status: StatusPending, Limit: limit}
+				f := ListFilter{Topic: "bench.list", Status: pulsetype.StatusPending, Limit: limit}
 				for b.Loop() {
 					got, err := impl.list(ctx, f)
 					if err != nil {
@@ -64,7 +65,7 @@ func TestListPgxBaselineMatchesList(t *testing.T) {
 	pool := pgtest.Pool(t)
 	s := New(pool)
 	defer s.Close()
-	jobs := []NewJob{
+	jobs := []pulsetype.NewJob{
 		{ID: uuid.Must(uuid.NewV7()), Topic: "same", Args: []byte(`{"a":1}`), Priority: 5, MaxAttempts: 3, Timeout: 2 * time.Second},
 		{ID: uuid.Must(uuid.NewV7()), Topic: "same", Args: []byte(`{}`), Priority: 1, MaxAttempts: 1, IdempotencyKey: "k", TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 	}
@@ -134,7 +135,7 @@ func (s *Store) listPgx(ctx context.Context, f ListFilter) ([]*Job, error) {
 			&j.ScheduleID, &j.IdempotencyKey, &j.TraceParent, &j.TraceState, &timeoutMicros); err != nil {
 			return nil, err
 		}
-		j.Status, j.Errors = Status(status), decodeErrors(errs)
+		j.Status, j.Errors = pulsetype.Status(status), decodeErrors(errs)
 		j.Timeout = time.Duration(timeoutMicros) * time.Microsecond
 		out = append(out, &j)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
@@ -27,7 +28,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Job, error) {
 // ListFilter selects jobs for List. Zero fields do not filter.
 type ListFilter struct {
 	Topic  string
-	Status Status
+	Status pulsetype.Status
 	// Args, a JSON object, keeps the jobs whose args contain it (jsonb
 	// @>); nil does not filter. The caller validates it
 	// (jobspec.ValidateArgsFilter).

@@ -4,12 +4,14 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // QueueDepth is one (topic, status) group of live jobs.
 type QueueDepth struct {
 	Topic  string
-	Status Status // PENDING, RETRYING or RUNNING
+	Status pulsetype.Status // PENDING, RETRYING or RUNNING
 	Jobs   int64
 }
 
@@ -45,7 +47,7 @@ func (s *Store) QueueDepths(ctx context.Context) ([]QueueDepth, error) {
 		if err := rows.Scan(&d.Topic, &status, &d.Jobs); err != nil {
 			return nil, interpretError("count queue depth", err)
 		}
-		d.Status = Status(status)
+		d.Status = pulsetype.Status(status)
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {

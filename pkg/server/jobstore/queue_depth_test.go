@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -14,18 +15,18 @@ func TestQueueDepths(t *testing.T) {
 	for range 3 {
 		insertRow(t, b.pool, rowOpts{Topic: "a"})
 	}
-	insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRetrying})
-	insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRunning})
-	insertRow(t, b.pool, rowOpts{Topic: "b", Status: jobstore.StatusRunning})
-	insertRow(t, b.pool, rowOpts{Topic: "c", Status: jobstore.StatusCompleted})
+	insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRetrying})
+	insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRunning})
+	insertRow(t, b.pool, rowOpts{Topic: "b", Status: pulsetype.StatusRunning})
+	insertRow(t, b.pool, rowOpts{Topic: "c", Status: pulsetype.StatusCompleted})
 
 	got, err := b.store.QueueDepths(ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []jobstore.QueueDepth{
-		{Topic: "a", Status: jobstore.StatusPending, Jobs: 3},
-		{Topic: "a", Status: jobstore.StatusRetrying, Jobs: 1},
-		{Topic: "a", Status: jobstore.StatusRunning, Jobs: 1},
-		{Topic: "b", Status: jobstore.StatusRunning, Jobs: 1},
+		{Topic: "a", Status: pulsetype.StatusPending, Jobs: 3},
+		{Topic: "a", Status: pulsetype.StatusRetrying, Jobs: 1},
+		{Topic: "a", Status: pulsetype.StatusRunning, Jobs: 1},
+		{Topic: "b", Status: pulsetype.StatusRunning, Jobs: 1},
 	}, got)
 
 	// Finished jobs are never read: the count walks the partial indexes.

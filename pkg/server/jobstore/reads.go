@@ -15,6 +15,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/schema"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // The read and CRUD side (ADR-0014): job listings and lookups, schedules,
@@ -115,13 +117,13 @@ const intervalMicrosSQL = `COALESCE((extract(epoch FROM j.timeout) * 1000000)::b
 
 func (r *jobRow) job() *Job {
 	return &Job{
-		ID: r.ID, Topic: r.Topic, Args: r.Args, Priority: r.Priority, Status: Status(r.Status),
+		ID: r.ID, Topic: r.Topic, Args: r.Args, Priority: r.Priority, Status: pulsetype.Status(r.Status),
 		Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, Errors: decodeErrors(r.Errors),
 		LockedBy: r.LockedBy, LeaseUntil: r.LeaseUntil, NextRunAt: r.NextRunAt, SubmittedAt: r.SubmittedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, ScheduleID: r.ScheduleID,
 		IdempotencyKey: r.IdempotencyKey, TraceParent: r.TraceParent, TraceState: r.TraceState,
 		Timeout: time.Duration(r.TimeoutMicros) * time.Microsecond,
-		Retry: JobRetry{
+		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,
 			Fixed: time.Duration(r.RetryFixedMicros) * time.Microsecond,

@@ -5,13 +5,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // Reaped is one job whose lapsed lease the sweep settled.
 type Reaped struct {
 	ID       uuid.UUID
 	Topic    string
-	Status   Status // RETRYING or DEAD_LETTERED
+	Status   pulsetype.Status // RETRYING or DEAD_LETTERED
 	Attempt  int32
 	LockedBy string
 	// TraceParent and TraceState are the trace context stored at submit, so
@@ -68,7 +70,7 @@ func (s *Store) Reap(ctx context.Context, limit int) ([]Reaped, error) {
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {
 			return err
 		}
-		r.Status = Status(status)
+		r.Status = pulsetype.Status(status)
 		out = append(out, r)
 		return nil
 	})

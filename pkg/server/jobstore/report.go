@@ -3,49 +3,12 @@ package jobstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
-
-// Outcome is what a worker says happened to one attempt.
-type Outcome int16
-
-// Outcomes, numbered as they travel in reportSQL.
-const (
-	OutcomeComplete      Outcome = 1
-	OutcomeFail          Outcome = 2 // retry while attempts remain
-	OutcomeFailPermanent Outcome = 3 // dead-letter now
-)
-
-// Result is one worker report. Worker is the reporting worker's id, the
-// fence on locked_by; Report fills it in when empty.
-type Result struct {
-	Ref     AttemptRef
-	Outcome Outcome
-	Error   string
-	Worker  string
-	// RetryAfter, for OutcomeFail, is the wait the handler asked for
-	// before the next attempt (1ms..366d, checked by the gateway), used
-	// instead of the job's backoff; zero: the backoff. The failed attempt
-	// counts like any other (ADR-0018): on the last one the job is
-	// dead-lettered.
-	RetryAfter time.Duration
-}
-
-// Ack answers one Result. A rejected result (Accepted false) changed
-// nothing; Reason says why (stale attempt, canceled, another worker's).
-type Ack struct {
-	Ref         AttemptRef
-	Accepted    bool
-	Status      Status // the job's status after the report, when accepted
-	Reason      string
-	Topic       string
-	SubmittedAt time.Time
-	StartedAt   time.Time
-	NextRunAt   time.Time // when a RETRYING job becomes claimable again
-}
 
 // retryDelaySQL is the wait before failed attempt j.attempts may run
 // again: the schema's pulse_retry_delay (migrations 00007 and 00010,
@@ -158,13 +121,13 @@ SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1
 // settled in job_throughput under the store's writer. Results may carry their own Worker
 // (a gateway folding several workers' reports into one statement); those
 // without one are worker's.
-func (s *Store) Report(ctx context.Context, worker string, results []Result) ([]Ack, error) {
+func (s *Store) Report(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error) {
 	return s.report(ctx, reportSQL, true, worker, results)
 }
 
 // report is Report with its statement: reportSQL, or, for the benchmark,
 // reportUpdateSQL, which takes no writer (counted false).
-func (s *Store) report(ctx context.Context, stmt string, counted bool, worker string, results []Result) ([]Ack, error) {
+func (s *Store) report(ctx context.Context, stmt string, counted bool, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
@@ -186,14 +149,14 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 	if counted {
 		params = append(params, s.writer)
 	}
-	settled := make(map[AttemptRef]Ack, n)
+	settled := make(map[pulsetype.AttemptRef]pulsetype.Ack, n)
 	err := s.queryPinned(ctx, stmt, params, func(rows pgx.Rows) error {
-		var a Ack
+		var a pulsetype.Ack
 		var status string
 		if err := rows.Scan(uuidDest(&a.Ref.ID), &a.Ref.Attempt, &status, &a.Topic, &a.SubmittedAt, &a.StartedAt, &a.NextRunAt); err != nil {
 			return err
 		}
-		a.Accepted, a.Status = true, Status(status)
+		a.Accepted, a.Status = true, pulsetype.Status(status)
 		settled[a.Ref] = a
 		return nil
 	})
@@ -201,7 +164,7 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 		return nil, interpretError("report", err)
 	}
 
-	acks := make([]Ack, n)
+	acks := make([]pulsetype.Ack, n)
 	var rejected []uuid.UUID
 	for i, r := range results {
 		if a, ok := settled[r.Ref]; ok {
@@ -209,7 +172,7 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 			delete(settled, r.Ref) // a duplicate entry in the batch is not settled twice
 			continue
 		}
-		acks[i] = Ack{Ref: r.Ref}
+		acks[i] = pulsetype.Ack{Ref: r.Ref}
 		rejected = append(rejected, r.Ref.ID)
 	}
 	if len(rejected) == 0 {
@@ -250,13 +213,13 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 	return acks, nil
 }
 
-func rejectionReason(ref AttemptRef, worker string, status *string, attempts *int32, lockedBy string) string {
+func rejectionReason(ref pulsetype.AttemptRef, worker string, status *string, attempts *int32, lockedBy string) string {
 	switch {
 	case status == nil:
 		return fmt.Sprintf("job %s not found", ref.ID)
 	case *attempts != ref.Attempt:
 		return fmt.Sprintf("attempt %d of job %s is stale: the job is at attempt %d (%s)", ref.Attempt, ref.ID, *attempts, *status)
-	case *status != string(StatusRunning):
+	case *status != string(pulsetype.StatusRunning):
 		return fmt.Sprintf("job %s is %s, not RUNNING", ref.ID, *status)
 	case lockedBy != worker:
 		return fmt.Sprintf("job %s attempt %d is leased to another worker", ref.ID, ref.Attempt)

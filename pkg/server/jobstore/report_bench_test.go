@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -30,8 +31,8 @@ func BenchmarkReport(b *testing.B) {
 		topics[i] = fmt.Sprintf("bench.%d", i)
 	}
 	// claimBatch leases batch fresh jobs and returns their results.
-	claimBatch := func() []jobstore.Result {
-		jobs := make([]jobstore.NewJob, batch)
+	claimBatch := func() []pulsetype.Result {
+		jobs := make([]pulsetype.NewJob, batch)
 		for k := range jobs {
 			jobs[k] = newJob(topics[k%topicCount], 5)
 		}
@@ -40,11 +41,11 @@ func BenchmarkReport(b *testing.B) {
 		claimed, err := store.Claim(ctx, topics, slots("w", batch), ttl)
 		require.NoError(b, err)
 		require.Len(b, claimed, batch)
-		rs := make([]jobstore.Result, batch)
+		rs := make([]pulsetype.Result, batch)
 		for k, c := range claimed {
-			rs[k] = jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: jobstore.OutcomeComplete, Worker: "w"}
+			rs[k] = pulsetype.Result{Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: pulsetype.OutcomeComplete, Worker: "w"}
 			if k%5 == 4 {
-				rs[k].Outcome, rs[k].Error = jobstore.OutcomeFail, "boom"
+				rs[k].Outcome, rs[k].Error = pulsetype.OutcomeFail, "boom"
 			}
 		}
 		return rs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
@@ -30,7 +31,7 @@ WHERE id = ANY (ARRAY(
 // finished more than olderThan ago and returns how many it deleted. A count
 // below limit means nothing more is due now. Live statuses are refused: the
 // retention path can never touch a job that may still run.
-func (s *Store) DeleteFinished(ctx context.Context, status Status, olderThan time.Duration, limit int) (int64, error) {
+func (s *Store) DeleteFinished(ctx context.Context, status pulsetype.Status, olderThan time.Duration, limit int) (int64, error) {
 	switch {
 	case !status.Terminal():
 		return 0, apierr.Invalid("status", "retention deletes only COMPLETED, CANCELED or DEAD_LETTERED jobs, not %q", status)

@@ -8,15 +8,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 )
 
 // insertFinished builds a terminal row that finished ago before now. A
 // finished row is frozen (migration 00005), so the job is born backdated and
 // every step of its life carries its own past time.
-func insertFinished(t *testing.T, pool *pgxpool.Pool, status jobstore.Status, ago time.Duration) uuid.UUID {
+func insertFinished(t *testing.T, pool *pgxpool.Pool, status pulsetype.Status, ago time.Duration) uuid.UUID {
 	t.Helper()
 	require.True(t, status.Terminal())
 	finished := time.Now().Add(-ago)
@@ -50,12 +50,12 @@ func TestDeleteFinished(t *testing.T) {
 	t.Run("DeletesOnlyOldEnoughRowsOfTheGivenStatus", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		oldCompleted := insertFinished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
-		freshCompleted := insertFinished(t, b.pool, jobstore.StatusCompleted, time.Minute)
-		oldCanceled := insertFinished(t, b.pool, jobstore.StatusCanceled, 2*time.Hour)
-		oldDead := insertFinished(t, b.pool, jobstore.StatusDeadLettered, 2*time.Hour)
+		oldCompleted := insertFinished(t, b.pool, pulsetype.StatusCompleted, 2*time.Hour)
+		freshCompleted := insertFinished(t, b.pool, pulsetype.StatusCompleted, time.Minute)
+		oldCanceled := insertFinished(t, b.pool, pulsetype.StatusCanceled, 2*time.Hour)
+		oldDead := insertFinished(t, b.pool, pulsetype.StatusDeadLettered, 2*time.Hour)
 
-		n, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, time.Hour, 100)
+		n, err := b.store.DeleteFinished(ctx, pulsetype.StatusCompleted, time.Hour, 100)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		left := remaining(t, b.pool)
@@ -64,7 +64,7 @@ func TestDeleteFinished(t *testing.T) {
 		require.True(t, left[oldCanceled])
 		require.True(t, left[oldDead])
 
-		n, err = b.store.DeleteFinished(ctx, jobstore.StatusDeadLettered, time.Hour, 100)
+		n, err = b.store.DeleteFinished(ctx, pulsetype.StatusDeadLettered, time.Hour, 100)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		left = remaining(t, b.pool)
@@ -77,15 +77,15 @@ func TestDeleteFinished(t *testing.T) {
 		b := setup(t)
 		long := time.Now().Add(-30 * 24 * time.Hour)
 		live := []uuid.UUID{
-			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusPending, SubmittedAt: long}),
-			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRunning, SubmittedAt: long}),
-			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRetrying, SubmittedAt: long}),
+			insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusPending, SubmittedAt: long}),
+			insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusRunning, SubmittedAt: long}),
+			insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusRetrying, SubmittedAt: long}),
 		}
-		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCanceled, pulsetype.StatusDeadLettered} {
 			_, err := b.store.DeleteFinished(ctx, s, 0, 1000)
 			require.NoError(t, err)
 		}
-		for _, s := range []jobstore.Status{jobstore.StatusPending, jobstore.StatusRunning, jobstore.StatusRetrying, "BOGUS"} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusPending, pulsetype.StatusRunning, pulsetype.StatusRetrying, "BOGUS"} {
 			_, err := b.store.DeleteFinished(ctx, s, 0, 1000)
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "status %s", s)
 			require.Equal(t, "status", apierr.FieldOf(err))
@@ -101,11 +101,11 @@ func TestDeleteFinished(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for range 25 {
-			insertFinished(t, b.pool, jobstore.StatusCompleted, 48*time.Hour)
+			insertFinished(t, b.pool, pulsetype.StatusCompleted, 48*time.Hour)
 		}
 		var got []int64
 		for range 4 {
-			n, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, 24*time.Hour, 10)
+			n, err := b.store.DeleteFinished(ctx, pulsetype.StatusCompleted, 24*time.Hour, 10)
 			require.NoError(t, err)
 			got = append(got, n)
 		}
@@ -116,10 +116,10 @@ func TestDeleteFinished(t *testing.T) {
 	t.Run("RefusesABadLimitOrAge", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.store.DeleteFinished(ctx, jobstore.StatusCompleted, time.Hour, 0)
+		_, err := b.store.DeleteFinished(ctx, pulsetype.StatusCompleted, time.Hour, 0)
 		require.ErrorIs(t, err, apierr.ErrInvalidArgument)
 		require.Equal(t, "limit", apierr.FieldOf(err))
-		_, err = b.store.DeleteFinished(ctx, jobstore.StatusCompleted, -time.Hour, 10)
+		_, err = b.store.DeleteFinished(ctx, pulsetype.StatusCompleted, -time.Hour, 10)
 		require.ErrorIs(t, err, apierr.ErrInvalidArgument)
 		require.Equal(t, "older_than", apierr.FieldOf(err))
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -44,15 +45,15 @@ func TestRetryPolicy(t *testing.T) {
 					expireLease(t, b.pool, reaped)
 					continue
 				}
-				acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: cl.ID, Attempt: cl.Attempt}, Outcome: jobstore.OutcomeFail, Error: "boom"}})
+				acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: cl.ID, Attempt: cl.Attempt}, Outcome: pulsetype.OutcomeFail, Error: "boom"}})
 				require.NoError(t, err)
 				require.True(t, acks[0].Accepted, acks[0].Reason)
-				require.Equal(t, jobstore.StatusRetrying, acks[0].Status)
+				require.Equal(t, pulsetype.StatusRetrying, acks[0].Status)
 			}
 			rs, err := b.store.Reap(ctx, 10)
 			require.NoError(t, err)
 			require.Len(t, rs, 1)
-			require.Equal(t, jobstore.StatusRetrying, rs[0].Status)
+			require.Equal(t, pulsetype.StatusRetrying, rs[0].Status)
 			return nextRunAt(t, b, reported), nextRunAt(t, b, reaped)
 		}
 		due := func() {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
@@ -223,7 +224,7 @@ func OccurrenceJobID(scheduleID uuid.UUID, occurrence time.Time) uuid.UUID {
 type Fire struct {
 	// Job is the job to insert; Skip leaves the job out (a schedule whose
 	// expression no longer parses) and only moves the cursor.
-	Job  NewJob
+	Job  pulsetype.NewJob
 	Skip bool
 	// Occurrence is recorded as last_fired_at; the zero time (a skipped
 	// schedule with no occurrence) leaves last_fired_at as it was.
@@ -276,7 +277,7 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, plan func
 		f := plan(sc)
 		fired := Fired{Schedule: sc, Fire: f}
 		if !f.Skip {
-			tag, err := tx.Exec(ctx, insertSQL, insertParams([]NewJob{f.Job})...)
+			tag, err := tx.Exec(ctx, insertSQL, insertParams([]pulsetype.NewJob{f.Job})...)
 			if err != nil {
 				return nil, interpretError("fire schedule "+sc.Name, err)
 			}

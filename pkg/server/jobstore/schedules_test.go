@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/schedule"
@@ -25,7 +26,7 @@ func planEvery(sc *jobstore.Schedule, now time.Time) jobstore.Fire {
 	s, _ := schedule.Parse(sc.Kind, sc.Expression, sc.TimeZone)
 	occ, next := schedule.Latest(s, *sc.NextRunAt, now)
 	id := sc.ID
-	return jobstore.Fire{Occurrence: occ, Next: &next, Job: jobstore.NewJob{
+	return jobstore.Fire{Occurrence: occ, Next: &next, Job: pulsetype.NewJob{
 		ID: jobstore.OccurrenceJobID(sc.ID, occ), Topic: sc.Topic, Args: sc.Args, Priority: sc.Priority,
 		MaxAttempts: sc.MaxAttempts, RunAt: occ, ScheduleID: &id,
 	}}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/migrations"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
@@ -25,29 +26,29 @@ import (
 )
 
 // allowed is the transition table (migrations/00001_jobs.sql).
-var allowed = map[[2]jobstore.Status]bool{
-	{jobstore.StatusPending, jobstore.StatusRunning}:      true,
-	{jobstore.StatusRetrying, jobstore.StatusRunning}:     true,
-	{jobstore.StatusRunning, jobstore.StatusCompleted}:    true,
-	{jobstore.StatusRunning, jobstore.StatusRetrying}:     true,
-	{jobstore.StatusRunning, jobstore.StatusDeadLettered}: true,
-	{jobstore.StatusPending, jobstore.StatusCanceled}:     true,
-	{jobstore.StatusRetrying, jobstore.StatusCanceled}:    true,
-	{jobstore.StatusRunning, jobstore.StatusCanceled}:     true,
-	{jobstore.StatusDeadLettered, jobstore.StatusPending}: true,
-	{jobstore.StatusCanceled, jobstore.StatusPending}:     true,
+var allowed = map[[2]pulsetype.Status]bool{
+	{pulsetype.StatusPending, pulsetype.StatusRunning}:      true,
+	{pulsetype.StatusRetrying, pulsetype.StatusRunning}:     true,
+	{pulsetype.StatusRunning, pulsetype.StatusCompleted}:    true,
+	{pulsetype.StatusRunning, pulsetype.StatusRetrying}:     true,
+	{pulsetype.StatusRunning, pulsetype.StatusDeadLettered}: true,
+	{pulsetype.StatusPending, pulsetype.StatusCanceled}:     true,
+	{pulsetype.StatusRetrying, pulsetype.StatusCanceled}:    true,
+	{pulsetype.StatusRunning, pulsetype.StatusCanceled}:     true,
+	{pulsetype.StatusDeadLettered, pulsetype.StatusPending}: true,
+	{pulsetype.StatusCanceled, pulsetype.StatusPending}:     true,
 }
 
 // transitionSQL moves a row to `to` while keeping every CHECK constraint
 // satisfied, so only the transition trigger can object.
-func transitionSQL(to jobstore.Status) string {
+func transitionSQL(to pulsetype.Status) string {
 	switch to {
-	case jobstore.StatusRunning:
+	case pulsetype.StatusRunning:
 		return `UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, locked_by = 'w',
 			lease_until = now() + interval '1 minute', started_at = now(), finished_at = NULL WHERE id = $1`
-	case jobstore.StatusPending:
+	case pulsetype.StatusPending:
 		return `UPDATE jobs SET status = 'PENDING', attempts = 0, lease_until = NULL, finished_at = NULL WHERE id = $1`
-	case jobstore.StatusRetrying:
+	case pulsetype.StatusRetrying:
 		return `UPDATE jobs SET status = 'RETRYING', lease_until = NULL, finished_at = NULL WHERE id = $1`
 	default: // terminal
 		return fmt.Sprintf(`UPDATE jobs SET status = '%s', lease_until = NULL, finished_at = now() WHERE id = $1`, to)
@@ -59,8 +60,8 @@ func TestSchemaTransitions(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 
-	for _, from := range jobstore.Statuses {
-		for _, to := range jobstore.Statuses {
+	for _, from := range pulsetype.Statuses {
+		for _, to := range pulsetype.Statuses {
 			if from == to {
 				continue
 			}
@@ -70,7 +71,7 @@ func TestSchemaTransitions(t *testing.T) {
 				// attempt, every other status one (of 3).
 				id := insertRow(t, pool, rowOpts{Status: from})
 				_, err := pool.Exec(ctx, transitionSQL(to), id)
-				if allowed[[2]jobstore.Status{from, to}] {
+				if allowed[[2]pulsetype.Status{from, to}] {
 					require.NoError(t, err, "Postgres must allow %s -> %s", from, to)
 					require.Equal(t, to, statusOf(t, pool, id))
 					return
@@ -89,45 +90,45 @@ func TestSchemaInvariants(t *testing.T) {
 
 	cases := []struct {
 		name       string
-		from       jobstore.Status
+		from       pulsetype.Status
 		sql        string
 		constraint string
 	}{
-		{"RunningWithoutLeaseIsRefused", jobstore.StatusPending,
+		{"RunningWithoutLeaseIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, locked_by = 'w', started_at = now() WHERE id = $1`,
 			"jobs_running_is_leased"},
-		{"RunningWithoutLockedByIsRefused", jobstore.StatusPending,
+		{"RunningWithoutLockedByIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, lease_until = now(), started_at = now() WHERE id = $1`,
 			"jobs_running_is_leased"},
-		{"ClaimWithoutAttemptIncrementIsRefused", jobstore.StatusPending,
+		{"ClaimWithoutAttemptIncrementIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET status = 'RUNNING', locked_by = 'w', lease_until = now(), started_at = now() WHERE id = $1`,
 			"jobs_attempts_fence"},
-		{"LoweringMaxAttemptsBelowAttemptsIsRefused", jobstore.StatusRunning,
+		{"LoweringMaxAttemptsBelowAttemptsIsRefused", pulsetype.StatusRunning,
 			`UPDATE jobs SET max_attempts = 1 WHERE id = $1`, "jobs_attempts_within_max"},
-		{"RewindingAttemptsIsRefused", jobstore.StatusRunning,
+		{"RewindingAttemptsIsRefused", pulsetype.StatusRunning,
 			`UPDATE jobs SET attempts = 0 WHERE id = $1`,
 			"jobs_attempts_fence"},
-		{"PriorityOutOfRangeIsRefused", jobstore.StatusPending,
+		{"PriorityOutOfRangeIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET priority = 11 WHERE id = $1`, "jobs_priority_range"},
-		{"NegativePriorityIsRefused", jobstore.StatusPending,
+		{"NegativePriorityIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET priority = -1 WHERE id = $1`, "jobs_priority_range"},
-		{"MaxAttemptsOutOfRangeIsRefused", jobstore.StatusPending,
+		{"MaxAttemptsOutOfRangeIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET max_attempts = 101 WHERE id = $1`, "jobs_max_attempts_range"},
-		{"TerminalWithoutFinishedAtIsRefused", jobstore.StatusRunning,
+		{"TerminalWithoutFinishedAtIsRefused", pulsetype.StatusRunning,
 			`UPDATE jobs SET status = 'COMPLETED', lease_until = NULL WHERE id = $1`, "jobs_finished_iff_terminal"},
-		{"LeaveRunningKeepingLeaseIsRefused", jobstore.StatusRunning,
+		{"LeaveRunningKeepingLeaseIsRefused", pulsetype.StatusRunning,
 			`UPDATE jobs SET status = 'COMPLETED', finished_at = now() WHERE id = $1`, "jobs_running_is_leased"},
-		{"CompletedIsFinal", jobstore.StatusCompleted,
+		{"CompletedIsFinal", pulsetype.StatusCompleted,
 			`UPDATE jobs SET priority = 1 WHERE id = $1`, "jobs_status_transition"},
-		{"UnknownStatusIsRefusedAtBirth", jobstore.StatusPending,
+		{"UnknownStatusIsRefusedAtBirth", pulsetype.StatusPending,
 			`INSERT INTO jobs (id, topic, status) SELECT gen_random_uuid(), 't', 'PAUSED' WHERE $1::uuid IS NOT NULL`, "jobs_born_pending"},
 		// PAUSED is off the transition table too, but CHECKs are checked as
 		// the row is written, before the AFTER UPDATE guard (migration 00013).
-		{"UnknownStatusUpdateIsRefused", jobstore.StatusPending,
+		{"UnknownStatusUpdateIsRefused", pulsetype.StatusPending,
 			`UPDATE jobs SET status = 'PAUSED' WHERE id = $1`, "jobs_status_known"},
-		{"NonObjectArgsAreRefused", jobstore.StatusPending,
+		{"NonObjectArgsAreRefused", pulsetype.StatusPending,
 			`INSERT INTO jobs (id, topic, args) SELECT gen_random_uuid(), 't', '[1,2]' WHERE $1::uuid IS NOT NULL`, "jobs_args_object"},
-		{"BadTopicIsRefused", jobstore.StatusPending,
+		{"BadTopicIsRefused", pulsetype.StatusPending,
 			`INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'has space' WHERE $1::uuid IS NOT NULL`, "jobs_topic_format"},
 	}
 	for _, tc := range cases {
@@ -143,7 +144,7 @@ func TestSchemaInvariants(t *testing.T) {
 	}
 
 	t.Run("HeartbeatStyleUpdatesPass", func(t *testing.T) {
-		id := insertRow(t, pool, rowOpts{Status: jobstore.StatusRunning})
+		id := insertRow(t, pool, rowOpts{Status: pulsetype.StatusRunning})
 		_, err := pool.Exec(ctx, `UPDATE jobs SET lease_until = now() + interval '5 minutes' WHERE id = $1`, id)
 		require.NoError(t, err)
 	})
@@ -258,12 +259,12 @@ func runPasses(t *testing.T, pool *pgxpool.Pool, cases []refusal) {
 }
 
 var (
-	pendingJob  = jobstoretest.Spec{Status: jobstore.StatusPending}
-	runningJob  = jobstoretest.Spec{Status: jobstore.StatusRunning, Worker: "w"}
-	retryingJob = jobstoretest.Spec{Status: jobstore.StatusRetrying, Worker: "w", FailureError: "boom"}
-	deadJob     = jobstoretest.Spec{Status: jobstore.StatusDeadLettered, Worker: "w", FailureError: "boom"}
-	canceledJob = jobstoretest.Spec{Status: jobstore.StatusCanceled, Attempts: 1, Worker: "w"}
-	doneJob     = jobstoretest.Spec{Status: jobstore.StatusCompleted, Worker: "w"}
+	pendingJob  = jobstoretest.Spec{Status: pulsetype.StatusPending}
+	runningJob  = jobstoretest.Spec{Status: pulsetype.StatusRunning, Worker: "w"}
+	retryingJob = jobstoretest.Spec{Status: pulsetype.StatusRetrying, Worker: "w", FailureError: "boom"}
+	deadJob     = jobstoretest.Spec{Status: pulsetype.StatusDeadLettered, Worker: "w", FailureError: "boom"}
+	canceledJob = jobstoretest.Spec{Status: pulsetype.StatusCanceled, Attempts: 1, Worker: "w"}
+	doneJob     = jobstoretest.Spec{Status: pulsetype.StatusCompleted, Worker: "w"}
 )
 
 func TestSchemaBirth(t *testing.T) {
@@ -310,9 +311,9 @@ func TestSchemaBirth(t *testing.T) {
 		j := newJob("t", 5)
 		j.RunAt = time.Now().Add(-time.Hour) // a schedule's occurrence, say
 		j.IdempotencyKey = "k"
-		_, err := store.Insert(ctx, []jobstore.NewJob{j, newJob("t", 5)})
+		_, err := store.Insert(ctx, []pulsetype.NewJob{j, newJob("t", 5)})
 		require.NoError(t, err)
-		_, err = store.Insert(ctx, []jobstore.NewJob{newJob("t", 0), newJob("t", 10)})
+		_, err = store.Insert(ctx, []pulsetype.NewJob{newJob("t", 0), newJob("t", 10)})
 		require.NoError(t, err)
 	})
 }
@@ -360,7 +361,7 @@ func TestSchemaIdentityIsImmutable(t *testing.T) {
 func TestSchemaErrorHistoryIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	twoErrors := jobstoretest.Spec{Status: jobstore.StatusRetrying, Attempts: 2, Worker: "w", FailureError: "boom"}
+	twoErrors := jobstoretest.Spec{Status: pulsetype.StatusRetrying, Attempts: 2, Worker: "w", FailureError: "boom"}
 	entry := `'[{"attempt": 9, "error": "x", "worker": "w", "at": "2026-01-01T00:00:00Z"}]'::jsonb`
 
 	runRefusals(t, pool, []refusal{
@@ -429,12 +430,12 @@ func TestSchemaFinishedJobsAreFrozen(t *testing.T) {
 	runRefusals(t, pool, cases)
 
 	t.Run("AnOperatorRetryKeepsTheHistoryAndResetsAttempts", func(t *testing.T) {
-		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusDeadLettered, Attempts: 3, Worker: "w", FailureError: "boom"})
+		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: pulsetype.StatusDeadLettered, Attempts: 3, Worker: "w", FailureError: "boom"})
 		_, err := pool.Exec(ctx, `UPDATE jobs SET status = 'PENDING', attempts = 0, finished_at = NULL, next_run_at = now(), priority = 9 WHERE id = $1`, id)
 		require.NoError(t, err)
 		job, err := newStore(t, pool).Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusPending, job.Status)
+		require.Equal(t, pulsetype.StatusPending, job.Status)
 		require.Zero(t, job.Attempts)
 		require.Len(t, job.Errors, 3)
 		require.Equal(t, "w", job.LockedBy, "the last attempt's worker stays until the next claim")
@@ -468,7 +469,7 @@ func TestSchemaLockedByChangesOnlyInAClaim(t *testing.T) {
 func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	lastAttempt := jobstoretest.Spec{Status: jobstore.StatusRunning, Attempts: 3, MaxAttempts: 3, Worker: "w"}
+	lastAttempt := jobstoretest.Spec{Status: pulsetype.StatusRunning, Attempts: 3, MaxAttempts: 3, Worker: "w"}
 
 	runRefusals(t, pool, []refusal{
 		{"FailingTheLastAttemptIntoRetryingIsRefused", lastAttempt,
@@ -480,37 +481,37 @@ func TestSchemaQueuedJobsCanAlwaysBeClaimed(t *testing.T) {
 		// Also a retry that keeps attempts (jobs_attempts_fence, alone in
 		// TestSchemaFinishedJobsAreFrozen), but the CHECK is checked as the
 		// row is written, before the AFTER UPDATE guard (migration 00013).
-		{"ARetryWithoutAFreshBudgetIsRefused", jobstoretest.Spec{Status: jobstore.StatusDeadLettered, Attempts: 3, MaxAttempts: 3},
+		{"ARetryWithoutAFreshBudgetIsRefused", jobstoretest.Spec{Status: pulsetype.StatusDeadLettered, Attempts: 3, MaxAttempts: 3},
 			`UPDATE jobs SET status = 'PENDING', finished_at = NULL WHERE id = $1`, "jobs_queued_has_attempts_left"},
 	})
 	runPasses(t, pool, []refusal{
 		{"FailingTheLastAttemptDeadLetters", lastAttempt,
 			`UPDATE jobs SET status = 'DEAD_LETTERED', lease_until = NULL, finished_at = now() WHERE id = $1`, ""},
-		{"LoweringMaxAttemptsOfARunningJobToItsAttemptPasses", jobstoretest.Spec{Status: jobstore.StatusRunning, Attempts: 2},
+		{"LoweringMaxAttemptsOfARunningJobToItsAttemptPasses", jobstoretest.Spec{Status: pulsetype.StatusRunning, Attempts: 2},
 			`UPDATE jobs SET max_attempts = 2 WHERE id = $1`, ""},
 		{"RaisingMaxAttemptsPasses", retryingJob, `UPDATE jobs SET max_attempts = 10 WHERE id = $1`, ""},
 	})
 
 	t.Run("TheStoreDeadLettersAFailureOnTheLastAttempt", func(t *testing.T) {
 		b := &testBundle{pool: pool, store: newStore(t, pool)}
-		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.attempt", Attempts: 2, MaxAttempts: 2, Worker: "w"})
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeFail, Error: "boom"}})
+		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: pulsetype.StatusRunning, Topic: "last.attempt", Attempts: 2, MaxAttempts: 2, Worker: "w"})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: id, Attempt: 2}, Outcome: pulsetype.OutcomeFail, Error: "boom"}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
-		require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
+		require.Equal(t, pulsetype.StatusDeadLettered, acks[0].Status)
 	})
 	t.Run("TheReaperDeadLettersALapseOnTheLastAttempt", func(t *testing.T) {
 		b := &testBundle{pool: pool, store: newStore(t, pool)}
-		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRunning, Topic: "last.lapse", Attempts: 1, MaxAttempts: 1, LeaseIn: -time.Second})
+		id := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: pulsetype.StatusRunning, Topic: "last.lapse", Attempts: 1, MaxAttempts: 1, LeaseIn: -time.Second})
 		reaped, err := b.store.Reap(ctx, 100)
 		require.NoError(t, err)
-		var status jobstore.Status
+		var status pulsetype.Status
 		for _, r := range reaped {
 			if r.ID == id {
 				status = r.Status
 			}
 		}
-		require.Equal(t, jobstore.StatusDeadLettered, status)
+		require.Equal(t, pulsetype.StatusDeadLettered, status)
 	})
 }
 
@@ -524,8 +525,8 @@ func TestSchemaTimestamps(t *testing.T) {
 	complete := func(finishedAt string) string {
 		return `UPDATE jobs SET status = 'COMPLETED', lease_until = NULL, finished_at = ` + finishedAt + ` WHERE id = $1`
 	}
-	submittedAnHourAgo := jobstoretest.Spec{Status: jobstore.StatusPending, SubmittedAt: time.Now().Add(-time.Hour)}
-	runningForAnHour := jobstoretest.Spec{Status: jobstore.StatusRunning, SubmittedAt: time.Now().Add(-2 * time.Hour), StartedAt: time.Now().Add(-time.Hour)}
+	submittedAnHourAgo := jobstoretest.Spec{Status: pulsetype.StatusPending, SubmittedAt: time.Now().Add(-time.Hour)}
+	runningForAnHour := jobstoretest.Spec{Status: pulsetype.StatusRunning, SubmittedAt: time.Now().Add(-2 * time.Hour), StartedAt: time.Now().Add(-time.Hour)}
 
 	runRefusals(t, pool, []refusal{
 		{"AnInfiniteRunAtIsRefused", pendingJob, `UPDATE jobs SET next_run_at = 'infinity' WHERE id = $1`, "jobs_timestamps_finite"},
@@ -571,7 +572,7 @@ func TestSchemaTimestamps(t *testing.T) {
 		require.True(t, txNow.Before(submitted), "the job was submitted after the claim's now()")
 		require.True(t, started.Equal(submitted), "started %s, submitted %s", started, submitted)
 		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, jobstore.StatusRunning, statusOf(t, pool, id))
+		require.Equal(t, pulsetype.StatusRunning, statusOf(t, pool, id))
 	})
 }
 
@@ -595,7 +596,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 		pool := pgtest.Pool(t)
 		store := newStore(t, pool)
 		var finished []uuid.UUID
-		for _, s := range []jobstoretest.Spec{doneJob, deadJob, canceledJob, {Status: jobstore.StatusCanceled}} {
+		for _, s := range []jobstoretest.Spec{doneJob, deadJob, canceledJob, {Status: pulsetype.StatusCanceled}} {
 			s.SubmittedAt = time.Now().Add(-2 * time.Hour)
 			s.StartedAt = time.Now().Add(-90 * time.Minute)
 			s.FinishedAt = time.Now().Add(-time.Hour)
@@ -607,7 +608,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 			jobstoretest.MustCreate(t, pool, retryingJob),
 		}
 		var deleted int64
-		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusDeadLettered, jobstore.StatusCanceled} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusDeadLettered, pulsetype.StatusCanceled} {
 			n, err := store.DeleteFinished(ctx, s, time.Minute, 100)
 			require.NoError(t, err)
 			deleted += n
@@ -667,32 +668,32 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	// Submit, including a schedule's fire (past run_at, schedule id) and a
 	// keyed job.
 	sched := uuid.Must(uuid.NewV7())
-	jobs := []jobstore.NewJob{newJob("life", 5), newJob("life", 5), newJob("life", 5), newJob("life", 5)}
+	jobs := []pulsetype.NewJob{newJob("life", 5), newJob("life", 5), newJob("life", 5), newJob("life", 5)}
 	jobs[1].IdempotencyKey = "key"
 	jobs[2].ScheduleID, jobs[2].RunAt = &sched, time.Now().Add(-time.Minute)
 	jobs[3].MaxAttempts = 1
-	_, err = store.Insert(ctx, []jobstore.NewJob{jobs[0], jobs[3]}) // the plain INSERT
+	_, err = store.Insert(ctx, []pulsetype.NewJob{jobs[0], jobs[3]}) // the plain INSERT
 	require.NoError(t, err)
 	_, err = store.Insert(ctx, jobs[1:3]) // INSERT ... ON CONFLICT DO NOTHING
 	require.NoError(t, err)
 	claimed, err := store.Claim(ctx, []string{"life"}, slots("w", 4), time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 4)
-	refs := make([]jobstore.AttemptRef, len(claimed))
+	refs := make([]pulsetype.AttemptRef, len(claimed))
 	for i, c := range claimed {
-		refs[i] = jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}
+		refs[i] = pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
 	}
 	_, err = store.Heartbeat(ctx, "w", refs, time.Minute)
 	require.NoError(t, err)
-	byID := map[uuid.UUID]jobstore.AttemptRef{}
+	byID := map[uuid.UUID]pulsetype.AttemptRef{}
 	for _, r := range refs {
 		byID[r.ID] = r
 	}
 	setRetryPolicy(t, store, 0, 0)
-	acks, err := store.Report(ctx, "w", []jobstore.Result{
-		{Ref: byID[jobs[0].ID], Outcome: jobstore.OutcomeComplete},
-		{Ref: byID[jobs[1].ID], Outcome: jobstore.OutcomeFail, Error: "retry me"},
-		{Ref: byID[jobs[2].ID], Outcome: jobstore.OutcomeFailPermanent, Error: "bad input"},
+	acks, err := store.Report(ctx, "w", []pulsetype.Result{
+		{Ref: byID[jobs[0].ID], Outcome: pulsetype.OutcomeComplete},
+		{Ref: byID[jobs[1].ID], Outcome: pulsetype.OutcomeFail, Error: "retry me"},
+		{Ref: byID[jobs[2].ID], Outcome: pulsetype.OutcomeFailPermanent, Error: "bad input"},
 	})
 	require.NoError(t, err)
 	for _, a := range acks {
@@ -703,7 +704,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	reaped, err := store.Reap(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, reaped, 1)
-	require.Equal(t, jobstore.StatusDeadLettered, reaped[0].Status)
+	require.Equal(t, pulsetype.StatusDeadLettered, reaped[0].Status)
 	// jobs[1] is claimed again, lapses and is retried by the reaper.
 	again, err := store.Claim(ctx, []string{"life"}, slots("w2", 1), time.Minute)
 	require.NoError(t, err)
@@ -712,7 +713,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	setRetryPolicy(t, store, time.Hour, time.Hour)
 	reaped, err = store.Reap(ctx, 10)
 	require.NoError(t, err)
-	require.Equal(t, jobstore.StatusRetrying, reaped[0].Status)
+	require.Equal(t, pulsetype.StatusRetrying, reaped[0].Status)
 	// Operator actions: retry both dead letters, cancel one of them and the
 	// retrying job, then retention.
 	for _, id := range []uuid.UUID{jobs[2].ID, jobs[3].ID} {
@@ -727,7 +728,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.Cancel(ctx, jobs[3].ID)
 	require.NoError(t, err)
-	for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled} {
+	for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCanceled} {
 		_, err = store.DeleteFinished(ctx, s, 0, 100)
 		require.NoError(t, err)
 	}
@@ -752,7 +753,7 @@ func TestSchemaReadsRenderEveryAdmittedRow(t *testing.T) {
 	store := newStore(t, pool)
 
 	fresh := jobstoretest.MustCreate(t, pool, pendingJob)
-	odd := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: jobstore.StatusRetrying, Worker: "w", FailureError: "boom"})
+	odd := jobstoretest.MustCreate(t, pool, jobstoretest.Spec{Status: pulsetype.StatusRetrying, Worker: "w", FailureError: "boom"})
 	_, err := pool.Exec(ctx, `UPDATE jobs SET errors = errors || '[1, "text", null, {"attempt": 1.5, "error": "half"}, {"at": "yesterday"}, {"error": 7}, {"attempt": 2, "error": "x", "worker": "w", "at": "2026-01-02T03:04:05Z", "extra": true}]' WHERE id = $1`, odd)
 	require.NoError(t, err)
 	var extreme uuid.UUID
@@ -833,21 +834,21 @@ func TestSchemaMigrationRepairsRowsTheNewRulesRefuse(t *testing.T) {
 	lastError := func(j *jobstore.Job) string { return j.Errors[len(j.Errors)-1].Error }
 
 	j := get(1)
-	require.Equal(t, jobstore.StatusDeadLettered, j.Status, "a queued job without attempts left is dead-lettered")
+	require.Equal(t, pulsetype.StatusDeadLettered, j.Status, "a queued job without attempts left is dead-lettered")
 	require.NotNil(t, j.FinishedAt)
 	require.Contains(t, lastError(j), "migration 00005")
 	j = get(2)
-	require.Equal(t, jobstore.StatusDeadLettered, j.Status)
+	require.Equal(t, pulsetype.StatusDeadLettered, j.Status)
 	require.Len(t, j.Errors, 2, "the history is kept and explained")
 	j = get(3)
-	require.Equal(t, jobstore.StatusCanceled, j.Status, "a job parked at infinity is canceled")
+	require.Equal(t, pulsetype.StatusCanceled, j.Status, "a job parked at infinity is canceled")
 	require.Contains(t, lastError(j), "infinity")
 	j = get(4)
-	require.Equal(t, jobstore.StatusRunning, j.Status)
+	require.Equal(t, pulsetype.StatusRunning, j.Status)
 	require.Equal(t, "unnamed-worker", j.LockedBy)
 	require.False(t, j.LeaseUntil.After(time.Now()), "its lease lapsed: the reaper retries it")
 	j = get(5)
-	require.Equal(t, jobstore.StatusCompleted, j.Status)
+	require.Equal(t, pulsetype.StatusCompleted, j.Status)
 	require.True(t, !j.SubmittedAt.After(*j.StartedAt), "submitted_at moved back to the start")
 	j = get(6)
 	require.Empty(t, j.LockedBy)
@@ -855,7 +856,7 @@ func TestSchemaMigrationRepairsRowsTheNewRulesRefuse(t *testing.T) {
 	j = get(7)
 	require.NotNil(t, j.FinishedAt)
 	require.False(t, j.SubmittedAt.After(*j.FinishedAt))
-	require.Equal(t, jobstore.StatusPending, get(8).Status, "a healthy row is left alone")
+	require.Equal(t, pulsetype.StatusPending, get(8).Status, "a healthy row is left alone")
 
 	var valid []bool
 	rows, err := pool.Query(ctx, `SELECT convalidated FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'c'`)

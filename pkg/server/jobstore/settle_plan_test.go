@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -19,12 +20,12 @@ func TestSettlePlansLookUpEachID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for range 300 {
-		insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted, Attempts: 1})
+		insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusCompleted, Attempts: 1})
 	}
 	_, err := b.pool.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
 	// After the statistics: a backlog, a thousand of it running.
-	jobs := make([]jobstore.NewJob, 5000)
+	jobs := make([]pulsetype.NewJob, 5000)
 	for i := range jobs {
 		jobs[i] = newJob("settle", 5)
 	}
@@ -37,7 +38,7 @@ func TestSettlePlansLookUpEachID(t *testing.T) {
 	n := 100
 	workers, ids, attempts, outcomes, errs, after := make([]string, n), make([]uuid.UUID, n), make([]int32, n), make([]int16, n), make([]string, n), make([]int64, n)
 	for i := range n {
-		workers[i], ids[i], attempts[i], outcomes[i] = "w", claimed[i].ID, 1, int16(jobstore.OutcomeComplete)
+		workers[i], ids[i], attempts[i], outcomes[i] = "w", claimed[i].ID, 1, int16(pulsetype.OutcomeComplete)
 	}
 	// PinnedPlanSQL makes every execution use the generic plan a
 	// connection keeps (plan_cache_mode force_generic_plan): that plan is

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -101,7 +102,7 @@ func TestClaim(t *testing.T) {
 		insertRow(t, b.pool, rowOpts{Topic: "other"})
 		future := newJob("test.topic", 5)
 		future.RunAt = time.Now().Add(time.Hour)
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{future})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{future})
 		require.NoError(t, err)
 		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 5), ttl)
 		require.NoError(t, err)
@@ -111,16 +112,16 @@ func TestClaim(t *testing.T) {
 	t.Run("ConcurrentClaimsTakeDisjointJobs", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobs := make([]jobstore.NewJob, 500)
+		jobs := make([]pulsetype.NewJob, 500)
 		for i := range jobs {
 			jobs[i] = newJob("test.topic", 5)
 		}
 		_, err := b.store.Insert(ctx, jobs)
 		require.NoError(t, err)
-		results := make(chan []jobstore.Claimed)
+		results := make(chan []pulsetype.Claimed)
 		for g := range 5 {
 			go func() {
-				var mine []jobstore.Claimed
+				var mine []pulsetype.Claimed
 				for {
 					c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w"+string(rune('a'+g)), 7), ttl)
 					if err != nil || len(c) == 0 {
@@ -150,7 +151,7 @@ func TestInsert(t *testing.T) {
 		b := setup(t)
 		first := newJob("test.topic", 5)
 		first.IdempotencyKey = "order-42"
-		res, err := b.store.Insert(ctx, []jobstore.NewJob{first})
+		res, err := b.store.Insert(ctx, []pulsetype.NewJob{first})
 		require.NoError(t, err)
 		require.False(t, res[0].Duplicate)
 
@@ -160,11 +161,11 @@ func TestInsert(t *testing.T) {
 		sameBatch.IdempotencyKey = "order-43"
 		sameBatchTwin := newJob("test.topic", 5)
 		sameBatchTwin.IdempotencyKey = "order-43"
-		res, err = b.store.Insert(ctx, []jobstore.NewJob{again, sameBatch, sameBatchTwin})
+		res, err = b.store.Insert(ctx, []pulsetype.NewJob{again, sameBatch, sameBatchTwin})
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: first.ID, Duplicate: true}, res[0])
-		require.Equal(t, jobstore.Inserted{ID: sameBatch.ID, Duplicate: false}, res[1])
-		require.Equal(t, jobstore.Inserted{ID: sameBatch.ID, Duplicate: true}, res[2])
+		require.Equal(t, pulsetype.Inserted{ID: first.ID, Duplicate: true}, res[0])
+		require.Equal(t, pulsetype.Inserted{ID: sameBatch.ID, Duplicate: false}, res[1])
+		require.Equal(t, pulsetype.Inserted{ID: sameBatch.ID, Duplicate: true}, res[2])
 
 		var n int
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n))
@@ -176,24 +177,24 @@ func TestInsert(t *testing.T) {
 		b := setup(t)
 		first := newJob("test.topic", 5)
 		first.IdempotencyKey = "k"
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{first})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{first})
 		require.NoError(t, err)
 		_, err = b.store.Cancel(ctx, first.ID)
 		require.NoError(t, err)
 		second := newJob("test.topic", 5)
 		second.IdempotencyKey = "k"
-		res, err := b.store.Insert(ctx, []jobstore.NewJob{second})
+		res, err := b.store.Insert(ctx, []pulsetype.NewJob{second})
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: second.ID}, res[0])
+		require.Equal(t, pulsetype.Inserted{ID: second.ID}, res[0])
 	})
 
 	t.Run("SameIDIsADuplicateNotASecondJob", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		j := newJob("test.topic", 5)
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{j})
 		require.NoError(t, err)
-		res, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		res, err := b.store.Insert(ctx, []pulsetype.NewJob{j})
 		require.NoError(t, err)
 		require.True(t, res[0].Duplicate)
 	})
@@ -205,7 +206,7 @@ func TestInsert(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		j, other := newJob("test.topic", 5), newJob("test.topic", 5)
-		res, err := b.store.Insert(ctx, []jobstore.NewJob{j, other, j})
+		res, err := b.store.Insert(ctx, []pulsetype.NewJob{j, other, j})
 		require.NoError(t, err)
 		require.Len(t, res, 3)
 		require.Equal(t, []uuid.UUID{j.ID, other.ID, j.ID}, []uuid.UUID{res[0].ID, res[1].ID, res[2].ID})
@@ -220,7 +221,7 @@ func TestInsert(t *testing.T) {
 		b := setup(t)
 		conn := listenReady(t, b)
 
-		var jobs []jobstore.NewJob
+		var jobs []pulsetype.NewJob
 		for i := range 100 {
 			topic := "a"
 			if i%2 == 1 {
@@ -253,27 +254,29 @@ func TestInsert(t *testing.T) {
 func TestReport(t *testing.T) {
 	t.Parallel()
 
-	claimOne := func(t *testing.T, b *testBundle, worker string) jobstore.Claimed {
+	claimOne := func(t *testing.T, b *testBundle, worker string) pulsetype.Claimed {
 		t.Helper()
 		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots(worker, 1), ttl)
 		require.NoError(t, err)
 		require.Len(t, c, 1)
 		return c[0]
 	}
-	ref := func(c jobstore.Claimed) jobstore.AttemptRef { return jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt} }
+	ref := func(c pulsetype.Claimed) pulsetype.AttemptRef {
+		return pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
+	}
 
 	t.Run("CompleteFinishesTheJob", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertRow(t, b.pool, rowOpts{})
 		c := claimOne(t, b, "w")
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeComplete}})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: ref(c), Outcome: pulsetype.OutcomeComplete}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
-		require.Equal(t, jobstore.StatusCompleted, acks[0].Status)
+		require.Equal(t, pulsetype.StatusCompleted, acks[0].Status)
 		job, err := b.store.Get(ctx, c.ID)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusCompleted, job.Status)
+		require.Equal(t, pulsetype.StatusCompleted, job.Status)
 		require.NotNil(t, job.FinishedAt)
 		require.Nil(t, job.LeaseUntil)
 	})
@@ -287,11 +290,11 @@ func TestReport(t *testing.T) {
 			c := claimOne(t, b, "w")
 			require.Equal(t, attempt, c.Attempt)
 			before := time.Now()
-			acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeFail, Error: "boom " + string(rune('0'+attempt))}})
+			acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: ref(c), Outcome: pulsetype.OutcomeFail, Error: "boom " + string(rune('0'+attempt))}})
 			require.NoError(t, err)
 			require.True(t, acks[0].Accepted)
 			if attempt < 3 {
-				require.Equal(t, jobstore.StatusRetrying, acks[0].Status)
+				require.Equal(t, pulsetype.StatusRetrying, acks[0].Status)
 				wait := time.Duration(attempt*attempt) * time.Minute
 				require.WithinDuration(t, before.Add(wait), acks[0].NextRunAt, 5*time.Second)
 				// Not claimable before its backoff has passed.
@@ -300,12 +303,12 @@ func TestReport(t *testing.T) {
 				require.Empty(t, none)
 				makeDue(t, b.pool, id)
 			} else {
-				require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
+				require.Equal(t, pulsetype.StatusDeadLettered, acks[0].Status)
 			}
 		}
 		job, err := b.store.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusDeadLettered, job.Status)
+		require.Equal(t, pulsetype.StatusDeadLettered, job.Status)
 		require.Len(t, job.Errors, 3)
 		for i, e := range job.Errors {
 			require.Equal(t, i+1, e.Attempt)
@@ -320,9 +323,9 @@ func TestReport(t *testing.T) {
 		b := setup(t)
 		insertRow(t, b.pool, rowOpts{MaxAttempts: 10})
 		c := claimOne(t, b, "w")
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: ref(c), Outcome: jobstore.OutcomeFailPermanent, Error: "bad input"}})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: ref(c), Outcome: pulsetype.OutcomeFailPermanent, Error: "bad input"}})
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusDeadLettered, acks[0].Status)
+		require.Equal(t, pulsetype.StatusDeadLettered, acks[0].Status)
 	})
 
 	t.Run("StaleReportIsRejectedAndChangesNothing", func(t *testing.T) {
@@ -338,11 +341,11 @@ func TestReport(t *testing.T) {
 		current := claimOne(t, b, "w2")
 		require.EqualValues(t, 2, current.Attempt)
 
-		acks, err := b.store.Report(ctx, "w1", []jobstore.Result{{Ref: ref(old), Outcome: jobstore.OutcomeComplete}})
+		acks, err := b.store.Report(ctx, "w1", []pulsetype.Result{{Ref: ref(old), Outcome: pulsetype.OutcomeComplete}})
 		require.NoError(t, err)
 		require.False(t, acks[0].Accepted)
 		require.Contains(t, acks[0].Reason, "stale")
-		require.Equal(t, jobstore.StatusRunning, statusOf(t, b.pool, id))
+		require.Equal(t, pulsetype.StatusRunning, statusOf(t, b.pool, id))
 	})
 
 	t.Run("MixedBatchIsAnsweredPerResult", func(t *testing.T) {
@@ -354,11 +357,11 @@ func TestReport(t *testing.T) {
 		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 3), ttl)
 		require.NoError(t, err)
 		require.Len(t, c, 3)
-		results := []jobstore.Result{
-			{Ref: ref(c[0]), Outcome: jobstore.OutcomeComplete},
-			{Ref: jobstore.AttemptRef{ID: c[1].ID, Attempt: 9}, Outcome: jobstore.OutcomeComplete},
-			{Ref: ref(c[2]), Outcome: jobstore.OutcomeFail, Error: "x"},
-			{Ref: jobstore.AttemptRef{ID: uuid.Must(uuid.NewV7()), Attempt: 1}, Outcome: jobstore.OutcomeComplete},
+		results := []pulsetype.Result{
+			{Ref: ref(c[0]), Outcome: pulsetype.OutcomeComplete},
+			{Ref: pulsetype.AttemptRef{ID: c[1].ID, Attempt: 9}, Outcome: pulsetype.OutcomeComplete},
+			{Ref: ref(c[2]), Outcome: pulsetype.OutcomeFail, Error: "x"},
+			{Ref: pulsetype.AttemptRef{ID: uuid.Must(uuid.NewV7()), Attempt: 1}, Outcome: pulsetype.OutcomeComplete},
 		}
 		acks, err := b.store.Report(ctx, "w", results)
 		require.NoError(t, err)
@@ -366,7 +369,7 @@ func TestReport(t *testing.T) {
 		require.True(t, acks[0].Accepted)
 		require.False(t, acks[1].Accepted)
 		require.True(t, acks[2].Accepted)
-		require.Equal(t, jobstore.StatusRetrying, acks[2].Status)
+		require.Equal(t, pulsetype.StatusRetrying, acks[2].Status)
 		require.False(t, acks[3].Accepted)
 		require.Contains(t, acks[3].Reason, "not found")
 	})
@@ -389,7 +392,7 @@ func TestFencing(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, c2, 1)
 
-		beats, err := b.store.Heartbeat(ctx, "w1", []jobstore.AttemptRef{{ID: id, Attempt: c1[0].Attempt}}, time.Hour)
+		beats, err := b.store.Heartbeat(ctx, "w1", []pulsetype.AttemptRef{{ID: id, Attempt: c1[0].Attempt}}, time.Hour)
 		require.NoError(t, err)
 		require.False(t, beats[0].LeaseHeld)
 		job, err := b.store.Get(ctx, id)
@@ -397,7 +400,7 @@ func TestFencing(t *testing.T) {
 		require.Equal(t, "w2", job.LockedBy)
 		require.WithinDuration(t, c2[0].LeaseUntil, *job.LeaseUntil, 0, "the zombie's beat must not extend the new owner's lease")
 
-		beats, err = b.store.Heartbeat(ctx, "w2", []jobstore.AttemptRef{{ID: id, Attempt: c2[0].Attempt}}, time.Hour)
+		beats, err = b.store.Heartbeat(ctx, "w2", []pulsetype.AttemptRef{{ID: id, Attempt: c2[0].Attempt}}, time.Hour)
 		require.NoError(t, err)
 		require.True(t, beats[0].LeaseHeld)
 		require.True(t, beats[0].LeaseUntil.After(c2[0].LeaseUntil))
@@ -421,20 +424,20 @@ func TestFencing(t *testing.T) {
 		require.Len(t, second, 1)
 		require.EqualValues(t, 2, second[0].Attempt)
 
-		stale := jobstore.AttemptRef{ID: id, Attempt: first[0].Attempt}
-		beats, err := b.store.Heartbeat(ctx, "w", []jobstore.AttemptRef{stale}, time.Hour)
+		stale := pulsetype.AttemptRef{ID: id, Attempt: first[0].Attempt}
+		beats, err := b.store.Heartbeat(ctx, "w", []pulsetype.AttemptRef{stale}, time.Hour)
 		require.NoError(t, err)
 		require.False(t, beats[0].LeaseHeld)
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: stale, Outcome: jobstore.OutcomeFail, Error: "late"}})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: stale, Outcome: pulsetype.OutcomeFail, Error: "late"}})
 		require.NoError(t, err)
 		require.False(t, acks[0].Accepted)
 
-		acks, err = b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: 2}, Outcome: jobstore.OutcomeComplete}})
+		acks, err = b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: id, Attempt: 2}, Outcome: pulsetype.OutcomeComplete}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
 		job, err := b.store.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusCompleted, job.Status)
+		require.Equal(t, pulsetype.StatusCompleted, job.Status)
 		require.Len(t, job.Errors, 1, "only the reaped attempt is in the history")
 		require.Equal(t, jobstore.LeaseExpiredError, job.Errors[0].Error)
 	})
@@ -449,7 +452,7 @@ func TestOperatorActions(t *testing.T) {
 		id := insertRow(t, b.pool, rowOpts{})
 		job, err := b.store.Cancel(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusCanceled, job.Status)
+		require.Equal(t, pulsetype.StatusCanceled, job.Status)
 		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
 		require.NoError(t, err)
 		require.Empty(t, c)
@@ -463,22 +466,22 @@ func TestOperatorActions(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.store.Cancel(ctx, id)
 		require.NoError(t, err)
-		r := jobstore.AttemptRef{ID: id, Attempt: c[0].Attempt}
-		beats, err := b.store.Heartbeat(ctx, "w", []jobstore.AttemptRef{r}, ttl)
+		r := pulsetype.AttemptRef{ID: id, Attempt: c[0].Attempt}
+		beats, err := b.store.Heartbeat(ctx, "w", []pulsetype.AttemptRef{r}, ttl)
 		require.NoError(t, err)
 		require.False(t, beats[0].LeaseHeld)
 		require.True(t, beats[0].Canceled)
-		acks, err := b.store.Report(ctx, "w", []jobstore.Result{{Ref: r, Outcome: jobstore.OutcomeComplete}})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: r, Outcome: pulsetype.OutcomeComplete}})
 		require.NoError(t, err)
 		require.False(t, acks[0].Accepted)
 		require.Contains(t, acks[0].Reason, "CANCELED")
-		require.Equal(t, jobstore.StatusCanceled, statusOf(t, b.pool, id))
+		require.Equal(t, pulsetype.StatusCanceled, statusOf(t, b.pool, id))
 	})
 
 	t.Run("CancelOfAFinishedJobIsAnInvalidTransition", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		id := insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted, Attempts: 1})
+		id := insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusCompleted, Attempts: 1})
 		_, err := b.store.Cancel(ctx, id)
 		require.ErrorIs(t, err, apierr.ErrInvalidTransition)
 		require.Contains(t, err.Error(), "COMPLETED")
@@ -499,13 +502,13 @@ func TestOperatorActions(t *testing.T) {
 		id := insertRow(t, b.pool, rowOpts{MaxAttempts: 1})
 		c, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
 		require.NoError(t, err)
-		_, err = b.store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: id, Attempt: c[0].Attempt}, Outcome: jobstore.OutcomeFail, Error: "first"}})
+		_, err = b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: id, Attempt: c[0].Attempt}, Outcome: pulsetype.OutcomeFail, Error: "first"}})
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusDeadLettered, statusOf(t, b.pool, id))
+		require.Equal(t, pulsetype.StatusDeadLettered, statusOf(t, b.pool, id))
 
 		job, err := b.store.Retry(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.StatusPending, job.Status)
+		require.Equal(t, pulsetype.StatusPending, job.Status)
 		require.EqualValues(t, 0, job.Attempts)
 		require.Len(t, job.Errors, 1)
 		require.Nil(t, job.FinishedAt)
@@ -534,7 +537,7 @@ func TestList(t *testing.T) {
 			topic = "b"
 		}
 		j := newJob(topic, 5)
-		_, err := b.store.Insert(ctx, []jobstore.NewJob{j})
+		_, err := b.store.Insert(ctx, []pulsetype.NewJob{j})
 		require.NoError(t, err)
 		ids = append(ids, j.ID)
 	}
@@ -544,7 +547,7 @@ func TestList(t *testing.T) {
 	page2, err := b.store.List(ctx, jobstore.ListFilter{Topic: "a", Limit: 2, Before: &page1[1].ID})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{ids[2], ids[0]}, []uuid.UUID{page2[0].ID, page2[1].ID})
-	running, err := b.store.List(ctx, jobstore.ListFilter{Status: jobstore.StatusRunning, Limit: 10})
+	running, err := b.store.List(ctx, jobstore.ListFilter{Status: pulsetype.StatusRunning, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, running)
 }

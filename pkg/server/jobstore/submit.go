@@ -9,41 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
-
-// NewJob is a validated job ready to insert. The id is minted by the caller
-// (uuid v7 for submits, uuid v5 of schedule+occurrence for schedule fires)
-// so a retried insert of the same id is a no-op.
-type NewJob struct {
-	ID             uuid.UUID
-	Topic          string
-	Args           []byte // a JSON object
-	Priority       int16
-	MaxAttempts    int32
-	RunAt          time.Time // zero: now
-	IdempotencyKey string    // empty: none
-	ScheduleID     *uuid.UUID
-	TraceParent    string
-	TraceState     string
-	// Timeout bounds one attempt (1s..24h, jobs_timeout_range); zero: none.
-	Timeout time.Duration
-	// UniqueFor makes the job unique by topic and args for this long
-	// (1s..366 days, job_uniques): while another job holds the key, the
-	// insert answers that job as a duplicate. Zero: not unique.
-	UniqueFor time.Duration
-	// Retry is the job's own backoff between attempts (migration 00010);
-	// zero: the retry_policy row's.
-	Retry JobRetry
-}
-
-// Inserted is the outcome of one NewJob: the id of the job that now stands
-// for it, and whether that job existed already (same id, same live
-// idempotency key, or same topic and args within a unique period).
-type Inserted struct {
-	ID        uuid.UUID
-	Duplicate bool
-}
 
 // insertSQL inserts a whole batch in one statement from parallel arrays. ON
 // CONFLICT DO NOTHING covers both unique rules: the primary key (a
@@ -162,7 +130,7 @@ WHERE idempotency_key = ANY($1::text[]) AND status IN ('PENDING', 'RUNNING', 'RE
 // error (InvalidArgument naming its field when it is the job's data). The
 // job is found by splitting the batch (Isolate) inside a transaction that
 // is then rolled back, so finding it writes nothing either.
-func (s *Store) Insert(ctx context.Context, jobs []NewJob) ([]Inserted, error) {
+func (s *Store) Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -187,7 +155,7 @@ func (s *Store) Insert(ctx context.Context, jobs []NewJob) ([]Inserted, error) {
 // error, InvalidArgument naming its field (topic, args, idempotency_key,
 // run_at, ...) when it is the job's data. errs is nil when every job
 // succeeded; otherwise errs[i] is job i's error and out[i] is zero.
-func (s *Store) InsertEach(ctx context.Context, jobs []NewJob) (out []Inserted, errs []error) {
+func (s *Store) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) (out []pulsetype.Inserted, errs []error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -196,7 +164,7 @@ func (s *Store) InsertEach(ctx context.Context, jobs []NewJob) (out []Inserted, 
 	// INSERT ... ON CONFLICT). The idempotency-key lookup that follows is a
 	// read, outside what is split: splitting after it committed rows would
 	// report a job inserted by the first attempt as its own duplicate.
-	fresh, errs := Isolate(jobs, func(batch []NewJob) ([]bool, error) {
+	fresh, errs := Isolate(jobs, func(batch []pulsetype.NewJob) ([]bool, error) {
 		return s.insertRows(ctx, batch)
 	})
 	for i, err := range errs {
@@ -219,7 +187,7 @@ func (e *MemberError) Error() string { return fmt.Sprintf("jobs[%d]: %v", e.Inde
 func (e *MemberError) Unwrap() error { return e.Err }
 
 // insertParams are the statement's parallel arrays.
-func insertParams(jobs []NewJob) []any {
+func insertParams(jobs []pulsetype.NewJob) []any {
 	n := len(jobs)
 	ids := make([][16]byte, n)
 	topics := make([]string, n)
@@ -255,7 +223,7 @@ func insertParams(jobs []NewJob) []any {
 // call inserted it (false: its id or live idempotency key existed). It is
 // all or nothing: on error nothing was written. Errors are Postgres's own,
 // uninterpreted, so Isolate can tell a data error from an outage.
-func (s *Store) insertRows(ctx context.Context, jobs []NewJob) ([]bool, error) {
+func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool, error) {
 	n := len(jobs)
 	params := insertParams(jobs)
 	fresh := make([]bool, n)
@@ -323,7 +291,7 @@ func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) 
 
 // insertStatement is the statement that inserts jobs with conflict
 // handling: the unique insert when one of them is unique.
-func insertStatement(jobs []NewJob) string {
+func insertStatement(jobs []pulsetype.NewJob) string {
 	for i := range jobs {
 		if jobs[i].UniqueFor > 0 {
 			return insertUniqueSQL
@@ -346,7 +314,7 @@ func isUniqueRace(err error) bool {
 // whose holder is gone by the time it is looked up (it finished, its
 // period ended, retention deleted it) is inserted after all. Jobs with an
 // error in errs keep it; errs may be nil.
-func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs []error) ([]Inserted, []error) {
+func (s *Store) resolve(ctx context.Context, jobs []pulsetype.NewJob, fresh []bool, errs []error) ([]pulsetype.Inserted, []error) {
 	n := len(jobs)
 	failed := func(i int) bool { return errs != nil && errs[i] != nil }
 	fail := func(i int, err error) {
@@ -355,7 +323,7 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		}
 		errs[i] = err
 	}
-	out := make([]Inserted, n)
+	out := make([]pulsetype.Inserted, n)
 	var unique []int // not inserted, unique: look up the key's holder first
 	var keyed []int  // not inserted, with an idempotency key
 	for i := range jobs {
@@ -379,7 +347,7 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		for _, i := range unique {
 			switch id, ok := holders[i]; {
 			case err != nil:
-				out[i] = Inserted{}
+				out[i] = pulsetype.Inserted{}
 				fail(i, err)
 			case ok:
 				out[i].ID = id
@@ -399,7 +367,7 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		for _, i := range keyed {
 			switch id, ok := holders[jobs[i].IdempotencyKey]; {
 			case err != nil:
-				out[i] = Inserted{}
+				out[i] = pulsetype.Inserted{}
 				fail(i, err)
 			case ok:
 				out[i].ID = id
@@ -411,7 +379,7 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 		}
 	}
 	if len(retry) > 0 {
-		again := make([]NewJob, len(retry))
+		again := make([]pulsetype.NewJob, len(retry))
 		for k, i := range retry {
 			again[k] = jobs[i]
 		}
@@ -428,7 +396,7 @@ func (s *Store) resolve(ctx context.Context, jobs []NewJob, fresh []bool, errs [
 
 // uniqueHolders finds the job holding the unique key of each of jobs[at],
 // keyed by index into jobs.
-func (s *Store) uniqueHolders(ctx context.Context, jobs []NewJob, at []int) (map[int]uuid.UUID, error) {
+func (s *Store) uniqueHolders(ctx context.Context, jobs []pulsetype.NewJob, at []int) (map[int]uuid.UUID, error) {
 	topics := make([]string, len(at))
 	args := make([]string, len(at))
 	for k, i := range at {
@@ -479,7 +447,7 @@ func (s *Store) keyHolders(ctx context.Context, keys []string) (map[string]uuid.
 // refusal explains why Insert's batch statement failed. A data error is
 // pinned on the first job Postgres refuses (locate); anything else is the
 // database's, returned as it is.
-func (s *Store) refusal(ctx context.Context, jobs []NewJob, err error) error {
+func (s *Store) refusal(ctx context.Context, jobs []pulsetype.NewJob, err error) error {
 	if !IsDataError(err) {
 		return interpretError("insert jobs", err)
 	}
@@ -498,13 +466,13 @@ func (s *Store) refusal(ctx context.Context, jobs []NewJob, err error) error {
 // its own savepoint, and rolling the transaction back: it writes nothing.
 // ok is false when no job is refused on its own (the failure was the
 // database's after all).
-func (s *Store) locate(ctx context.Context, jobs []NewJob) (at int, err error, ok bool) {
+func (s *Store) locate(ctx context.Context, jobs []pulsetype.NewJob) (at int, err error, ok bool) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, nil, false
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // always rolled back
-	_, errs := Isolate(jobs, func(batch []NewJob) ([]struct{}, error) {
+	_, errs := Isolate(jobs, func(batch []pulsetype.NewJob) ([]struct{}, error) {
 		sp, err := tx.Begin(ctx) // SAVEPOINT
 		if err != nil {
 			return nil, err
@@ -527,7 +495,7 @@ func (s *Store) locate(ctx context.Context, jobs []NewJob) (at int, err error, o
 // refused a value it cannot store, the field is found by checking the
 // job's values with package storable (the SQLSTATE does not say which
 // column); a CHECK violation names its constraint's field (interpretError).
-func rowError(job NewJob, err error) error {
+func rowError(job pulsetype.NewJob, err error) error {
 	var pgErr *pgconn.PgError
 	if IsDataError(err) && errors.As(err, &pgErr) && (unstorable(pgErr.Code) || pgErr.Code == "22P02") {
 		if ferr := storableRow(job); ferr != nil {
@@ -539,7 +507,7 @@ func rowError(job NewJob, err error) error {
 
 // storableRow checks a job's values as control-api checks them at the
 // edge, returning the first it finds Postgres cannot store.
-func storableRow(job NewJob) error {
+func storableRow(job pulsetype.NewJob) error {
 	if err := storable.Text("topic", job.Topic); err != nil {
 		return err
 	}
@@ -563,7 +531,7 @@ func storableRow(job NewJob) error {
 // plainBatch reports whether jobs can conflict only on their ids: none
 // carries an idempotency key, a schedule id (a schedule fire's id is
 // derived from its occurrence and is meant to repeat) or a unique period.
-func plainBatch(jobs []NewJob) bool {
+func plainBatch(jobs []pulsetype.NewJob) bool {
 	for i := range jobs {
 		if jobs[i].IdempotencyKey != "" || jobs[i].ScheduleID != nil || jobs[i].UniqueFor > 0 {
 			return false

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -53,17 +54,17 @@ func countJobs(t *testing.T, pool *pgxpool.Pool) int {
 var poisons = []struct {
 	name  string
 	field string
-	apply func(*jobstore.NewJob)
+	apply func(*pulsetype.NewJob)
 }{
-	{"InvalidUTF8InArgs", "args", func(j *jobstore.NewJob) { j.Args = []byte("{\"a\":\"\xff\"}") }},
-	{"NULKeyInArgs", "args", func(j *jobstore.NewJob) { j.Args = []byte(`{"\u0000":1}`) }},
-	{"NULValueInArgs", "args", func(j *jobstore.NewJob) { j.Args = []byte(`{"a":"x\u0000y"}`) }},
-	{"NumberJsonbCannotHold", "args", func(j *jobstore.NewJob) { j.Args = []byte(`{"a":1e1000000}`) }},
-	{"LoneSurrogateInArgs", "args", func(j *jobstore.NewJob) { j.Args = []byte(`{"a":"\ud800"}`) }},
-	{"TimestampBeforePostgresRange", "run_at", func(j *jobstore.NewJob) { j.RunAt = time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC) }},
-	{"NULInIdempotencyKey", "idempotency_key", func(j *jobstore.NewJob) { j.IdempotencyKey = "k\x00" }},
-	{"InvalidUTF8InIdempotencyKey", "idempotency_key", func(j *jobstore.NewJob) { j.IdempotencyKey = "k\xc3" }},
-	{"InvalidUTF8InTopic", "topic", func(j *jobstore.NewJob) { j.Topic = "t\xff" }},
+	{"InvalidUTF8InArgs", "args", func(j *pulsetype.NewJob) { j.Args = []byte("{\"a\":\"\xff\"}") }},
+	{"NULKeyInArgs", "args", func(j *pulsetype.NewJob) { j.Args = []byte(`{"\u0000":1}`) }},
+	{"NULValueInArgs", "args", func(j *pulsetype.NewJob) { j.Args = []byte(`{"a":"x\u0000y"}`) }},
+	{"NumberJsonbCannotHold", "args", func(j *pulsetype.NewJob) { j.Args = []byte(`{"a":1e1000000}`) }},
+	{"LoneSurrogateInArgs", "args", func(j *pulsetype.NewJob) { j.Args = []byte(`{"a":"\ud800"}`) }},
+	{"TimestampBeforePostgresRange", "run_at", func(j *pulsetype.NewJob) { j.RunAt = time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC) }},
+	{"NULInIdempotencyKey", "idempotency_key", func(j *pulsetype.NewJob) { j.IdempotencyKey = "k\x00" }},
+	{"InvalidUTF8InIdempotencyKey", "idempotency_key", func(j *pulsetype.NewJob) { j.IdempotencyKey = "k\xc3" }},
+	{"InvalidUTF8InTopic", "topic", func(j *pulsetype.NewJob) { j.Topic = "t\xff" }},
 }
 
 // TestInsertEachIsolatesTheJobPostgresRefuses: a batch with one job whose
@@ -82,7 +83,7 @@ func TestInsertEachIsolatesTheJobPostgresRefuses(t *testing.T) {
 				t.Parallel()
 				b, counter := countedSetup(t)
 				const n, culprit = 33, 21
-				jobs := make([]jobstore.NewJob, n)
+				jobs := make([]pulsetype.NewJob, n)
 				for i := range jobs {
 					jobs[i] = newJob("isolate", 5)
 					if withKeys {
@@ -107,10 +108,10 @@ func TestInsertEachIsolatesTheJobPostgresRefuses(t *testing.T) {
 				}
 				want := n - 1
 				if withKeys {
-					require.Equal(t, jobstore.Inserted{ID: jobs[2].ID, Duplicate: true}, res[3])
+					require.Equal(t, pulsetype.Inserted{ID: jobs[2].ID, Duplicate: true}, res[3])
 					want--
 				}
-				require.Equal(t, jobstore.Inserted{ID: jobs[0].ID}, res[0])
+				require.Equal(t, pulsetype.Inserted{ID: jobs[0].ID}, res[0])
 				require.Equal(t, want, countJobs(t, b.pool))
 				// One refused job among 33 costs a bisection: about 2·log2(33)
 				// statements, never one per job.
@@ -123,7 +124,7 @@ func TestInsertEachIsolatesTheJobPostgresRefuses(t *testing.T) {
 func TestInsertEachHappyPathIsOneStatement(t *testing.T) {
 	t.Parallel()
 	b, counter := countedSetup(t)
-	jobs := make([]jobstore.NewJob, 50)
+	jobs := make([]pulsetype.NewJob, 50)
 	for i := range jobs {
 		jobs[i] = newJob("happy", 5)
 	}
@@ -141,7 +142,7 @@ func TestInsertEachSplitsABatchACheckConstraintRefuses(t *testing.T) {
 	b, counter := countedSetup(t)
 	_, err := b.pool.Exec(ctx, `ALTER TABLE jobs ADD CONSTRAINT jobs_args_no_poison CHECK (NOT args ? 'poison')`)
 	require.NoError(t, err)
-	jobs := make([]jobstore.NewJob, 40)
+	jobs := make([]pulsetype.NewJob, 40)
 	for i := range jobs {
 		jobs[i] = newJob("check", 5)
 	}
@@ -170,7 +171,7 @@ func TestInsertNamesTheRefusedJobAndWritesNothing(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			jobs := make([]jobstore.NewJob, 9)
+			jobs := make([]pulsetype.NewJob, 9)
 			for i := range jobs {
 				jobs[i] = newJob("all-or-nothing", 5)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
@@ -37,9 +38,9 @@ func rollupTotals(t *testing.T, pool *pgxpool.Pool) map[string]rollupCounts {
 }
 
 // claimN inserts n jobs of topic with maxAttempts and claims them for w.
-func claimN(t *testing.T, store *jobstore.Store, topic string, n int, maxAttempts int32, w string) []jobstore.Claimed {
+func claimN(t *testing.T, store *jobstore.Store, topic string, n int, maxAttempts int32, w string) []pulsetype.Claimed {
 	t.Helper()
-	jobs := make([]jobstore.NewJob, n)
+	jobs := make([]pulsetype.NewJob, n)
 	for i := range jobs {
 		jobs[i] = newJob(topic, 5)
 		jobs[i].MaxAttempts = maxAttempts
@@ -52,9 +53,9 @@ func claimN(t *testing.T, store *jobstore.Store, topic string, n int, maxAttempt
 	return c
 }
 
-func result(c jobstore.Claimed, o jobstore.Outcome) jobstore.Result {
-	r := jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: o, Worker: c.WorkerID}
-	if o != jobstore.OutcomeComplete {
+func result(c pulsetype.Claimed, o pulsetype.Outcome) pulsetype.Result {
+	r := pulsetype.Result{Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: o, Worker: c.WorkerID}
+	if o != pulsetype.OutcomeComplete {
 		r.Error = "boom"
 	}
 	return r
@@ -74,16 +75,16 @@ func TestThroughputRollup(t *testing.T) {
 
 		mail := claimN(t, gw, "mail", 7, 3, "w")
 		last := claimN(t, gw, "mail", 2, 1, "w") // on their last attempt
-		var rs []jobstore.Result
+		var rs []pulsetype.Result
 		for _, c := range mail[:3] {
-			rs = append(rs, result(c, jobstore.OutcomeComplete))
+			rs = append(rs, result(c, pulsetype.OutcomeComplete))
 		}
 		for _, c := range mail[3:5] {
-			rs = append(rs, result(c, jobstore.OutcomeFail)) // retried
+			rs = append(rs, result(c, pulsetype.OutcomeFail)) // retried
 		}
-		rs = append(rs, result(mail[5], jobstore.OutcomeFailPermanent))
-		rs = append(rs, result(last[0], jobstore.OutcomeFail)) // dead-lettered: out of attempts
-		rs = append(rs, result(last[1], jobstore.OutcomeComplete))
+		rs = append(rs, result(mail[5], pulsetype.OutcomeFailPermanent))
+		rs = append(rs, result(last[0], pulsetype.OutcomeFail)) // dead-lettered: out of attempts
+		rs = append(rs, result(last[1], pulsetype.OutcomeComplete))
 		acks, err := gw.Report(ctx, "", rs)
 		require.NoError(t, err)
 		for _, a := range acks {
@@ -121,22 +122,22 @@ func TestThroughputRollup(t *testing.T) {
 		pool := newPool(t)
 		gw := newStore(t, pool, jobstore.ThroughputWriter("gw-1"))
 		c := claimN(t, gw, "t", 3, 3, "w")
-		stale := result(c[0], jobstore.OutcomeComplete)
+		stale := result(c[0], pulsetype.OutcomeComplete)
 		stale.Ref.Attempt++ // an attempt that is not the job's
-		foreign := result(c[1], jobstore.OutcomeComplete)
+		foreign := result(c[1], pulsetype.OutcomeComplete)
 		foreign.Worker = "someone-else"
-		acks, err := gw.Report(ctx, "", []jobstore.Result{stale, foreign})
+		acks, err := gw.Report(ctx, "", []pulsetype.Result{stale, foreign})
 		require.NoError(t, err)
 		require.False(t, acks[0].Accepted)
 		require.False(t, acks[1].Accepted)
 		require.Empty(t, rollupTotals(t, pool))
 
 		// A result reported twice (a worker's retried RPC) counts once.
-		ok := result(c[2], jobstore.OutcomeComplete)
-		acks, err = gw.Report(ctx, "", []jobstore.Result{ok, ok})
+		ok := result(c[2], pulsetype.OutcomeComplete)
+		acks, err = gw.Report(ctx, "", []pulsetype.Result{ok, ok})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
-		acks, err = gw.Report(ctx, "", []jobstore.Result{ok})
+		acks, err = gw.Report(ctx, "", []pulsetype.Result{ok})
 		require.NoError(t, err)
 		require.False(t, acks[0].Accepted)
 		require.Equal(t, map[string]rollupCounts{"t/gw-1": {Completed: 1}}, rollupTotals(t, pool))
@@ -153,19 +154,19 @@ func TestThroughputRollup(t *testing.T) {
 		const rounds, perTopic = 10, 4
 		// Every round's jobs are claimed first, one writer's worker at a
 		// time; the reports then race.
-		batches := make([][][]jobstore.Result, len(writers))
+		batches := make([][][]pulsetype.Result, len(writers))
 		for wi, s := range writers {
 			worker := fmt.Sprintf("w%d", wi)
 			for r := range rounds {
-				var rs []jobstore.Result
+				var rs []pulsetype.Result
 				// Topics in another order per writer and round: the
 				// rollup's rows still lock in key order.
 				for k := range topics {
 					topic := topics[(k+r+wi)%len(topics)]
 					for _, c := range claimN(t, s, topic, perTopic, 1, worker) {
-						o := jobstore.OutcomeComplete
+						o := pulsetype.OutcomeComplete
 						if r%2 == 1 {
-							o = jobstore.OutcomeFail
+							o = pulsetype.OutcomeFail
 						}
 						rs = append(rs, result(c, o))
 					}
@@ -205,14 +206,14 @@ func TestThroughputRollup(t *testing.T) {
 		pool := newPool(t)
 		gw := newStore(t, pool, jobstore.ThroughputWriter("gw-1"))
 		c := claimN(t, gw, "t", 9, 3, "w")
-		rs := make([]jobstore.Result, len(c))
+		rs := make([]pulsetype.Result, len(c))
 		for i := range c {
-			rs[i] = result(c[i], jobstore.OutcomeComplete)
+			rs[i] = result(c[i], pulsetype.OutcomeComplete)
 		}
-		rs[4] = result(c[4], jobstore.OutcomeFail)
+		rs[4] = result(c[4], pulsetype.OutcomeFail)
 		rs[4].Error = "nul\x00byte" // Postgres refuses it as a value
-		rs[7] = result(c[7], jobstore.OutcomeFail)
-		acks, errs := jobstore.Isolate(rs, func(batch []jobstore.Result) ([]jobstore.Ack, error) {
+		rs[7] = result(c[7], pulsetype.OutcomeFail)
+		acks, errs := jobstore.Isolate(rs, func(batch []pulsetype.Result) ([]pulsetype.Ack, error) {
 			return gw.Report(ctx, "", batch)
 		})
 		for i := range rs {

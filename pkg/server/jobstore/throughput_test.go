@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
@@ -145,12 +146,12 @@ func TestTopicsReadTheRollup(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for range 3 {
-			insertRow(t, b.pool, rowOpts{Status: jobstore.StatusPending, Topic: "mail", SubmittedAt: time.Now().Add(-10 * time.Minute)})
+			insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusPending, Topic: "mail", SubmittedAt: time.Now().Add(-10 * time.Minute)})
 		}
-		insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRunning, Topic: "mail"})
-		insertRow(t, b.pool, rowOpts{Status: jobstore.StatusRetrying, Topic: "mail", MaxAttempts: 3})
-		insertRow(t, b.pool, rowOpts{Status: jobstore.StatusDeadLettered, Topic: "pdf", MaxAttempts: 1})
-		insertRow(t, b.pool, rowOpts{Status: jobstore.StatusCompleted, Topic: "pdf"})
+		insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusRunning, Topic: "mail"})
+		insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusRetrying, Topic: "mail", MaxAttempts: 3})
+		insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusDeadLettered, Topic: "pdf", MaxAttempts: 1})
+		insertRow(t, b.pool, rowOpts{Status: pulsetype.StatusCompleted, Topic: "pdf"})
 		var now time.Time
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT date_trunc('minute', now())`).Scan(&now))
 		insertRollups(t, b.pool,

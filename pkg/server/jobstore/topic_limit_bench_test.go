@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
@@ -79,10 +80,10 @@ SELECT gen_random_uuid(), ($1::text[])[1 + g % cardinality($1::text[])], g % 11 
 			if _, err := pool.Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
 				b.Fatal(err)
 			}
-			completeAll := func(refs []jobstore.AttemptRef) {
-				results := make([]jobstore.Result, len(refs))
+			completeAll := func(refs []pulsetype.AttemptRef) {
+				results := make([]pulsetype.Result, len(refs))
 				for i, r := range refs {
-					results[i] = jobstore.Result{Ref: r, Outcome: jobstore.OutcomeComplete}
+					results[i] = pulsetype.Result{Ref: r, Outcome: pulsetype.OutcomeComplete}
 				}
 				if _, err := s.Report(ctx, "w", results); err != nil {
 					b.Fatal(err)
@@ -106,9 +107,9 @@ SELECT gen_random_uuid(), ($1::text[])[1 + g % cardinality($1::text[])], g % 11 
 					if err != nil || len(got) != 50 {
 						b.Fatalf("claimed %d: %v", len(got), err)
 					}
-					refs := make([]jobstore.AttemptRef, len(got))
+					refs := make([]pulsetype.AttemptRef, len(got))
 					for i, c := range got {
-						refs[i] = jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}
+						refs[i] = pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
 					}
 					completeAll(refs)
 				}
@@ -125,9 +126,9 @@ SELECT gen_random_uuid(), ($1::text[])[1 + g % cardinality($1::text[])], g % 11 
 					if err != nil {
 						b.Fatal(err)
 					}
-					var refs []jobstore.AttemptRef
+					var refs []pulsetype.AttemptRef
 					for rows.Next() {
-						var r jobstore.AttemptRef
+						var r pulsetype.AttemptRef
 						if err := rows.Scan(&r.ID, &r.Attempt); err != nil {
 							b.Fatal(err)
 						}

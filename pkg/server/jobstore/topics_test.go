@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/claimwitness"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -23,7 +24,7 @@ func ptr(n int) *int { return &n }
 // insertJobs inserts n PENDING jobs of topic at priority prio.
 func insertJobs(t *testing.T, b *testBundle, topic string, prio int16, n int) []uuid.UUID {
 	t.Helper()
-	jobs := make([]jobstore.NewJob, n)
+	jobs := make([]pulsetype.NewJob, n)
 	ids := make([]uuid.UUID, n)
 	for i := range jobs {
 		jobs[i] = newJob(topic, prio)
@@ -35,19 +36,19 @@ func insertJobs(t *testing.T, b *testBundle, topic string, prio int16, n int) []
 }
 
 // complete reports the claimed jobs completed.
-func complete(t *testing.T, b *testBundle, claimed []jobstore.Claimed) {
+func complete(t *testing.T, b *testBundle, claimed []pulsetype.Claimed) {
 	t.Helper()
 	require.NoError(t, completeJobs(b, claimed))
 }
 
 // completeJobs is complete for goroutines other than the test's.
-func completeJobs(b *testBundle, claimed []jobstore.Claimed) error {
+func completeJobs(b *testBundle, claimed []pulsetype.Claimed) error {
 	if len(claimed) == 0 {
 		return nil
 	}
-	results := make([]jobstore.Result, len(claimed))
+	results := make([]pulsetype.Result, len(claimed))
 	for i, c := range claimed {
-		results[i] = jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: jobstore.OutcomeComplete, Worker: c.WorkerID}
+		results[i] = pulsetype.Result{Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: pulsetype.OutcomeComplete, Worker: c.WorkerID}
 	}
 	acks, err := b.store.Report(ctx, "", results)
 	if err != nil {
@@ -73,7 +74,7 @@ func listenReady(t *testing.T, b *testBundle) *pgx.Conn {
 	return conn
 }
 
-func claimTopics(t *testing.T, b *testBundle, topics []string, n int) []jobstore.Claimed {
+func claimTopics(t *testing.T, b *testBundle, topics []string, n int) []pulsetype.Claimed {
 	t.Helper()
 	got, err := b.store.Claim(ctx, topics, slots("w", n), ttl)
 	require.NoError(t, err)
@@ -147,8 +148,8 @@ func TestTopicLimit(t *testing.T) {
 		complete(t, b, lim)
 		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 2')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
-		acks, err := b.store.Report(ctx, "", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: open[1].ID, Attempt: open[1].Attempt},
-			Outcome: jobstore.OutcomeFail, Error: "boom", Worker: open[1].WorkerID}})
+		acks, err := b.store.Report(ctx, "", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: open[1].ID, Attempt: open[1].Attempt},
+			Outcome: pulsetype.OutcomeFail, Error: "boom", Worker: open[1].WorkerID}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
 		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker 3')`, jobstore.ReadyChannel)
@@ -301,13 +302,13 @@ func TestTopics(t *testing.T) {
 	t.Run("CountsEachTopic", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusPending})
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusPending})
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRunning, LockedBy: "w"})
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusRetrying, Attempts: 1, MaxAttempts: 3})
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusDeadLettered, Attempts: 1, MaxAttempts: 1})
-		insertRow(t, b.pool, rowOpts{Topic: "a", Status: jobstore.StatusCompleted, Attempts: 1})
-		insertRow(t, b.pool, rowOpts{Topic: "done", Status: jobstore.StatusCompleted, Attempts: 1})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusPending})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusPending})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRunning, LockedBy: "w"})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusRetrying, Attempts: 1, MaxAttempts: 3})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusDeadLettered, Attempts: 1, MaxAttempts: 1})
+		insertRow(t, b.pool, rowOpts{Topic: "a", Status: pulsetype.StatusCompleted, Attempts: 1})
+		insertRow(t, b.pool, rowOpts{Topic: "done", Status: pulsetype.StatusCompleted, Attempts: 1})
 		_, err := b.store.SetTopicLimit(ctx, "limited", ptr(7), "alice")
 		require.NoError(t, err)
 		_, err = b.store.Pause(ctx, pauseReq("paused", jobstore.PauseDrain, "x", "alice"))
@@ -393,7 +394,7 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 			t.Logf("seed %d", seed)
 			var wg sync.WaitGroup
 			done := make(chan struct{})
-			claimed := make(chan []jobstore.Claimed, 64)
+			claimed := make(chan []pulsetype.Claimed, 64)
 			for w := range 6 {
 				wg.Add(1)
 				go func() {

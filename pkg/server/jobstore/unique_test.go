@@ -9,12 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
-func uniqueJob(topic, args string, period time.Duration) jobstore.NewJob {
+func uniqueJob(topic, args string, period time.Duration) pulsetype.NewJob {
 	j := newJob(topic, 5)
 	j.Args, j.UniqueFor = []byte(args), period
 	return j
@@ -36,33 +37,33 @@ func TestUniqueForReturnsTheFirstJobWithinThePeriod(t *testing.T) {
 	store := newStore(t, pool)
 
 	first := uniqueJob("uniq", `{"a": 1, "b": [1, 2]}`, time.Hour)
-	res, err := store.Insert(ctx, []jobstore.NewJob{first})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{first})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: first.ID}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: first.ID}, res[0])
 
 	same := uniqueJob("uniq", `{"b":[1,2],"a":1}`, time.Minute) // other spelling, same jsonb
-	res, err = store.Insert(ctx, []jobstore.NewJob{same})
+	res, err = store.Insert(ctx, []pulsetype.NewJob{same})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: first.ID, Duplicate: true}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: first.ID, Duplicate: true}, res[0])
 
 	// Finished, it still holds the period.
 	claimed, err := store.Claim(ctx, []string{"uniq"}, slots("w", 1), time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
-	_, err = store.Report(ctx, "w", []jobstore.Result{{Ref: jobstore.AttemptRef{ID: first.ID, Attempt: 1}, Outcome: jobstore.OutcomeComplete}})
+	_, err = store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: first.ID, Attempt: 1}, Outcome: pulsetype.OutcomeComplete}})
 	require.NoError(t, err)
-	out, errs := store.InsertEach(ctx, []jobstore.NewJob{uniqueJob("uniq", `{"a":1,"b":[1,2]}`, time.Hour)})
+	out, errs := store.InsertEach(ctx, []pulsetype.NewJob{uniqueJob("uniq", `{"a":1,"b":[1,2]}`, time.Hour)})
 	require.Nil(t, errs)
-	require.Equal(t, jobstore.Inserted{ID: first.ID, Duplicate: true}, out[0])
+	require.Equal(t, pulsetype.Inserted{ID: first.ID, Duplicate: true}, out[0])
 
-	for _, other := range []jobstore.NewJob{
+	for _, other := range []pulsetype.NewJob{
 		uniqueJob("uniq.other", `{"a":1,"b":[1,2]}`, time.Hour),
 		uniqueJob("uniq", `{"a":2,"b":[1,2]}`, time.Hour),
 		newJob("uniq", 5), // not unique at all
 	} {
-		res, err := store.Insert(ctx, []jobstore.NewJob{other})
+		res, err := store.Insert(ctx, []pulsetype.NewJob{other})
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Inserted{ID: other.ID}, res[0])
+		require.Equal(t, pulsetype.Inserted{ID: other.ID}, res[0])
 	}
 }
 
@@ -74,19 +75,19 @@ func TestUniqueForEndsWithItsPeriod(t *testing.T) {
 	store := newStore(t, pool)
 
 	first := uniqueJob("uniq.exp", `{"n":1}`, time.Second)
-	_, err := store.Insert(ctx, []jobstore.NewJob{first})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{first})
 	require.NoError(t, err)
 	// The period ends (as if a second had passed).
 	_, err = pool.Exec(ctx, `UPDATE job_uniques SET since = since - interval '2 seconds', expires_at = expires_at - interval '2 seconds'`)
 	require.NoError(t, err)
 
 	second := uniqueJob("uniq.exp", `{"n":1}`, time.Hour)
-	res, err := store.Insert(ctx, []jobstore.NewJob{second})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{second})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: second.ID}, res[0])
-	res, err = store.Insert(ctx, []jobstore.NewJob{uniqueJob("uniq.exp", `{"n":1}`, time.Hour)})
+	require.Equal(t, pulsetype.Inserted{ID: second.ID}, res[0])
+	res, err = store.Insert(ctx, []pulsetype.NewJob{uniqueJob("uniq.exp", `{"n":1}`, time.Hour)})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: second.ID, Duplicate: true}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: second.ID, Duplicate: true}, res[0])
 	require.Equal(t, 2, countTopic(t, pool, "uniq.exp"))
 
 	var holder uuid.UUID
@@ -115,11 +116,11 @@ func TestUniqueForRaceCreatesExactlyOneJob(t *testing.T) {
 	for i := range producers {
 		wg.Go(func() {
 			<-start
-			batch := []jobstore.NewJob{uniqueJob("uniq.race", `{"order":42}`, time.Hour)}
+			batch := []pulsetype.NewJob{uniqueJob("uniq.race", `{"order":42}`, time.Hour)}
 			if i%3 == 1 {
 				batch = append(batch, uniqueJob("uniq.race", `{"order": 42}`, time.Hour), newJob("uniq.race.plain", 5))
 			}
-			var res []jobstore.Inserted
+			var res []pulsetype.Inserted
 			if i%2 == 0 {
 				res, errs[i] = store.Insert(ctx, batch)
 			} else {
@@ -160,15 +161,15 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 
 	keyed := newJob("uniq.idem", 5)
 	keyed.IdempotencyKey = "k1"
-	_, err := store.Insert(ctx, []jobstore.NewJob{keyed})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{keyed})
 	require.NoError(t, err)
 
 	// Unique key free, idempotency key held: the keyed job, and no claim.
 	both := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	both.IdempotencyKey = "k1"
-	res, err := store.Insert(ctx, []jobstore.NewJob{both})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{both})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: keyed.ID, Duplicate: true}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: keyed.ID, Duplicate: true}, res[0])
 	var claims int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_uniques`).Scan(&claims))
 	require.Zero(t, claims)
@@ -176,16 +177,16 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 	// Both free: a new job holding both.
 	fresh := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	fresh.IdempotencyKey = "k2"
-	res, err = store.Insert(ctx, []jobstore.NewJob{fresh})
+	res, err = store.Insert(ctx, []pulsetype.NewJob{fresh})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: fresh.ID}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: fresh.ID}, res[0])
 
 	// Unique key held, idempotency key free: the unique holder.
 	again := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	again.IdempotencyKey = "k3"
-	res, err = store.Insert(ctx, []jobstore.NewJob{again})
+	res, err = store.Insert(ctx, []pulsetype.NewJob{again})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: fresh.ID, Duplicate: true}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: fresh.ID, Duplicate: true}, res[0])
 
 	// In one batch: a keyed job, then a unique job with the same key: the
 	// second is the first's duplicate and claims nothing.
@@ -193,9 +194,9 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 	a.IdempotencyKey = "k4"
 	b := uniqueJob("uniq.idem", `{"y":1}`, time.Hour)
 	b.IdempotencyKey = "k4"
-	out, errs := store.InsertEach(ctx, []jobstore.NewJob{a, b})
+	out, errs := store.InsertEach(ctx, []pulsetype.NewJob{a, b})
 	require.Nil(t, errs)
-	require.Equal(t, []jobstore.Inserted{{ID: a.ID}, {ID: a.ID, Duplicate: true}}, out)
+	require.Equal(t, []pulsetype.Inserted{{ID: a.ID}, {ID: a.ID, Duplicate: true}}, out)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_uniques WHERE job_id = $1`, b.ID).Scan(&claims))
 	require.Zero(t, claims)
 }
@@ -212,7 +213,7 @@ func TestUniqueBatchRefusedMemberFailsAlone(t *testing.T) {
 	bad.Timeout = 48 * time.Hour // jobs_timeout_range refuses it
 	plain := newJob("uniq.iso", 5)
 
-	_, err := store.Insert(ctx, []jobstore.NewJob{good, bad, plain})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{good, bad, plain})
 	var member *jobstore.MemberError
 	require.ErrorAs(t, err, &member)
 	require.Equal(t, 1, member.Index)
@@ -220,22 +221,22 @@ func TestUniqueBatchRefusedMemberFailsAlone(t *testing.T) {
 	require.Equal(t, "timeout", apierr.FieldOf(err))
 	require.Zero(t, countTopic(t, pool, "uniq.iso"))
 
-	out, errs := store.InsertEach(ctx, []jobstore.NewJob{good, bad, plain})
+	out, errs := store.InsertEach(ctx, []pulsetype.NewJob{good, bad, plain})
 	require.NotNil(t, errs)
 	require.NoError(t, errs[0])
 	require.Error(t, errs[1])
 	require.Equal(t, "timeout", apierr.FieldOf(errs[1]))
 	require.NoError(t, errs[2])
-	require.Equal(t, jobstore.Inserted{ID: good.ID}, out[0])
-	require.Equal(t, jobstore.Inserted{ID: plain.ID}, out[2])
+	require.Equal(t, pulsetype.Inserted{ID: good.ID}, out[0])
+	require.Equal(t, pulsetype.Inserted{ID: plain.ID}, out[2])
 	require.Equal(t, 2, countTopic(t, pool, "uniq.iso"))
 
 	// The refused job claimed nothing: its args are still free.
 	fixed := bad
 	fixed.ID, fixed.Timeout = uuid.Must(uuid.NewV7()), time.Minute
-	res, err := store.Insert(ctx, []jobstore.NewJob{fixed})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{fixed})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: fixed.ID}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: fixed.ID}, res[0])
 }
 
 // Retention deleting the holder ends its period early: the key goes with
@@ -246,18 +247,18 @@ func TestUniqueKeyGoesWithItsJob(t *testing.T) {
 	store := newStore(t, pool)
 
 	first := uniqueJob("uniq.ret", `{}`, time.Hour)
-	_, err := store.Insert(ctx, []jobstore.NewJob{first})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{first})
 	require.NoError(t, err)
 	_, err = store.Cancel(ctx, first.ID)
 	require.NoError(t, err)
-	n, err := store.DeleteFinished(ctx, jobstore.StatusCanceled, 0, 10)
+	n, err := store.DeleteFinished(ctx, pulsetype.StatusCanceled, 0, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 
 	next := uniqueJob("uniq.ret", `{}`, time.Hour)
-	res, err := store.Insert(ctx, []jobstore.NewJob{next})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{next})
 	require.NoError(t, err)
-	require.Equal(t, jobstore.Inserted{ID: next.ID}, res[0])
+	require.Equal(t, pulsetype.Inserted{ID: next.ID}, res[0])
 }
 
 // The schema holds the bounds: a timeout outside 1s..24h, a period outside
@@ -270,12 +271,12 @@ func TestSchemaTimeoutAndUniqueBounds(t *testing.T) {
 	for _, d := range []time.Duration{time.Millisecond, 25 * time.Hour} {
 		j := newJob("bounds", 5)
 		j.Timeout = d
-		_, err := store.Insert(ctx, []jobstore.NewJob{j})
+		_, err := store.Insert(ctx, []pulsetype.NewJob{j})
 		require.Error(t, err, "timeout %s", d)
 		require.Equal(t, "timeout", apierr.FieldOf(err))
 	}
 	for _, d := range []time.Duration{time.Millisecond, 367 * 24 * time.Hour} {
-		_, err := store.Insert(ctx, []jobstore.NewJob{uniqueJob("bounds", `{}`, d)})
+		_, err := store.Insert(ctx, []pulsetype.NewJob{uniqueJob("bounds", `{}`, d)})
 		require.Error(t, err, "unique_for %s", d)
 		require.Equal(t, "unique_for", apierr.FieldOf(err))
 	}
@@ -283,7 +284,7 @@ func TestSchemaTimeoutAndUniqueBounds(t *testing.T) {
 
 	j := newJob("bounds", 5)
 	j.Timeout = 30 * time.Second
-	_, err := store.Insert(ctx, []jobstore.NewJob{j})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{j})
 	require.NoError(t, err)
 	got, err := store.Get(ctx, j.ID)
 	require.NoError(t, err)
@@ -316,12 +317,12 @@ func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 	j := uniqueJob("uniq.racekey", `{"z":1}`, time.Hour)
 	j.IdempotencyKey = "k"
 	type answer struct {
-		res []jobstore.Inserted
+		res []pulsetype.Inserted
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := store.Insert(ctx, []jobstore.NewJob{j})
+		res, err := store.Insert(ctx, []pulsetype.NewJob{j})
 		done <- answer{res, err}
 	}()
 	// Wait until the insert waits on the uncommitted key.
@@ -335,7 +336,7 @@ func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 
 	got := <-done
 	require.NoError(t, got.err)
-	require.Equal(t, []jobstore.Inserted{{ID: holder.ID, Duplicate: true}}, got.res)
+	require.Equal(t, []pulsetype.Inserted{{ID: holder.ID, Duplicate: true}}, got.res)
 	var claims int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_uniques`).Scan(&claims))
 	require.Zero(t, claims)
@@ -367,9 +368,9 @@ func TestUniqueAndTimeoutPathsNeverEnterPLpgSQL(t *testing.T) {
 	}
 	timed := newJob("plpgsql.free", 5)
 	timed.Timeout = time.Minute
-	_, err = store.Insert(ctx, []jobstore.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour), timed})
+	_, err = store.Insert(ctx, []pulsetype.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour), timed})
 	require.NoError(t, err)
-	res, err := store.Insert(ctx, []jobstore.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour)})
+	res, err := store.Insert(ctx, []pulsetype.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour)})
 	require.NoError(t, err)
 	require.True(t, res[0].Duplicate)
 	claimed, err := store.Claim(ctx, []string{"plpgsql.free"}, slots("w", 2), time.Minute)

@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // DB begins the transaction Create works in: a *pgxpool.Pool, a *pgx.Conn
@@ -30,10 +30,10 @@ type DB interface {
 // Times left zero are the database's now() (never ahead of submitted_at),
 // so a test against a server with another clock still builds legal rows.
 type Spec struct {
-	ID     uuid.UUID       // a fresh uuid v7
-	Status jobstore.Status // PENDING
-	Topic  string          // "test.topic"
-	Args   string          // "{}"
+	ID     uuid.UUID        // a fresh uuid v7
+	Status pulsetype.Status // PENDING
+	Topic  string           // "test.topic"
+	Args   string           // "{}"
 	// Priority is stored as given: 0 is the lowest priority.
 	Priority    int16
 	MaxAttempts int32 // 3
@@ -107,7 +107,7 @@ func Create(ctx context.Context, db DB, s Spec) (uuid.UUID, error) {
 		s.ID = uuid.Must(uuid.NewV7())
 	}
 	if s.Status == "" {
-		s.Status = jobstore.StatusPending
+		s.Status = pulsetype.StatusPending
 	}
 	if !s.Status.Valid() {
 		return uuid.Nil, fmt.Errorf("jobstoretest: unknown status %q", s.Status)
@@ -128,11 +128,11 @@ func Create(ctx context.Context, db DB, s Spec) (uuid.UUID, error) {
 		s.LeaseIn = time.Minute
 	}
 	switch s.Status {
-	case jobstore.StatusPending:
+	case pulsetype.StatusPending:
 		if s.Attempts != 0 {
 			return uuid.Nil, errors.New("jobstoretest: a PENDING job has made no attempt (a retry resets attempts to 0)")
 		}
-	case jobstore.StatusCanceled:
+	case pulsetype.StatusCanceled:
 	default:
 		if s.Attempts == 0 {
 			s.Attempts = 1
@@ -165,18 +165,18 @@ func Create(ctx context.Context, db DB, s Spec) (uuid.UUID, error) {
 			return uuid.Nil, err
 		}
 		last := attempt == s.Attempts
-		if !last || s.Status == jobstore.StatusRetrying {
+		if !last || s.Status == pulsetype.StatusRetrying {
 			if err := step("fail", failSQL, s.ID, false, nil, s.FailureError); err != nil {
 				return uuid.Nil, err
 			}
 		}
 	}
 	switch s.Status {
-	case jobstore.StatusCompleted:
+	case pulsetype.StatusCompleted:
 		err = step("complete", completeSQL, s.ID, timeOrNil(s.FinishedAt))
-	case jobstore.StatusDeadLettered:
+	case pulsetype.StatusDeadLettered:
 		err = step("dead-letter", failSQL, s.ID, true, timeOrNil(s.FinishedAt), s.FailureError)
-	case jobstore.StatusCanceled:
+	case pulsetype.StatusCanceled:
 		err = step("cancel", cancelSQL, s.ID, timeOrNil(s.FinishedAt))
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -25,7 +26,7 @@ const (
 
 // Store is the part of jobstore.Store the service uses.
 type Store interface {
-	Insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, error)
+	Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error)
 	Get(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
 	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
@@ -36,7 +37,7 @@ type Store interface {
 // Submitter inserts one job, coalescing it with concurrent ones
 // (submit.Coalescer).
 type Submitter interface {
-	Submit(ctx context.Context, job jobstore.NewJob) (jobstore.Inserted, error)
+	Submit(ctx context.Context, job pulsetype.NewJob) (pulsetype.Inserted, error)
 }
 
 // Options configure a ControlService.
@@ -102,7 +103,7 @@ func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobs
 	case s.opts.MaxBatchJobs > 0 && len(specs) > s.opts.MaxBatchJobs:
 		return nil, apierr.Invalid("jobs", "has %d jobs; the limit is %d per call", len(specs), s.opts.MaxBatchJobs)
 	}
-	jobs := make([]jobstore.NewJob, len(specs))
+	jobs := make([]pulsetype.NewJob, len(specs))
 	for i, spec := range specs {
 		job, err := jobspec.Validate(fmt.Sprintf("jobs[%d]", i), spec, s.opts.Limits)
 		if err != nil {
@@ -217,7 +218,7 @@ func decodeToken(tok string) ([]byte, bool) {
 
 // withTraceContext stores the caller's W3C trace context on the job, so the
 // span that dispatches it, possibly hours later, can join the same trace.
-func withTraceContext(ctx context.Context, job *jobstore.NewJob) {
+func withTraceContext(ctx context.Context, job *pulsetype.NewJob) {
 	carrier := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, carrier)
 	tp, ts := carrier.Get("traceparent"), carrier.Get("tracestate")
@@ -246,6 +247,6 @@ func underField(prefix string, err error) error {
 	return &out
 }
 
-func resultToWire(r jobstore.Inserted) *pulsev1.SubmitResult {
+func resultToWire(r pulsetype.Inserted) *pulsev1.SubmitResult {
 	return &pulsev1.SubmitResult{Id: r.ID.String(), Duplicate: r.Duplicate}
 }

@@ -7,22 +7,23 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
-var statusToWire = map[jobstore.Status]pulsev1.JobStatus{
-	jobstore.StatusPending:      pulsev1.JobStatus_JOB_STATUS_PENDING,
-	jobstore.StatusRunning:      pulsev1.JobStatus_JOB_STATUS_RUNNING,
-	jobstore.StatusRetrying:     pulsev1.JobStatus_JOB_STATUS_RETRYING,
-	jobstore.StatusCompleted:    pulsev1.JobStatus_JOB_STATUS_COMPLETED,
-	jobstore.StatusDeadLettered: pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED,
-	jobstore.StatusCanceled:     pulsev1.JobStatus_JOB_STATUS_CANCELED,
+var statusToWire = map[pulsetype.Status]pulsev1.JobStatus{
+	pulsetype.StatusPending:      pulsev1.JobStatus_JOB_STATUS_PENDING,
+	pulsetype.StatusRunning:      pulsev1.JobStatus_JOB_STATUS_RUNNING,
+	pulsetype.StatusRetrying:     pulsev1.JobStatus_JOB_STATUS_RETRYING,
+	pulsetype.StatusCompleted:    pulsev1.JobStatus_JOB_STATUS_COMPLETED,
+	pulsetype.StatusDeadLettered: pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED,
+	pulsetype.StatusCanceled:     pulsev1.JobStatus_JOB_STATUS_CANCELED,
 }
 
 // StatusFromWire maps a wire status filter to the stored name; UNSPECIFIED
 // means no filter ("").
-func StatusFromWire(field string, s pulsev1.JobStatus) (jobstore.Status, error) {
+func StatusFromWire(field string, s pulsev1.JobStatus) (pulsetype.Status, error) {
 	if s == pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED {
 		return "", nil
 	}
@@ -74,7 +75,7 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 
 // RetryToWire is a job's own backoff in its wire form, nil when it
 // follows the schema's policy.
-func RetryToWire(r jobstore.JobRetry) *pulsev1.RetryPolicy {
+func RetryToWire(r pulsetype.JobRetry) *pulsev1.RetryPolicy {
 	if r.IsZero() {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 )
@@ -128,7 +129,7 @@ func (g *Gate) Wrap(inner submit.Inserter) submit.Inserter {
 func (g *Gate) Open() { g.once.Do(func() { close(g.opened) }) }
 
 // InsertEach waits for Open, then inserts.
-func (g *Gate) InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error) {
+func (g *Gate) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error) {
 	<-g.opened
 	return g.inner.InsertEach(ctx, jobs)
 }

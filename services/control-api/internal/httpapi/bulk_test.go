@@ -13,9 +13,9 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
@@ -52,12 +52,12 @@ type bulkResult struct {
 	StillMatching int64 `json:"still_matching"`
 }
 
-func (b *testBundle) jobs(t *testing.T, topic, args string, status jobstore.Status, n int) []uuid.UUID {
+func (b *testBundle) jobs(t *testing.T, topic, args string, status pulsetype.Status, n int) []uuid.UUID {
 	t.Helper()
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		spec := jobstoretest.Spec{Topic: topic, Args: args, Status: status}
-		if status == jobstore.StatusDeadLettered {
+		if status == pulsetype.StatusDeadLettered {
 			spec.MaxAttempts = 1
 		}
 		ids[i] = jobstoretest.MustCreate(t, b.Pool, spec)
@@ -78,9 +78,9 @@ func TestBulkRoutes(t *testing.T) {
 	t.Run("CountsThenCancelsEveryMatchingJob", func(t *testing.T) {
 		t.Parallel()
 		b := setupBulk(t)
-		b.jobs(t, "mail", `{"customer": "acme", "n": 1}`, jobstore.StatusPending, 5)
-		b.jobs(t, "mail", `{"customer": "globex"}`, jobstore.StatusPending, 2)
-		b.jobs(t, "mail", `{"customer": "acme"}`, jobstore.StatusCompleted, 1)
+		b.jobs(t, "mail", `{"customer": "acme", "n": 1}`, pulsetype.StatusPending, 5)
+		b.jobs(t, "mail", `{"customer": "globex"}`, pulsetype.StatusPending, 2)
+		b.jobs(t, "mail", `{"customer": "acme"}`, pulsetype.StatusCompleted, 1)
 		body := `{"topic": "mail", "args": {"customer": "acme"}, "dry_run": true}`
 
 		r := b.do(t, "POST", "/v1/jobs/cancel", body, "Authorization", bulkOperator)
@@ -102,9 +102,9 @@ func TestBulkRoutes(t *testing.T) {
 	t.Run("DeletesFinishedJobsAndRefusesALiveStatus", func(t *testing.T) {
 		t.Parallel()
 		b := setupBulk(t)
-		b.jobs(t, "etl", `{}`, jobstore.StatusCompleted, 3)
-		b.jobs(t, "etl", `{}`, jobstore.StatusDeadLettered, 1)
-		b.jobs(t, "etl", `{}`, jobstore.StatusPending, 2)
+		b.jobs(t, "etl", `{}`, pulsetype.StatusCompleted, 3)
+		b.jobs(t, "etl", `{}`, pulsetype.StatusDeadLettered, 1)
+		b.jobs(t, "etl", `{}`, pulsetype.StatusPending, 2)
 
 		r := b.do(t, "POST", "/v1/jobs/delete", `{"topic": "etl", "status": "pending"}`, "Authorization", bulkOperator)
 		require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
@@ -124,7 +124,7 @@ func TestBulkRoutes(t *testing.T) {
 	t.Run("RefusesABadFilterNamingTheFieldAndChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setupBulk(t)
-		b.jobs(t, "mail", `{"customer": "acme"}`, jobstore.StatusPending, 2)
+		b.jobs(t, "mail", `{"customer": "acme"}`, pulsetype.StatusPending, 2)
 		huge := `{"k": "` + strings.Repeat("x", 100<<10) + `"}`
 		cases := []struct {
 			body, field, msg string
@@ -169,7 +169,7 @@ func TestBulkRoutes(t *testing.T) {
 	t.Run("IsForOperatorsOnly", func(t *testing.T) {
 		t.Parallel()
 		b := setupBulk(t)
-		b.jobs(t, "mail", `{}`, jobstore.StatusPending, 1)
+		b.jobs(t, "mail", `{}`, pulsetype.StatusPending, 1)
 		for _, path := range []string{"/v1/jobs/cancel", "/v1/jobs/delete"} {
 			r := b.do(t, "POST", path, `{"topic": "mail", "dry_run": true}`, "Authorization", bulkProducer)
 			require.Equal(t, http.StatusForbidden, r.status, path)
@@ -182,7 +182,7 @@ func TestBulkRoutes(t *testing.T) {
 	t.Run("RefusesACrossSitePost", func(t *testing.T) {
 		t.Parallel()
 		b := setupBulk(t)
-		b.jobs(t, "mail", `{}`, jobstore.StatusPending, 1)
+		b.jobs(t, "mail", `{}`, pulsetype.StatusPending, 1)
 		r := b.do(t, "POST", "/v1/jobs/cancel", `{"topic": "mail"}`,
 			"Authorization", bulkOperator, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")
 		require.Equal(t, http.StatusForbidden, r.status)

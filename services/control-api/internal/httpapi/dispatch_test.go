@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
@@ -144,7 +145,7 @@ func TestDispatchRoutes(t *testing.T) {
 		t.Parallel()
 		b := setupDispatch(t)
 		ctx := context.Background()
-		_, err := b.Store.Insert(ctx, []jobstore.NewJob{newJobSpec("mail"), newJobSpec("mail"), newJobSpec("sms")})
+		_, err := b.Store.Insert(ctx, []pulsetype.NewJob{newJobSpec("mail"), newJobSpec("mail"), newJobSpec("sms")})
 		require.NoError(t, err)
 		_, err = b.Store.Claim(ctx, []string{"sms"}, []string{"w"}, time.Minute)
 		require.NoError(t, err)
@@ -229,7 +230,7 @@ func TestDispatchRoutes(t *testing.T) {
 	t.Run("GetJobSaysWhyAJobIsNotRunning", func(t *testing.T) {
 		t.Parallel()
 		b := setupDispatch(t)
-		ins, err := b.Store.Insert(context.Background(), []jobstore.NewJob{newJobSpec("mail"), newJobSpec("mail")})
+		ins, err := b.Store.Insert(context.Background(), []pulsetype.NewJob{newJobSpec("mail"), newJobSpec("mail")})
 		require.NoError(t, err)
 		b.control(t, "/v1/dispatch/pause", `{"reason":"smtp down","topic":"mail","for":"1h"}`, "alice")
 		type waiting struct {
@@ -303,6 +304,6 @@ func TestDispatchRoutes(t *testing.T) {
 	})
 }
 
-func newJobSpec(topic string) jobstore.NewJob {
-	return jobstore.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}
+func newJobSpec(topic string) pulsetype.NewJob {
+	return pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}
 }

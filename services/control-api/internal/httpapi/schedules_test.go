@@ -13,6 +13,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
@@ -84,7 +85,7 @@ func TestScheduleRoutes(t *testing.T) {
 			out, err := b.Store.FireDue(t.Context(), now, 10, func(s *jobstore.Schedule) jobstore.Fire {
 				id := s.ID
 				next := now.Add(10 * time.Second)
-				return jobstore.Fire{Occurrence: *s.NextRunAt, Next: &next, Job: jobstore.NewJob{
+				return jobstore.Fire{Occurrence: *s.NextRunAt, Next: &next, Job: pulsetype.NewJob{
 					ID: jobstore.OccurrenceJobID(s.ID, *s.NextRunAt), Topic: s.Topic, Args: s.Args,
 					MaxAttempts: s.MaxAttempts, ScheduleID: &id,
 				}}

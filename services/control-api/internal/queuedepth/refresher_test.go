@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -47,8 +48,8 @@ func (g *fakeGauge) QueueDepthCounted(at time.Time, took time.Duration) { g.at, 
 
 func TestRefreshZeroesEmptiedGroups(t *testing.T) {
 	store := &fakeStore{depths: []jobstore.QueueDepth{
-		{Topic: "a", Status: jobstore.StatusPending, Jobs: 3},
-		{Topic: "b", Status: jobstore.StatusRunning, Jobs: 1},
+		{Topic: "a", Status: pulsetype.StatusPending, Jobs: 3},
+		{Topic: "b", Status: pulsetype.StatusRunning, Jobs: 1},
 	}}
 	g := &fakeGauge{depths: map[[2]string]float64{}}
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
@@ -58,7 +59,7 @@ func TestRefreshZeroesEmptiedGroups(t *testing.T) {
 	require.NoError(t, r.Refresh(context.Background()))
 	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 3, {"b", "RUNNING"}: 1}, g.depths)
 
-	store.depths = []jobstore.QueueDepth{{Topic: "a", Status: jobstore.StatusPending, Jobs: 5}}
+	store.depths = []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusPending, Jobs: 5}}
 	clock.t = clock.t.Add(IntervalDefault)
 	require.NoError(t, r.Refresh(context.Background()))
 	require.Equal(t, 2, store.calls)
@@ -72,7 +73,7 @@ func TestRefreshZeroesEmptiedGroups(t *testing.T) {
 func TestRefreshBoundsTheCountsShareOfTime(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	store := &fakeStore{clock: clock, depths: []jobstore.QueueDepth{{Topic: "a", Status: jobstore.StatusPending, Jobs: 7}}}
+	store := &fakeStore{clock: clock, depths: []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusPending, Jobs: 7}}}
 	g := &fakeGauge{depths: map[[2]string]float64{}}
 	r := New(store, g)
 	r.now = clock.now

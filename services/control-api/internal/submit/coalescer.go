@@ -6,8 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
@@ -16,7 +16,7 @@ import (
 // that job fails (jobstore.Store.InsertEach splits the batch with
 // jobstore.Isolate). *jobstore.Store is the real one.
 type Inserter interface {
-	InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error)
+	InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error)
 }
 
 // Options tune a Coalescer.
@@ -81,12 +81,12 @@ type Coalescer struct {
 
 type request struct {
 	ctx  context.Context
-	job  jobstore.NewJob
+	job  pulsetype.NewJob
 	done chan result // buffered: a flusher never blocks on a caller that left
 }
 
 type result struct {
-	ins jobstore.Inserted
+	ins pulsetype.Inserted
 	err error
 }
 
@@ -114,12 +114,12 @@ var ErrClosed = apierr.Unavailable("control-api is shutting down", nil)
 
 // Submit queues job for the next coalesced INSERT and waits for its own
 // outcome, or for ctx to end (see the type's comment on cancellation).
-func (c *Coalescer) Submit(ctx context.Context, job jobstore.NewJob) (jobstore.Inserted, error) {
+func (c *Coalescer) Submit(ctx context.Context, job pulsetype.NewJob) (pulsetype.Inserted, error) {
 	req := &request{ctx: ctx, job: job, done: make(chan result, 1)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return jobstore.Inserted{}, ErrClosed
+		return pulsetype.Inserted{}, ErrClosed
 	}
 	c.queue = append(c.queue, req)
 	c.submits.Add(1)
@@ -133,7 +133,7 @@ func (c *Coalescer) Submit(ctx context.Context, job jobstore.NewJob) (jobstore.I
 	case r := <-req.done:
 		return r.ins, r.err
 	case <-ctx.Done():
-		return jobstore.Inserted{}, ctx.Err()
+		return pulsetype.Inserted{}, ctx.Err()
 	}
 }
 
@@ -181,7 +181,7 @@ func (c *Coalescer) flush(batch []*request) {
 	// The INSERT outlives any one caller: a canceled caller must not abort
 	// the statement its neighbours are waiting on.
 	ctx := c.ctx
-	jobs := make([]jobstore.NewJob, len(batch))
+	jobs := make([]pulsetype.NewJob, len(batch))
 	for i, r := range batch {
 		jobs[i] = r.job
 	}
@@ -218,7 +218,7 @@ func (c *Coalescer) flush(batch []*request) {
 	}
 }
 
-func (c *Coalescer) insert(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error) {
+func (c *Coalescer) insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fill(len(jobs), apierr.Unavailable("control-api is shutting down", err))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 )
 
@@ -24,7 +25,7 @@ type gatedStore struct {
 	release chan struct{}
 }
 
-func (g *gatedStore) InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]jobstore.Inserted, []error) {
+func (g *gatedStore) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error) {
 	select {
 	case <-g.release:
 		return g.inner.InsertEach(ctx, jobs)
@@ -33,7 +34,7 @@ func (g *gatedStore) InsertEach(ctx context.Context, jobs []jobstore.NewJob) ([]
 		for i := range errs {
 			errs[i] = fmt.Errorf("insert jobs: %w", ctx.Err())
 		}
-		return make([]jobstore.Inserted, len(jobs)), errs
+		return make([]pulsetype.Inserted, len(jobs)), errs
 	}
 }
 
@@ -77,8 +78,8 @@ func (b *testBundle) countJobs(t *testing.T) int {
 	return n
 }
 
-func newJob(key string) jobstore.NewJob {
-	return jobstore.NewJob{
+func newJob(key string) pulsetype.NewJob {
+	return pulsetype.NewJob{
 		ID:             uuid.Must(uuid.NewV7()),
 		Topic:          "coalesce.test",
 		Args:           []byte(`{}`),
@@ -89,13 +90,13 @@ func newJob(key string) jobstore.NewJob {
 }
 
 type outcome struct {
-	job jobstore.NewJob
-	ins jobstore.Inserted
+	job pulsetype.NewJob
+	ins pulsetype.Inserted
 	err error
 }
 
 // submitAll submits jobs from one goroutine each and collects the outcomes.
-func submitAll(ctx context.Context, c *submit.Coalescer, jobs []jobstore.NewJob) <-chan []outcome {
+func submitAll(ctx context.Context, c *submit.Coalescer, jobs []pulsetype.NewJob) <-chan []outcome {
 	done := make(chan []outcome, 1)
 	go func() {
 		out := make([]outcome, len(jobs))
@@ -121,7 +122,7 @@ func TestCoalescer(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4)
 		b.open()
-		jobs := make([]jobstore.NewJob, submitters)
+		jobs := make([]pulsetype.NewJob, submitters)
 		for i := range jobs {
 			jobs[i] = newJob("")
 		}
@@ -142,7 +143,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("ConcurrentSubmitsShareInsertStatements", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4)
-		jobs := make([]jobstore.NewJob, submitters)
+		jobs := make([]pulsetype.NewJob, submitters)
 		for i := range jobs {
 			jobs[i] = newJob("")
 		}
@@ -164,7 +165,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("DuplicateIdempotencyKeysResolveToTheSameJob", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4)
-		jobs := make([]jobstore.NewJob, submitters)
+		jobs := make([]pulsetype.NewJob, submitters)
 		for i := range jobs {
 			jobs[i] = newJob(fmt.Sprintf("key-%d", i%5))
 		}
@@ -194,13 +195,13 @@ func TestCoalescer(t *testing.T) {
 	t.Run("ARowTheDatabaseRefusesFailsAloneNotItsBatch", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 1)
-		first := submitAll(ctx, b.coalescer, []jobstore.NewJob{newJob("")})
+		first := submitAll(ctx, b.coalescer, []pulsetype.NewJob{newJob("")})
 		// The only flusher now holds the first job at the gate; the next
 		// four queue up and will share one INSERT.
 		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
 		bad := newJob("")
 		bad.Priority = 99 // bypasses validation; the CHECK refuses it
-		batch := []jobstore.NewJob{newJob(""), bad, newJob(""), newJob("")}
+		batch := []pulsetype.NewJob{newJob(""), bad, newJob(""), newJob("")}
 		rest := submitAll(ctx, b.coalescer, batch)
 		b.waitFor(t, func(s submit.Stats) bool { return s.Queued == len(batch) })
 		b.open()
@@ -224,7 +225,7 @@ func TestCoalescer(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 1)
 		cctx, cancel := context.WithCancel(ctx)
-		res := submitAll(cctx, b.coalescer, []jobstore.NewJob{newJob("")})
+		res := submitAll(cctx, b.coalescer, []pulsetype.NewJob{newJob("")})
 		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 1 })
 		cancel()
 		require.ErrorIs(t, (<-res)[0].err, context.Canceled)
@@ -233,7 +234,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("CloseInsertsEverySubmitAlreadyAccepted", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 2)
-		jobs := make([]jobstore.NewJob, 10)
+		jobs := make([]pulsetype.NewJob, 10)
 		for i := range jobs {
 			jobs[i] = newJob("")
 		}
@@ -255,7 +256,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("CloseCutShortAnswersEveryWaiterAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 1)
-		jobs := make([]jobstore.NewJob, 5)
+		jobs := make([]pulsetype.NewJob, 5)
 		for i := range jobs {
 			jobs[i] = newJob("")
 		}

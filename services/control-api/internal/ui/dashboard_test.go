@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/ui"
@@ -124,7 +125,7 @@ func (b *browser) post(path string, form url.Values) (int, string, string) {
 }
 
 // insert puts jobs in through the store, with a trace context when given.
-func (tb *testBundle) insert(t *testing.T, j jobstore.NewJob) uuid.UUID {
+func (tb *testBundle) insert(t *testing.T, j pulsetype.NewJob) uuid.UUID {
 	t.Helper()
 	if j.ID == uuid.Nil {
 		j.ID = uuid.Must(uuid.NewV7())
@@ -135,7 +136,7 @@ func (tb *testBundle) insert(t *testing.T, j jobstore.NewJob) uuid.UUID {
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = 3
 	}
-	_, err := tb.Store.Insert(context.Background(), []jobstore.NewJob{j})
+	_, err := tb.Store.Insert(context.Background(), []pulsetype.NewJob{j})
 	require.NoError(t, err)
 	return j.ID
 }
@@ -144,14 +145,14 @@ func (tb *testBundle) insert(t *testing.T, j jobstore.NewJob) uuid.UUID {
 // then failed on its one attempt with msg.
 func (tb *testBundle) deadLetter(t *testing.T, topic, msg string) uuid.UUID {
 	t.Helper()
-	id := tb.insert(t, jobstore.NewJob{Topic: topic, MaxAttempts: 1})
+	id := tb.insert(t, pulsetype.NewJob{Topic: topic, MaxAttempts: 1})
 	ctx := context.Background()
 	claimed, err := tb.Store.Claim(ctx, []string{topic}, []string{"worker-1"}, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	require.Equal(t, id, claimed[0].ID)
-	_, err = tb.Store.Report(ctx, "worker-1", []jobstore.Result{{
-		Ref: jobstore.AttemptRef{ID: id, Attempt: 1}, Outcome: jobstore.OutcomeFail, Error: msg,
+	_, err = tb.Store.Report(ctx, "worker-1", []pulsetype.Result{{
+		Ref: pulsetype.AttemptRef{ID: id, Attempt: 1}, Outcome: pulsetype.OutcomeFail, Error: msg,
 	}})
 	require.NoError(t, err)
 	require.Equal(t, "DEAD_LETTERED", tb.status(t, id))
@@ -254,7 +255,7 @@ func TestDashboard(t *testing.T) {
 	t.Run("PausesOneTopicAndShowsItInTheBanner", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		tb.insert(t, jobstore.NewJob{Topic: "email.send"})
+		tb.insert(t, pulsetype.NewJob{Topic: "email.send"})
 		op := tb.browser(t, operatorAuth)
 		code, _, _ := op.post("/ui/dispatch/pause", url.Values{"reason": {"smtp outage"}, "topic": {"email.send"}})
 		require.Equal(t, http.StatusSeeOther, code)
@@ -301,7 +302,7 @@ func TestDashboard(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		dead := tb.deadLetter(t, "reports", "boom")
-		pending := tb.insert(t, jobstore.NewJob{Topic: "reports"})
+		pending := tb.insert(t, pulsetype.NewJob{Topic: "reports"})
 		_, err := tb.dispatch.PauseDispatch(context.Background(), &pulsev1.PauseDispatchRequest{Reason: "upgrade"})
 		require.NoError(t, err)
 		prod := tb.browser(t, producerAuth)
@@ -351,9 +352,9 @@ func TestDashboard(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		for range 55 {
-			tb.insert(t, jobstore.NewJob{Topic: "a"})
+			tb.insert(t, pulsetype.NewJob{Topic: "a"})
 		}
-		other := tb.insert(t, jobstore.NewJob{Topic: "b"})
+		other := tb.insert(t, pulsetype.NewJob{Topic: "b"})
 		op := tb.browser(t, operatorAuth)
 
 		code, body := op.get("/ui/jobs?topic=a&status=PENDING")
@@ -383,7 +384,7 @@ func TestDashboard(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-		waiting := tb.insert(t, jobstore.NewJob{Topic: "img", TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"})
+		waiting := tb.insert(t, pulsetype.NewJob{Topic: "img", TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"})
 		op := tb.browser(t, operatorAuth)
 
 		code, body := op.get("/ui/jobs/" + waiting.String())
@@ -423,7 +424,7 @@ func TestDashboard(t *testing.T) {
 	t.Run("CancelsAndRetriesAJob", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		id := tb.insert(t, jobstore.NewJob{Topic: "img"})
+		id := tb.insert(t, pulsetype.NewJob{Topic: "img"})
 		op := tb.browser(t, operatorAuth)
 		page := "/ui/jobs/" + id.String()
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // A job's page tells its attempts and its worker in the tense of its
@@ -25,7 +25,7 @@ func TestJobPageTellsAttemptsAndWorkerByStatus(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		return body
 	}
-	claim := func(topic, worker string) jobstore.Claimed {
+	claim := func(topic, worker string) pulsetype.Claimed {
 		t.Helper()
 		_, err := tb.Pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() WHERE topic = $1 AND status = 'RETRYING'`, topic)
 		require.NoError(t, err)
@@ -34,15 +34,15 @@ func TestJobPageTellsAttemptsAndWorkerByStatus(t *testing.T) {
 		require.Len(t, claimed, 1)
 		return claimed[0]
 	}
-	report := func(c jobstore.Claimed, worker string, outcome jobstore.Outcome, msg string) {
+	report := func(c pulsetype.Claimed, worker string, outcome pulsetype.Outcome, msg string) {
 		t.Helper()
-		acks, err := tb.Store.Report(ctx, worker, []jobstore.Result{{
-			Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: outcome, Error: msg}})
+		acks, err := tb.Store.Report(ctx, worker, []pulsetype.Result{{
+			Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: outcome, Error: msg}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted, acks[0].Reason)
 	}
 
-	id := tb.insert(t, jobstore.NewJob{Topic: "page.retried", MaxAttempts: 5, Timeout: 30 * time.Second})
+	id := tb.insert(t, pulsetype.NewJob{Topic: "page.retried", MaxAttempts: 5, Timeout: 30 * time.Second})
 	body := page(id.String())
 	require.Contains(t, body, `<dd id="attempts">None yet of 5</dd>`)
 	require.Contains(t, body, `<dd id="timeout">30s per attempt</dd>`)
@@ -54,16 +54,16 @@ func TestJobPageTellsAttemptsAndWorkerByStatus(t *testing.T) {
 	require.Contains(t, body, `<dt id="worker-label">Running on</dt>`)
 	require.Contains(t, body, "Lease until")
 
-	report(first, "worker-a", jobstore.OutcomeFail, "smtp down")
+	report(first, "worker-a", pulsetype.OutcomeFail, "smtp down")
 	body = page(id.String())
 	require.Contains(t, body, `<dd id="attempts">1 of 5 made, 1 failed; attempt 2 is next</dd>`)
 	require.Contains(t, body, `<dt id="worker-label">Last attempt ran on</dt>`)
 	require.NotContains(t, body, "Lease until")
 
 	second := claim("page.retried", "worker-b")
-	report(second, "worker-b", jobstore.OutcomeFail, "smtp still down")
+	report(second, "worker-b", pulsetype.OutcomeFail, "smtp still down")
 	third := claim("page.retried", "worker-c")
-	report(third, "worker-c", jobstore.OutcomeComplete, "")
+	report(third, "worker-c", pulsetype.OutcomeComplete, "")
 	body = page(id.String())
 	require.Contains(t, body, `<dd id="attempts">Completed on attempt 3 of 5, after 2 failed attempts</dd>`)
 	require.Contains(t, body, `<dt id="worker-label">Ran on</dt><dd><code id="worker">worker-c</code></dd>`)
@@ -73,8 +73,8 @@ func TestJobPageTellsAttemptsAndWorkerByStatus(t *testing.T) {
 	require.Contains(t, body, "smtp still down")
 
 	// Completed at once: no failures to list.
-	once := tb.insert(t, jobstore.NewJob{Topic: "page.once"})
-	report(claim("page.once", "worker-d"), "worker-d", jobstore.OutcomeComplete, "")
+	once := tb.insert(t, pulsetype.NewJob{Topic: "page.once"})
+	report(claim("page.once", "worker-d"), "worker-d", pulsetype.OutcomeComplete, "")
 	body = page(once.String())
 	require.Contains(t, body, `<dd id="attempts">Completed on its first attempt (of 3 allowed)</dd>`)
 	require.Contains(t, body, "No attempt failed.")

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // The overview's numbers (throughput chart, topic table) and the jobs
@@ -89,7 +89,7 @@ func TestDashboardNumbers(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		for range 3 {
-			tb.insert(t, jobstore.NewJob{Topic: "mail"})
+			tb.insert(t, pulsetype.NewJob{Topic: "mail"})
 		}
 		tb.deadLetter(t, "pdf", "boom") // its report counts 1 failed, 1 dead lettered (ADR-0018)
 		tb.rollupNow(t, 0, "pdf", "gw-a", 7, 0, 0)
@@ -118,7 +118,7 @@ func TestDashboardNumbers(t *testing.T) {
 	t.Run("SetsAndClearsALimitAndNamesABadValue", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		tb.insert(t, jobstore.NewJob{Topic: "mail"})
+		tb.insert(t, pulsetype.NewJob{Topic: "mail"})
 		op := tb.browser(t, operatorAuth)
 		for _, tc := range []struct {
 			form  url.Values
@@ -145,8 +145,8 @@ func TestDashboardNumbers(t *testing.T) {
 	t.Run("SearchesByArgsAndNamesABadFilter", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		acme := tb.insert(t, jobstore.NewJob{Topic: "mail", Args: []byte(`{"customer": "acme", "n": 1}`)})
-		tb.insert(t, jobstore.NewJob{Topic: "mail", Args: []byte(`{"customer": "globex"}`)})
+		acme := tb.insert(t, pulsetype.NewJob{Topic: "mail", Args: []byte(`{"customer": "acme", "n": 1}`)})
+		tb.insert(t, pulsetype.NewJob{Topic: "mail", Args: []byte(`{"customer": "globex"}`)})
 		op := tb.browser(t, operatorAuth)
 
 		code, body := op.get("/ui/jobs?args=" + url.QueryEscape(`{"customer":"acme"}`))
@@ -177,9 +177,9 @@ func TestDashboardNumbers(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		for i := range 5 {
-			tb.insert(t, jobstore.NewJob{Topic: "mail", Args: []byte(fmt.Sprintf(`{"customer": "acme", "n": %d}`, i))})
+			tb.insert(t, pulsetype.NewJob{Topic: "mail", Args: []byte(fmt.Sprintf(`{"customer": "acme", "n": %d}`, i))})
 		}
-		other := tb.insert(t, jobstore.NewJob{Topic: "mail", Args: []byte(`{"customer": "globex"}`)})
+		other := tb.insert(t, pulsetype.NewJob{Topic: "mail", Args: []byte(`{"customer": "globex"}`)})
 		op := tb.browser(t, operatorAuth)
 		filter := url.Values{"topic": {"mail"}, "args": {`{"customer":"acme"}`}}.Encode()
 
@@ -203,7 +203,7 @@ func TestDashboardNumbers(t *testing.T) {
 		require.Equal(t, "PENDING", tb.status(t, other))
 
 		// The count moved between confirming and acting: the flash says so.
-		tb.insert(t, jobstore.NewJob{Topic: "mail", Args: []byte(`{"customer": "acme"}`)})
+		tb.insert(t, pulsetype.NewJob{Topic: "mail", Args: []byte(`{"customer": "acme"}`)})
 		_, _, _ = op.post("/ui/bulk/cancel", url.Values{"topic": {"mail"}, "args": {`{"customer":"acme"}`}, "confirmed": {"3"}})
 		_, body = op.get("/ui/jobs")
 		require.Contains(t, body, "Canceled 1 job(s) (3 matched when you confirmed; jobs changed since)")
@@ -218,7 +218,7 @@ func TestDashboardNumbers(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
 		dead := tb.deadLetter(t, "pdf", "boom")
-		pending := tb.insert(t, jobstore.NewJob{Topic: "pdf"})
+		pending := tb.insert(t, pulsetype.NewJob{Topic: "pdf"})
 		op := tb.browser(t, operatorAuth)
 
 		_, body := op.get("/ui/jobs?topic=pdf&status=PENDING")
@@ -254,7 +254,7 @@ func TestDashboardNumbers(t *testing.T) {
 	t.Run("KeepsBulkActionsFromProducersAndOtherSites", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		tb.insert(t, jobstore.NewJob{Topic: "mail"})
+		tb.insert(t, pulsetype.NewJob{Topic: "mail"})
 		prod := tb.browser(t, producerAuth)
 		_, body := prod.get("/ui/jobs?topic=mail")
 		require.NotContains(t, body, `id="bulk-actions"`)

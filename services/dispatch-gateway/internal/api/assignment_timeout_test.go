@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // A job's timeout rides its assignment, so the worker's SDK can put the
@@ -16,9 +16,9 @@ import (
 func TestAssignmentCarriesTheJobsTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	timed := jobstore.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 9, MaxAttempts: 3, Timeout: 90 * time.Second}
-	plain := jobstore.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 1, MaxAttempts: 3}
-	_, err := b.store.Insert(context.Background(), []jobstore.NewJob{timed, plain})
+	timed := pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 9, MaxAttempts: 3, Timeout: 90 * time.Second}
+	plain := pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 1, MaxAttempts: 3}
+	_, err := b.store.Insert(context.Background(), []pulsetype.NewJob{timed, plain})
 	require.NoError(t, err)
 
 	stream, _ := open(t, b, "w-timeout", 2)

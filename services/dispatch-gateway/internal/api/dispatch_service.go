@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
@@ -52,13 +53,13 @@ const (
 
 // Store is what the service needs from jobstore.
 type Store interface {
-	Heartbeat(ctx context.Context, worker string, refs []jobstore.AttemptRef, leaseTTL time.Duration) ([]jobstore.Beat, error)
-	Report(ctx context.Context, worker string, results []jobstore.Result) ([]jobstore.Ack, error)
+	Heartbeat(ctx context.Context, worker string, refs []pulsetype.AttemptRef, leaseTTL time.Duration) ([]pulsetype.Beat, error)
+	Report(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error)
 }
 
 // Observer is told about settled results and streams, for metrics.
 type Observer interface {
-	Reported(acks []jobstore.Ack)
+	Reported(acks []pulsetype.Ack)
 	Sent(n int)
 }
 
@@ -245,7 +246,7 @@ func (s *DispatchService) sendOutbox(stream pulsev1.DispatchService_StreamJobsSe
 	return nil
 }
 
-func assignment(j jobstore.Claimed) *pulsev1.Assignment {
+func assignment(j pulsetype.Claimed) *pulsev1.Assignment {
 	a := &pulsev1.Assignment{
 		JobId:       j.ID.String(),
 		Attempt:     j.Attempt,
@@ -302,15 +303,15 @@ func validateWorkerID(field, id string) error {
 
 // parseRef reads the i-th entry of the request list named list. The field
 // name is formatted only for an error: this runs once per job.
-func parseRef(list string, i int, id string, attempt int32) (jobstore.AttemptRef, error) {
+func parseRef(list string, i int, id string, attempt int32) (pulsetype.AttemptRef, error) {
 	u, err := uuid.Parse(id)
 	if err != nil {
-		return jobstore.AttemptRef{}, apierr.Invalid(entryField(list, i, "job_id"), "%q is not a job id (a UUID)", id)
+		return pulsetype.AttemptRef{}, apierr.Invalid(entryField(list, i, "job_id"), "%q is not a job id (a UUID)", id)
 	}
 	if attempt < 1 {
-		return jobstore.AttemptRef{}, apierr.Invalid(entryField(list, i, "attempt"), "is %d; attempts start at 1", attempt)
+		return pulsetype.AttemptRef{}, apierr.Invalid(entryField(list, i, "attempt"), "is %d; attempts start at 1", attempt)
 	}
-	return jobstore.AttemptRef{ID: u, Attempt: attempt}, nil
+	return pulsetype.AttemptRef{ID: u, Attempt: attempt}, nil
 }
 
 // Heartbeat extends every lease the worker still holds, in one statement.
@@ -323,7 +324,7 @@ func (s *DispatchService) Heartbeat(ctx context.Context, req *pulsev1.HeartbeatR
 	if len(req.GetJobs()) > MaxBatch {
 		return nil, apierr.Invalid("jobs", "has %d entries; the limit is %d", len(req.GetJobs()), MaxBatch)
 	}
-	refs := make([]jobstore.AttemptRef, len(req.GetJobs()))
+	refs := make([]pulsetype.AttemptRef, len(req.GetJobs()))
 	for i, j := range req.GetJobs() {
 		r, err := parseRef("jobs", i, j.GetJobId(), j.GetAttempt())
 		if err != nil {
@@ -364,32 +365,32 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		return nil, apierr.Invalid("results", "has %d entries; the limit is %d", len(req.GetResults()), MaxBatch)
 	}
 	worker := s.leaseHolder(ctx, req.GetWorkerId())
-	results := make([]jobstore.Result, len(req.GetResults()))
+	results := make([]pulsetype.Result, len(req.GetResults()))
 	for i, r := range req.GetResults() {
 		ref, err := parseRef("results", i, r.GetJobId(), r.GetAttempt())
 		if err != nil {
 			return nil, err
 		}
-		var outcome jobstore.Outcome
+		var outcome pulsetype.Outcome
 		switch r.GetOutcome() {
 		case pulsev1.Outcome_OUTCOME_COMPLETE:
-			outcome = jobstore.OutcomeComplete
+			outcome = pulsetype.OutcomeComplete
 		case pulsev1.Outcome_OUTCOME_FAIL:
-			outcome = jobstore.OutcomeFail
+			outcome = pulsetype.OutcomeFail
 		case pulsev1.Outcome_OUTCOME_FAIL_PERMANENT:
-			outcome = jobstore.OutcomeFailPermanent
+			outcome = pulsetype.OutcomeFailPermanent
 		default:
 			return nil, apierr.Invalid(entryField("results", i, "outcome"), "must be COMPLETE, FAIL or FAIL_PERMANENT")
 		}
 		msg := errtext.Sanitize(r.GetError(), MaxErrorBytes)
-		if outcome != jobstore.OutcomeComplete && msg == "" {
+		if outcome != pulsetype.OutcomeComplete && msg == "" {
 			msg = "(no error message)"
 		}
 		after, err := retryAfter(entryField("results", i, "retry_after"), r)
 		if err != nil {
 			return nil, err
 		}
-		results[i] = jobstore.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker, RetryAfter: after}
+		results[i] = pulsetype.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker, RetryAfter: after}
 	}
 	acks, refused, err := s.reports.Report(ctx, results)
 	if err != nil {
@@ -451,19 +452,19 @@ func (s *DispatchService) leaseHolder(ctx context.Context, workerID string) stri
 	return auth.LeaseHolder(auth.IdentityFrom(ctx).Name, workerID)
 }
 
-func statusToProto(s jobstore.Status) pulsev1.JobStatus {
+func statusToProto(s pulsetype.Status) pulsev1.JobStatus {
 	switch s {
-	case jobstore.StatusPending:
+	case pulsetype.StatusPending:
 		return pulsev1.JobStatus_JOB_STATUS_PENDING
-	case jobstore.StatusRunning:
+	case pulsetype.StatusRunning:
 		return pulsev1.JobStatus_JOB_STATUS_RUNNING
-	case jobstore.StatusRetrying:
+	case pulsetype.StatusRetrying:
 		return pulsev1.JobStatus_JOB_STATUS_RETRYING
-	case jobstore.StatusCompleted:
+	case pulsetype.StatusCompleted:
 		return pulsev1.JobStatus_JOB_STATUS_COMPLETED
-	case jobstore.StatusDeadLettered:
+	case pulsetype.StatusDeadLettered:
 		return pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED
-	case jobstore.StatusCanceled:
+	case pulsetype.StatusCanceled:
 		return pulsev1.JobStatus_JOB_STATUS_CANCELED
 	}
 	return pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED

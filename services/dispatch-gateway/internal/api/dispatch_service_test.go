@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -69,9 +70,9 @@ func setup(t testing.TB) *testBundle {
 
 func insert(t *testing.T, store *jobstore.Store, n int) {
 	t.Helper()
-	jobs := make([]jobstore.NewJob, n)
+	jobs := make([]pulsetype.NewJob, n)
 	for i := range jobs {
-		jobs[i] = jobstore.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{"i":1}`), Priority: 5, MaxAttempts: 3}
+		jobs[i] = pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{"i":1}`), Priority: 5, MaxAttempts: 3}
 	}
 	_, err := store.Insert(context.Background(), jobs)
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 const tracerName = "github.com/pulsequeue/pulse/services/dispatch-gateway"
@@ -26,7 +26,7 @@ const tracerName = "github.com/pulsequeue/pulse/services/dispatch-gateway"
 // span and builds none of its attributes: those cost more per job than the
 // assignment itself. The assignment then carries the job's stored trace
 // context, as it would with a span that records nothing.
-func tracedAssignment(streamCtx context.Context, j jobstore.Claimed) (*pulsev1.Assignment, trace.Span) {
+func tracedAssignment(streamCtx context.Context, j pulsetype.Claimed) (*pulsev1.Assignment, trace.Span) {
 	a := assignment(j)
 	if _, off := otel.GetTracerProvider().(noop.TracerProvider); off {
 		return a, nil

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // TestDispatchSpanJoinsTheJobsTrace proves the receive span is the child of
@@ -38,7 +38,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	streamCtx, stream := tp.Tracer("test").Start(context.Background(), "stream")
 	defer stream.End()
 
-	job := jobstore.Claimed{ID: uuid.New(), Topic: "t", Attempt: 2, TraceParent: carrier.Get("traceparent")}
+	job := pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 2, TraceParent: carrier.Get("traceparent")}
 	a, span := tracedAssignment(streamCtx, job)
 	endDispatchSpans([]trace.Span{span}, errors.New("stream closed"))
 
@@ -64,7 +64,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	require.Equal(t, "2", attrs["pulse.attempt"])
 
 	// A job submitted without trace context still gets a (root) span.
-	a, span = tracedAssignment(context.Background(), jobstore.Claimed{ID: uuid.New(), Topic: "t", Attempt: 1})
+	a, span = tracedAssignment(context.Background(), pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 1})
 	span.End()
 	require.NotEmpty(t, a.GetTraceparent())
 }

@@ -17,8 +17,8 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/api"
 )
 
@@ -70,7 +70,7 @@ func snapshot(t *testing.T, b *testBundle) string {
 
 // leaseOne inserts a job and claims it for fuzzWorker; it is deleted when
 // the iteration ends, so the table stays small however long the fuzzing.
-func leaseOne(t *testing.T, b *testBundle) jobstore.Claimed {
+func leaseOne(t *testing.T, b *testBundle) pulsetype.Claimed {
 	t.Helper()
 	c := leaseEach(t, b.store, fuzzWorker)[fuzzWorker]
 	t.Cleanup(func() { deleteJob(t, b, c.ID) })
@@ -104,7 +104,7 @@ func stuckState(b *testBundle, id uuid.UUID) string {
 }
 
 // sameRef says whether a request's job id and attempt name c.
-func sameRef(c jobstore.Claimed, jobID string, attempt int32) bool {
+func sameRef(c pulsetype.Claimed, jobID string, attempt int32) bool {
 	id, err := uuid.Parse(jobID)
 	return err == nil && id == c.ID && attempt == c.Attempt
 }
@@ -256,7 +256,7 @@ func FuzzStreamJobsOpen(f *testing.F) {
 		// statement, and a job of its first topic reaches it.
 		if concurrency > inFlight {
 			id := uuid.Must(uuid.NewV7())
-			_, err := b.store.Insert(context.Background(), []jobstore.NewJob{{ID: id, Topic: open.GetTopics()[0], Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}})
+			_, err := b.store.Insert(context.Background(), []pulsetype.NewJob{{ID: id, Topic: open.GetTopics()[0], Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}})
 			require.NoError(t, err)
 			defer deleteJob(t, b, id)
 			select {

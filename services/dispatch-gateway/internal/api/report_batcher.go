@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -34,8 +35,8 @@ type ReportBatcher struct {
 
 type reportCall struct {
 	ctx     context.Context
-	results []jobstore.Result
-	acks    []jobstore.Ack
+	results []pulsetype.Result
+	acks    []pulsetype.Ack
 	refused []error // per result when some were refused alone, else nil
 	err     error
 	done    chan struct{}
@@ -53,7 +54,7 @@ func NewReportBatcher(store Store, flushers, maxBatch int) *ReportBatcher {
 // result with a nil entry was settled or fenced as usual. err is a failure
 // of the statement itself (the database unreachable): nothing is known
 // settled and the caller retries, which the fence makes safe.
-func (b *ReportBatcher) Report(ctx context.Context, results []jobstore.Result) (acks []jobstore.Ack, refused []error, err error) {
+func (b *ReportBatcher) Report(ctx context.Context, results []pulsetype.Result) (acks []pulsetype.Ack, refused []error, err error) {
 	c := &reportCall{ctx: ctx, results: results, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
@@ -103,14 +104,14 @@ func (b *ReportBatcher) flushLoop() {
 		if len(calls) == 0 {
 			continue
 		}
-		all := make([]jobstore.Result, 0, n)
+		all := make([]pulsetype.Result, 0, n)
 		for _, c := range calls {
 			all = append(all, c.results...)
 		}
 		// Detached from any one caller: a caller that gives up must not
 		// cancel the others' results.
 		ctx := context.WithoutCancel(calls[0].ctx)
-		acks, errs := jobstore.Isolate(all, func(batch []jobstore.Result) ([]jobstore.Ack, error) {
+		acks, errs := jobstore.Isolate(all, func(batch []pulsetype.Result) ([]pulsetype.Ack, error) {
 			return b.store.Report(ctx, "", batch)
 		})
 		off := 0
@@ -149,7 +150,7 @@ func splitErrors(errs []error) (refused []error, err error) {
 // batch was bisected): INVALID_ARGUMENT with the database's reason. Nothing
 // was written for it; the job stays leased and, unless a later report
 // settles it, the reaper retries it when the lease lapses.
-func (s *DispatchService) refusedAck(r jobstore.Result, err error) *pulsev1.ResultAck {
+func (s *DispatchService) refusedAck(r pulsetype.Result, err error) *pulsev1.ResultAck {
 	s.logger.Warn("result refused by the database; the other results of its statement settled",
 		"worker_id", r.Worker, "job_id", r.Ref.ID, "attempt", r.Ref.Attempt, "error", err)
 	return &pulsev1.ResultAck{
@@ -160,11 +161,11 @@ func (s *DispatchService) refusedAck(r jobstore.Result, err error) *pulsev1.Resu
 
 // settledAcks drops the acks of refused results (nil refused: all of them
 // are answers), for the observer.
-func settledAcks(acks []jobstore.Ack, refused []error) []jobstore.Ack {
+func settledAcks(acks []pulsetype.Ack, refused []error) []pulsetype.Ack {
 	if refused == nil {
 		return acks
 	}
-	out := make([]jobstore.Ack, 0, len(acks))
+	out := make([]pulsetype.Ack, 0, len(acks))
 	for i, a := range acks {
 		if refused[i] == nil {
 			out = append(out, a)

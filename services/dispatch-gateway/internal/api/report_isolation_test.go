@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/api"
@@ -31,7 +32,7 @@ type gatedStore struct {
 	release    chan struct{}
 }
 
-func (g *gatedStore) Report(ctx context.Context, worker string, results []jobstore.Result) ([]jobstore.Ack, error) {
+func (g *gatedStore) Report(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error) {
 	if g.statements.Add(1) == 1 {
 		close(g.entered)
 		<-g.release
@@ -40,13 +41,13 @@ func (g *gatedStore) Report(ctx context.Context, worker string, results []jobsto
 }
 
 // leaseEach inserts one job per worker and claims it for that worker.
-func leaseEach(t *testing.T, store *jobstore.Store, workers ...string) map[string]jobstore.Claimed {
+func leaseEach(t *testing.T, store *jobstore.Store, workers ...string) map[string]pulsetype.Claimed {
 	t.Helper()
 	insert(t, store, len(workers))
 	claimed, err := store.Claim(t.Context(), []string{"t"}, workers, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, len(workers))
-	byWorker := make(map[string]jobstore.Claimed, len(workers))
+	byWorker := make(map[string]pulsetype.Claimed, len(workers))
 	for _, c := range claimed {
 		byWorker[c.WorkerID] = c
 	}
@@ -54,7 +55,7 @@ func leaseEach(t *testing.T, store *jobstore.Store, workers ...string) map[strin
 }
 
 type foldedCall struct {
-	acks    []jobstore.Ack
+	acks    []pulsetype.Ack
 	refused []error
 	err     error
 }
@@ -62,15 +63,15 @@ type foldedCall struct {
 // fold runs calls through one batcher so that all of them share one flush
 // (behind a decoy call that holds the first statement) and returns each
 // call's answer and how many statements settled them.
-func fold(t *testing.T, store *jobstore.Store, calls [][]jobstore.Result) ([]foldedCall, int) {
+func fold(t *testing.T, store *jobstore.Store, calls [][]pulsetype.Result) ([]foldedCall, int) {
 	t.Helper()
 	decoy := leaseEach(t, store, "decoy")["decoy"]
 	gs := &gatedStore{Store: store, entered: make(chan struct{}), release: make(chan struct{})}
 	b := api.NewReportBatcher(gs, 1, 2000)
 	decoyDone := make(chan error, 1)
 	go func() {
-		_, _, err := b.Report(t.Context(), []jobstore.Result{{Ref: jobstore.AttemptRef{ID: decoy.ID, Attempt: decoy.Attempt},
-			Outcome: jobstore.OutcomeComplete, Worker: "decoy"}})
+		_, _, err := b.Report(t.Context(), []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: decoy.ID, Attempt: decoy.Attempt},
+			Outcome: pulsetype.OutcomeComplete, Worker: "decoy"}})
 		decoyDone <- err
 	}()
 	<-gs.entered
@@ -91,8 +92,8 @@ func fold(t *testing.T, store *jobstore.Store, calls [][]jobstore.Result) ([]fol
 	return out, int(gs.statements.Load()) - 1
 }
 
-func failure(c jobstore.Claimed, text string) jobstore.Result {
-	return jobstore.Result{Ref: jobstore.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: jobstore.OutcomeFail, Error: text, Worker: c.WorkerID}
+func failure(c pulsetype.Claimed, text string) pulsetype.Result {
+	return pulsetype.Result{Ref: pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}, Outcome: pulsetype.OutcomeFail, Error: text, Worker: c.WorkerID}
 }
 
 // storedError reads the job's status and the error text of its last failure.
@@ -111,9 +112,9 @@ func TestReportBatcherIsolatesWhatPostgresRefuses(t *testing.T) {
 		store := jobstore.New(pgtest.Pool(t))
 		workers := []string{"w0", "w1", "w2", "w3", "w4"}
 		leased := leaseEach(t, store, workers...)
-		calls := make([][]jobstore.Result, len(workers))
+		calls := make([][]pulsetype.Result, len(workers))
 		for i, w := range workers {
-			calls[i] = []jobstore.Result{failure(leased[w], "boom "+w)}
+			calls[i] = []pulsetype.Result{failure(leased[w], "boom "+w)}
 		}
 		got, statements := fold(t, store, calls)
 		require.Equal(t, 1, statements, "five workers' results, one statement")
@@ -121,7 +122,7 @@ func TestReportBatcherIsolatesWhatPostgresRefuses(t *testing.T) {
 			require.NoError(t, c.err)
 			require.Nil(t, c.refused)
 			require.True(t, c.acks[0].Accepted)
-			require.Equal(t, jobstore.StatusRetrying, c.acks[0].Status)
+			require.Equal(t, pulsetype.StatusRetrying, c.acks[0].Status)
 			status, text := storedError(t, store, leased[workers[i]].ID)
 			require.Equal(t, "RETRYING", status)
 			require.Equal(t, "boom "+workers[i], text)
@@ -144,13 +145,13 @@ func TestReportBatcherIsolatesWhatPostgresRefuses(t *testing.T) {
 		}
 		leased := leaseEach(t, store, append(workers, "w03b")...)
 		culprits := map[string]string{"w03": "poison", "w11": "nul\x00byte"}
-		var calls [][]jobstore.Result
+		var calls [][]pulsetype.Result
 		for _, w := range workers {
 			text := "boom " + w
 			if c, ok := culprits[w]; ok {
 				text = c
 			}
-			call := []jobstore.Result{failure(leased[w], text)}
+			call := []pulsetype.Result{failure(leased[w], text)}
 			if w == "w03" { // a call whose other result is fine
 				call = append(call, failure(leased["w03b"], "boom w03b"))
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -39,20 +40,20 @@ type recordingClaimer struct {
 	calls []claimCall
 }
 
-func (c *recordingClaimer) Claim(ctx context.Context, topics, slots []string, ttl time.Duration) ([]jobstore.Claimed, error) {
-	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.Claim(ctx, topics, slots, ttl) })
+func (c *recordingClaimer) Claim(ctx context.Context, topics, slots []string, ttl time.Duration) ([]pulsetype.Claimed, error) {
+	return c.claim(topics, slots, func() ([]pulsetype.Claimed, error) { return c.store.Claim(ctx, topics, slots, ttl) })
 }
 
-func (c *recordingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
-	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.ClaimAfter(ctx, topics, slots, ttl, after) })
+func (c *recordingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	return c.claim(topics, slots, func() ([]pulsetype.Claimed, error) { return c.store.ClaimAfter(ctx, topics, slots, ttl, after) })
 }
 
-func (c *recordingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
-	return c.claim(topics, slots, func() ([]jobstore.Claimed, error) { return c.store.ClaimBefore(ctx, topics, slots, ttl, at) })
+func (c *recordingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	return c.claim(topics, slots, func() ([]pulsetype.Claimed, error) { return c.store.ClaimBefore(ctx, topics, slots, ttl, at) })
 }
 
-func (c *recordingClaimer) claim(topics, slots []string, run func() ([]jobstore.Claimed, error)) ([]jobstore.Claimed, error) {
-	var claimed []jobstore.Claimed
+func (c *recordingClaimer) claim(topics, slots []string, run func() ([]pulsetype.Claimed, error)) ([]pulsetype.Claimed, error) {
+	var claimed []pulsetype.Claimed
 	var err error
 	if c.fail != nil {
 		err = c.fail(topics, slots)

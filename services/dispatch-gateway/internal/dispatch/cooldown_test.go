@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
@@ -38,21 +39,21 @@ type claimedFrom struct {
 	at   jobstore.ClaimCursor
 }
 
-func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Duration) ([]jobstore.Claimed, error) {
+func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Duration) ([]pulsetype.Claimed, error) {
 	return q.take(slots, claimedFrom{from: "head"}), nil
 }
 
-func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.Duration, after jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
 	return q.take(slots, claimedFrom{"after", after}), nil
 }
 
-func (q *queueClaimer) ClaimBefore(_ context.Context, _, slots []string, _ time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (q *queueClaimer) ClaimBefore(_ context.Context, _, slots []string, _ time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
 	return q.take(slots, claimedFrom{"before", at}), nil
 }
 
 // take hands out jobs in dispatch order: the n-th job ever taken was
 // submitted n µs after the epoch.
-func (q *queueClaimer) take(slots []string, from claimedFrom) []jobstore.Claimed {
+func (q *queueClaimer) take(slots []string, from claimedFrom) []pulsetype.Claimed {
 	q.mu.Lock()
 	during := q.during
 	q.mu.Unlock()
@@ -65,10 +66,10 @@ func (q *queueClaimer) take(slots []string, from claimedFrom) []jobstore.Claimed
 	q.froms = append(q.froms, from)
 	n := min(len(slots), q.backlog)
 	q.backlog -= n
-	out := make([]jobstore.Claimed, n)
+	out := make([]pulsetype.Claimed, n)
 	for i := range out {
 		q.taken++
-		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: slots[i], Priority: 5,
+		out[i] = pulsetype.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: slots[i], Priority: 5,
 			SubmittedAt: time.Unix(0, 0).Add(time.Duration(q.taken) * time.Microsecond)}
 	}
 	return out

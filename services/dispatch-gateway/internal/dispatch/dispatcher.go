@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/backoff"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -55,17 +56,17 @@ func ClaimErrorReason(err error) string {
 // (jobstore.Store.ClaimAfter) or rescanning before it first
 // (jobstore.Store.ClaimBefore).
 type Claimer interface {
-	Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]jobstore.Claimed, error)
-	ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error)
-	ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error)
+	Claim(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration) ([]pulsetype.Claimed, error)
+	ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after jobstore.ClaimCursor) ([]pulsetype.Claimed, error)
+	ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error)
 }
 
 // Observer is told what each claim did, for metrics.
 type Observer interface {
 	// Claimed: a claim that started from (ClaimFromHead, ClaimFromCursor,
 	// ClaimRescan) took took and returned jobs or err.
-	Claimed(took time.Duration, from string, jobs []jobstore.Claimed, err error)
-	Undeliverable(jobs []jobstore.Claimed)
+	Claimed(took time.Duration, from string, jobs []pulsetype.Claimed, err error)
+	Undeliverable(jobs []pulsetype.Claimed)
 	// ClaimsPaused counts a wake-up that issued no claim because dispatch
 	// is globally paused.
 	ClaimsPaused()
@@ -432,7 +433,7 @@ func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 // (the observer) and backed off for g alone — or, when Postgres refused
 // the data of a multi-topic claim, the topics are claimed one by one and
 // only a topic whose own claim fails backs off.
-func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed {
+func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claimed {
 	topics := d.claimable(g)
 	if len(topics) == 0 {
 		return nil
@@ -500,7 +501,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []jobstore.Claimed
 // that comes back full leaves the cursor at the last job taken (never
 // moving it back: a rescan's jobs may all sort before it); a short or
 // failed one leaves none, so the group's next claim starts from the head.
-func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]jobstore.Claimed, error) {
+func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]pulsetype.Claimed, error) {
 	now := time.Now()
 	cur, ok := d.cursors[g.Key]
 	from := ClaimFromHead
@@ -546,9 +547,9 @@ const (
 
 // claim runs one claim, from the head or around the cursor at, and tells
 // the observer.
-func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from string, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from string, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
 	start := time.Now()
-	var claimed []jobstore.Claimed
+	var claimed []pulsetype.Claimed
 	var err error
 	switch from {
 	case ClaimFromCursor:

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
@@ -23,17 +24,17 @@ type countingClaimer struct {
 	calls atomic.Int64
 }
 
-func (c *countingClaimer) Claim(ctx context.Context, topics, slots []string, ttl time.Duration) ([]jobstore.Claimed, error) {
+func (c *countingClaimer) Claim(ctx context.Context, topics, slots []string, ttl time.Duration) ([]pulsetype.Claimed, error) {
 	c.calls.Add(1)
 	return c.store.Claim(ctx, topics, slots, ttl)
 }
 
-func (c *countingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (c *countingClaimer) ClaimBefore(ctx context.Context, topics, slots []string, ttl time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
 	c.calls.Add(1)
 	return c.store.ClaimBefore(ctx, topics, slots, ttl, at)
 }
 
-func (c *countingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]jobstore.Claimed, error) {
+func (c *countingClaimer) ClaimAfter(ctx context.Context, topics, slots []string, ttl time.Duration, after jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
 	c.calls.Add(1)
 	return c.store.ClaimAfter(ctx, topics, slots, ttl, after)
 }
@@ -59,9 +60,9 @@ func setupDispatcher(t *testing.T, poll time.Duration) *dispatcherBundle {
 
 func insertJobs(t *testing.T, store *jobstore.Store, topic string, n int) {
 	t.Helper()
-	jobs := make([]jobstore.NewJob, n)
+	jobs := make([]pulsetype.NewJob, n)
 	for i := range jobs {
-		jobs[i] = jobstore.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}
+		jobs[i] = pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}
 	}
 	_, err := store.Insert(context.Background(), jobs)
 	require.NoError(t, err)

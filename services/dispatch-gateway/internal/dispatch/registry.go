@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // Worker is one connected StreamJobs stream. The dispatcher reserves its
@@ -19,7 +19,7 @@ type Worker struct {
 	mu       sync.Mutex
 	free     int
 	reserved int // slots a claim in flight holds; Settle returns them
-	outbox   []jobstore.Claimed
+	outbox   []pulsetype.Claimed
 	closed   bool
 	ready    chan struct{} // signalled when the outbox gains jobs
 	// finishing is set by Finish: the worker takes no new reservations,
@@ -29,7 +29,7 @@ type Worker struct {
 }
 
 // TakeOutbox returns and clears the jobs waiting to be sent.
-func (w *Worker) TakeOutbox() []jobstore.Claimed {
+func (w *Worker) TakeOutbox() []pulsetype.Claimed {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := w.outbox
@@ -40,7 +40,7 @@ func (w *Worker) TakeOutbox() []jobstore.Claimed {
 // Ready is signalled whenever jobs are appended to the outbox.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
-func (w *Worker) deliver(jobs []jobstore.Claimed) bool {
+func (w *Worker) deliver(jobs []pulsetype.Claimed) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -90,7 +90,7 @@ func (r *Registry) Add(id string, topics []string, free int) *Worker {
 // never sent: their lease covers them (the reaper recovers them), exactly
 // as for every claimed-but-unsent job (ADR-0004). Remove returns them
 // so the caller can count and log them.
-func (r *Registry) Remove(w *Worker) []jobstore.Claimed {
+func (r *Registry) Remove(w *Worker) []pulsetype.Claimed {
 	r.mu.Lock()
 	delete(r.workers, w)
 	r.mu.Unlock()
@@ -197,8 +197,8 @@ func (r *Registry) Reserve(wanted func(groupKey string) bool, max int) []Group {
 // so two streams sharing a worker id (a reconnect racing its old stream)
 // never receive more than they reserved. It returns the jobs whose stream
 // vanished in between (claimed but undeliverable).
-func (r *Registry) Settle(g Group, claimed []jobstore.Claimed) (undeliverable []jobstore.Claimed) {
-	byID := map[string][]jobstore.Claimed{}
+func (r *Registry) Settle(g Group, claimed []pulsetype.Claimed) (undeliverable []pulsetype.Claimed) {
+	byID := map[string][]pulsetype.Claimed{}
 	for _, c := range claimed {
 		byID[c.WorkerID] = append(byID[c.WorkerID], c)
 	}

@@ -6,14 +6,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
-func claimedFor(workers ...string) []jobstore.Claimed {
-	out := make([]jobstore.Claimed, len(workers))
+func claimedFor(workers ...string) []pulsetype.Claimed {
+	out := make([]pulsetype.Claimed, len(workers))
 	for i, w := range workers {
-		out[i] = jobstore.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: w}
+		out[i] = pulsetype.Claimed{ID: uuid.New(), Attempt: 1, WorkerID: w}
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
@@ -150,7 +151,7 @@ func (m *Metrics) GateState(st *jobstore.DispatchState) {
 }
 
 // Claimed records one claim statement.
-func (m *Metrics) Claimed(took time.Duration, from string, jobs []jobstore.Claimed, err error) {
+func (m *Metrics) Claimed(took time.Duration, from string, jobs []pulsetype.Claimed, err error) {
 	m.ClaimDuration.Observe(took.Seconds())
 	m.Claims.WithLabelValues(from).Inc()
 	if err != nil {
@@ -182,13 +183,13 @@ func (m *Metrics) Claimed(took time.Duration, from string, jobs []jobstore.Claim
 }
 
 // Undeliverable records claimed jobs whose stream vanished.
-func (m *Metrics) Undeliverable(jobs []jobstore.Claimed) { m.UndeliveredJobs.Add(float64(len(jobs))) }
+func (m *Metrics) Undeliverable(jobs []pulsetype.Claimed) { m.UndeliveredJobs.Add(float64(len(jobs))) }
 
 // Sent records assignments written to a stream.
 func (m *Metrics) Sent(n int) { m.SentJobs.Add(float64(n)) }
 
 // Reported records settled results.
-func (m *Metrics) Reported(acks []jobstore.Ack) {
+func (m *Metrics) Reported(acks []pulsetype.Ack) {
 	now := m.now()
 	// As in Claimed: one lookup per run of equal (topic, outcome).
 	var topic, outcome string
@@ -210,13 +211,13 @@ func (m *Metrics) Reported(acks []jobstore.Ack) {
 	}
 }
 
-func outcomeLabel(s jobstore.Status) string {
+func outcomeLabel(s pulsetype.Status) string {
 	switch s {
-	case jobstore.StatusCompleted:
+	case pulsetype.StatusCompleted:
 		return "completed"
-	case jobstore.StatusRetrying:
+	case pulsetype.StatusRetrying:
 		return "retried"
-	case jobstore.StatusDeadLettered:
+	case pulsetype.StatusDeadLettered:
 		return "dead_lettered"
 	}
 	return "other"

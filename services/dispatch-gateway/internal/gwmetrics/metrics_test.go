@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
@@ -21,7 +21,7 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 	now := time.Now()
 	m.now = func() time.Time { return now }
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []jobstore.Claimed{
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []pulsetype.Claimed{
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-40 * time.Millisecond), TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"},
 		{ID: uuid.New(), Attempt: 1, Topic: "t", SubmittedAt: now.Add(-3 * time.Second)}, // no trace: plain observation
 		// The right length, but no valid trace (an all-zero id): no
@@ -57,10 +57,10 @@ func TestCountsPerTopicAndOutcomeInMixedBatches(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg, func() (int, int) { return 0, 0 })
 	now := time.Now()
-	claimed := func(topic string, attempt int32) jobstore.Claimed {
-		return jobstore.Claimed{ID: uuid.New(), Attempt: attempt, Topic: topic, SubmittedAt: now}
+	claimed := func(topic string, attempt int32) pulsetype.Claimed {
+		return pulsetype.Claimed{ID: uuid.New(), Attempt: attempt, Topic: topic, SubmittedAt: now}
 	}
-	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []jobstore.Claimed{
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, []pulsetype.Claimed{
 		claimed("a", 1), claimed("a", 2), claimed("b", 1), claimed("a", 1), claimed("c", 3),
 	}, nil)
 	require.Equal(t, 3.0, testutil.ToFloat64(m.Dispatched.WithLabelValues("a")))
@@ -69,12 +69,12 @@ func TestCountsPerTopicAndOutcomeInMixedBatches(t *testing.T) {
 	require.Equal(t, 2, testutil.CollectAndCount(m.QueueWait),
 		"queue wait is observed for first attempts only, so topic c (a retry) has no series")
 
-	ack := func(topic string, status jobstore.Status) jobstore.Ack {
-		return jobstore.Ack{Accepted: true, Topic: topic, Status: status, StartedAt: now}
+	ack := func(topic string, status pulsetype.Status) pulsetype.Ack {
+		return pulsetype.Ack{Accepted: true, Topic: topic, Status: status, StartedAt: now}
 	}
-	m.Reported([]jobstore.Ack{
-		ack("a", jobstore.StatusCompleted), ack("a", jobstore.StatusRetrying), ack("a", jobstore.StatusCompleted),
-		{Accepted: false}, ack("b", jobstore.StatusCompleted), ack("a", jobstore.StatusCompleted),
+	m.Reported([]pulsetype.Ack{
+		ack("a", pulsetype.StatusCompleted), ack("a", pulsetype.StatusRetrying), ack("a", pulsetype.StatusCompleted),
+		{Accepted: false}, ack("b", pulsetype.StatusCompleted), ack("a", pulsetype.StatusCompleted),
 	})
 	require.Equal(t, 3.0, testutil.ToFloat64(m.Settled.WithLabelValues("a", "completed")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.Settled.WithLabelValues("a", "retried")))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
 )
@@ -73,7 +74,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, t := range PrunedTables {
 		m.RowsPruned.WithLabelValues(t)
 	}
-	for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+	for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCanceled, pulsetype.StatusDeadLettered} {
 		m.JobsDeleted.WithLabelValues(StatusLabel(s))
 	}
 	return m
@@ -93,7 +94,7 @@ func (m *Metrics) Swept(took time.Duration, err error) {
 }
 
 // Deleted counts jobs one retention statement removed.
-func (m *Metrics) Deleted(status jobstore.Status, n int64) {
+func (m *Metrics) Deleted(status pulsetype.Status, n int64) {
 	m.JobsDeleted.WithLabelValues(StatusLabel(status)).Add(float64(n))
 }
 
@@ -112,15 +113,15 @@ func (m *Metrics) Pruned(table string, n int64) { m.RowsPruned.WithLabelValues(t
 func (m *Metrics) Cleaned(err error) { m.RetentionRuns.WithLabelValues(result(err)).Inc() }
 
 // Outcome is the outcome label (and log value) of a reaped job.
-func Outcome(s jobstore.Status) string {
-	if s == jobstore.StatusDeadLettered {
+func Outcome(s pulsetype.Status) string {
+	if s == pulsetype.StatusDeadLettered {
 		return OutcomeDeadLettered
 	}
 	return OutcomeRetried
 }
 
 // StatusLabel is a status as a lower-case label value.
-func StatusLabel(s jobstore.Status) string { return strings.ToLower(string(s)) }
+func StatusLabel(s pulsetype.Status) string { return strings.ToLower(string(s)) }
 
 func result(err error) string {
 	if err != nil {

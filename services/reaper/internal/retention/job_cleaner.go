@@ -11,18 +11,18 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
 // Deleter is the retention statement (jobstore.Store.DeleteFinished).
 type Deleter interface {
-	DeleteFinished(ctx context.Context, status jobstore.Status, olderThan time.Duration, limit int) (int64, error)
+	DeleteFinished(ctx context.Context, status pulsetype.Status, olderThan time.Duration, limit int) (int64, error)
 }
 
 // Observer is told what each statement and each pass did, for metrics.
 type Observer interface {
-	Deleted(status jobstore.Status, n int64)
+	Deleted(status pulsetype.Status, n int64)
 	Cleaned(err error)
 }
 
@@ -57,7 +57,7 @@ func NewJobCleaner(cfg Config, deleter Deleter, observer Observer, logger *slog.
 
 // statusAge is one terminal status and how long its jobs are kept.
 type statusAge struct {
-	status jobstore.Status
+	status pulsetype.Status
 	age    time.Duration
 }
 
@@ -65,19 +65,19 @@ type statusAge struct {
 // pass runs them.
 func (c *JobCleaner) ages() []statusAge {
 	return []statusAge{
-		{jobstore.StatusCompleted, c.cfg.CompletedAge},
-		{jobstore.StatusCanceled, c.cfg.CanceledAge},
-		{jobstore.StatusDeadLettered, c.cfg.DeadLetteredAge},
+		{pulsetype.StatusCompleted, c.cfg.CompletedAge},
+		{pulsetype.StatusCanceled, c.cfg.CanceledAge},
+		{pulsetype.StatusDeadLettered, c.cfg.DeadLetteredAge},
 	}
 }
 
 // Clean runs one pass: for each status with a non-zero age it deletes in
 // batches until one comes back short. It returns how many jobs of each
 // status it deleted. A failure on one status does not stop the others.
-func (c *JobCleaner) Clean(ctx context.Context) (map[jobstore.Status]int64, error) {
+func (c *JobCleaner) Clean(ctx context.Context) (map[pulsetype.Status]int64, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.retention")
 	defer span.End()
-	deleted := map[jobstore.Status]int64{}
+	deleted := map[pulsetype.Status]int64{}
 	var errs []error
 	for _, a := range c.ages() {
 		if a.age <= 0 {
@@ -102,7 +102,7 @@ func (c *JobCleaner) Clean(ctx context.Context) (map[jobstore.Status]int64, erro
 	return deleted, err
 }
 
-func (c *JobCleaner) clean(ctx context.Context, status jobstore.Status, age time.Duration) (int64, error) {
+func (c *JobCleaner) clean(ctx context.Context, status pulsetype.Status, age time.Duration) (int64, error) {
 	var total int64
 	for {
 		n, err := c.deleter.DeleteFinished(ctx, status, age, c.cfg.Batch)
@@ -121,5 +121,5 @@ const tracerName = "github.com/pulsequeue/pulse/services/reaper/internal/retenti
 
 type nopObserver struct{}
 
-func (nopObserver) Deleted(jobstore.Status, int64) {}
-func (nopObserver) Cleaned(error)                  {}
+func (nopObserver) Deleted(pulsetype.Status, int64) {}
+func (nopObserver) Cleaned(error)                   {}

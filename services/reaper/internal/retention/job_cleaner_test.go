@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
@@ -27,7 +28,7 @@ type countingDeleter struct {
 	calls atomic.Int64
 }
 
-func (d *countingDeleter) DeleteFinished(ctx context.Context, s jobstore.Status, age time.Duration, limit int) (int64, error) {
+func (d *countingDeleter) DeleteFinished(ctx context.Context, s pulsetype.Status, age time.Duration, limit int) (int64, error) {
 	d.calls.Add(1)
 	return d.store.DeleteFinished(ctx, s, age, limit)
 }
@@ -73,20 +74,20 @@ func TestJobCleaner(t *testing.T) {
 		c := b.cleaner(retention.Config{CompletedAge: time.Hour, CanceledAge: 2 * time.Hour, DeadLetteredAge: 3 * time.Hour})
 
 		doomed := []uuid.UUID{
-			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 90*time.Minute),
-			fixture.Finished(t, b.pool, jobstore.StatusCanceled, 150*time.Minute),
-			fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 200*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 90*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusCanceled, 150*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusDeadLettered, 200*time.Minute),
 		}
 		kept := []uuid.UUID{
-			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 30*time.Minute),
-			fixture.Finished(t, b.pool, jobstore.StatusCanceled, 90*time.Minute),
-			fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 150*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 30*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusCanceled, 90*time.Minute),
+			fixture.Finished(t, b.pool, pulsetype.StatusDeadLettered, 150*time.Minute),
 		}
 
 		deleted, err := c.Clean(ctx)
 		require.NoError(t, err)
-		require.Equal(t, map[jobstore.Status]int64{
-			jobstore.StatusCompleted: 1, jobstore.StatusCanceled: 1, jobstore.StatusDeadLettered: 1,
+		require.Equal(t, map[pulsetype.Status]int64{
+			pulsetype.StatusCompleted: 1, pulsetype.StatusCanceled: 1, pulsetype.StatusDeadLettered: 1,
 		}, deleted)
 		for _, id := range doomed {
 			require.False(t, b.exists(t, id))
@@ -94,7 +95,7 @@ func TestJobCleaner(t *testing.T) {
 		for _, id := range kept {
 			require.True(t, b.exists(t, id))
 		}
-		for _, s := range []jobstore.Status{jobstore.StatusCompleted, jobstore.StatusCanceled, jobstore.StatusDeadLettered} {
+		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCanceled, pulsetype.StatusDeadLettered} {
 			require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues(reapmetrics.StatusLabel(s))), "status %s", s)
 		}
 	})
@@ -105,12 +106,12 @@ func TestJobCleaner(t *testing.T) {
 		// The smallest ages there are: anything finished goes.
 		c := b.cleaner(retention.Config{CompletedAge: time.Nanosecond, CanceledAge: time.Nanosecond, DeadLetteredAge: time.Nanosecond})
 		live := []uuid.UUID{
-			fixture.Live(t, b.pool, jobstore.StatusPending),
-			fixture.Live(t, b.pool, jobstore.StatusRetrying),
+			fixture.Live(t, b.pool, pulsetype.StatusPending),
+			fixture.Live(t, b.pool, pulsetype.StatusRetrying),
 			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: time.Minute}),
 			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Hour}),
 		}
-		finished := fixture.Finished(t, b.pool, jobstore.StatusCompleted, time.Hour)
+		finished := fixture.Finished(t, b.pool, pulsetype.StatusCompleted, time.Hour)
 
 		_, err := c.Clean(ctx)
 		require.NoError(t, err)
@@ -124,13 +125,13 @@ func TestJobCleaner(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		c := b.cleaner(retention.Config{CompletedAge: 0, CanceledAge: time.Hour, DeadLetteredAge: 0})
-		oldCompleted := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 365*24*time.Hour)
-		oldDead := fixture.Finished(t, b.pool, jobstore.StatusDeadLettered, 365*24*time.Hour)
-		oldCanceled := fixture.Finished(t, b.pool, jobstore.StatusCanceled, 365*24*time.Hour)
+		oldCompleted := fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 365*24*time.Hour)
+		oldDead := fixture.Finished(t, b.pool, pulsetype.StatusDeadLettered, 365*24*time.Hour)
+		oldCanceled := fixture.Finished(t, b.pool, pulsetype.StatusCanceled, 365*24*time.Hour)
 
 		deleted, err := c.Clean(ctx)
 		require.NoError(t, err)
-		require.Equal(t, map[jobstore.Status]int64{jobstore.StatusCanceled: 1}, deleted)
+		require.Equal(t, map[pulsetype.Status]int64{pulsetype.StatusCanceled: 1}, deleted)
 		require.True(t, b.exists(t, oldCompleted))
 		require.True(t, b.exists(t, oldDead))
 		require.False(t, b.exists(t, oldCanceled))
@@ -142,11 +143,11 @@ func TestJobCleaner(t *testing.T) {
 		b := setup(t)
 		c := b.cleaner(retention.Config{CompletedAge: time.Hour, Batch: 10})
 		for range 25 {
-			fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+			fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 2*time.Hour)
 		}
 		deleted, err := c.Clean(ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, 25, deleted[jobstore.StatusCompleted])
+		require.EqualValues(t, 25, deleted[pulsetype.StatusCompleted])
 		require.EqualValues(t, 3, b.deleter.calls.Load(), "10 + 10 + 5")
 		require.EqualValues(t, 25, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues("completed")))
 	})
@@ -155,13 +156,13 @@ func TestJobCleaner(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		c := b.cleaner(retention.Config{CompletedAge: time.Hour})
-		first := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
+		first := fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 2*time.Hour)
 		_, err := c.Clean(ctx)
 		require.NoError(t, err)
 		require.False(t, b.exists(t, first))
 
-		second := fixture.Finished(t, b.pool, jobstore.StatusCompleted, 2*time.Hour)
-		young := fixture.Finished(t, b.pool, jobstore.StatusCompleted, time.Minute)
+		second := fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 2*time.Hour)
+		young := fixture.Finished(t, b.pool, pulsetype.StatusCompleted, time.Minute)
 		_, err = c.Clean(ctx)
 		require.NoError(t, err)
 		require.False(t, b.exists(t, second))

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -81,7 +82,7 @@ func TestLeaseSweeper(t *testing.T) {
 		require.Equal(t, 2, n)
 
 		j := fixture.Job(t, b.pool, retried)
-		require.Equal(t, jobstore.StatusRetrying, j.Status)
+		require.Equal(t, pulsetype.StatusRetrying, j.Status)
 		require.EqualValues(t, 1, j.Attempts)
 		require.Nil(t, j.LeaseUntil)
 		require.Nil(t, j.FinishedAt)
@@ -91,7 +92,7 @@ func TestLeaseSweeper(t *testing.T) {
 		require.Equal(t, 1, j.Errors[0].Attempt)
 
 		j = fixture.Job(t, b.pool, lastAttempt)
-		require.Equal(t, jobstore.StatusDeadLettered, j.Status)
+		require.Equal(t, pulsetype.StatusDeadLettered, j.Status)
 		require.EqualValues(t, 3, j.Attempts)
 		require.NotNil(t, j.FinishedAt)
 		require.Len(t, j.Errors, 1)
@@ -122,7 +123,7 @@ func TestLeaseSweeper(t *testing.T) {
 		n, err := b.sweeper.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 35, n)
-		require.EqualValues(t, 35, countStatus(t, b.pool, jobstore.StatusRetrying))
+		require.EqualValues(t, 35, countStatus(t, b.pool, pulsetype.StatusRetrying))
 		require.EqualValues(t, 4, b.reaper.calls.Load(), "each statement settles at most one batch: 10+10+10+5")
 
 		// The next backlog waits for the next tick, then drains the same way.
@@ -132,8 +133,8 @@ func TestLeaseSweeper(t *testing.T) {
 		n, err = b.sweeper.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 12, n)
-		require.EqualValues(t, 47, countStatus(t, b.pool, jobstore.StatusRetrying))
-		require.EqualValues(t, 0, countStatus(t, b.pool, jobstore.StatusRunning))
+		require.EqualValues(t, 47, countStatus(t, b.pool, pulsetype.StatusRetrying))
+		require.EqualValues(t, 0, countStatus(t, b.pool, pulsetype.StatusRunning))
 		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultOK)))
 	})
 
@@ -173,7 +174,7 @@ func TestLeaseSweeper(t *testing.T) {
 		require.EqualValues(t, 200, total.Load())
 		for _, id := range ids {
 			j := fixture.Job(t, b.pool, id)
-			require.Equal(t, jobstore.StatusRetrying, j.Status)
+			require.Equal(t, pulsetype.StatusRetrying, j.Status)
 			require.EqualValues(t, 1, j.Attempts, "a reap never changes the attempt count")
 			require.Len(t, j.Errors, 1, "job %s reaped more than once", id)
 		}
@@ -189,13 +190,13 @@ func TestLeaseSweeper(t *testing.T) {
 			require.ErrorIs(t, err, apierr.ErrUnavailable, "returned for the loop to log, count and retry")
 		}
 		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.Sweeps.WithLabelValues(reapmetrics.ResultError)))
-		require.Equal(t, jobstore.StatusRunning, fixture.Job(t, b.pool, expired).Status)
+		require.Equal(t, pulsetype.StatusRunning, fixture.Job(t, b.pool, expired).Status)
 
 		b.reaper.down.Store(false)
 		n, err := b.sweeper.Sweep(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		require.Equal(t, jobstore.StatusRetrying, fixture.Job(t, b.pool, expired).Status)
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, expired).Status)
 	})
 
 	t.Run("ACanceledSweepReapsNothing", func(t *testing.T) {
@@ -206,11 +207,11 @@ func TestLeaseSweeper(t *testing.T) {
 		cancel()
 		_, err := b.sweeper.Sweep(canceled)
 		require.Error(t, err)
-		require.Equal(t, jobstore.StatusRunning, fixture.Job(t, b.pool, expired).Status, "a statement cut short rolls back whole")
+		require.Equal(t, pulsetype.StatusRunning, fixture.Job(t, b.pool, expired).Status, "a statement cut short rolls back whole")
 	})
 }
 
-func countStatus(t *testing.T, pool *pgxpool.Pool, s jobstore.Status) int {
+func countStatus(t *testing.T, pool *pgxpool.Pool, s pulsetype.Status) int {
 	t.Helper()
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = $1`, string(s)).Scan(&n))

@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -34,7 +35,7 @@ func TestReapSpanJoinsTheJobsTrace(t *testing.T) {
 	propagation.TraceContext{}.Inject(submitCtx, carrier)
 	sweepCtx, sweep := tp.Tracer("test").Start(context.Background(), "sweep")
 	traceReaped(sweepCtx, time.Now(), []jobstore.Reaped{{
-		ID: uuid.New(), Topic: "t", Status: jobstore.StatusRetrying, Attempt: 1, TraceParent: carrier.Get("traceparent"),
+		ID: uuid.New(), Topic: "t", Status: pulsetype.StatusRetrying, Attempt: 1, TraceParent: carrier.Get("traceparent"),
 	}})
 	sweep.End()
 

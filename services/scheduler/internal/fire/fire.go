@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/schedule"
@@ -194,7 +195,7 @@ func (l *Loop) plan(ctx context.Context, sc *jobstore.Schedule, now time.Time) j
 	id := sc.ID
 	f := jobstore.Fire{
 		Occurrence: occ,
-		Job: jobstore.NewJob{
+		Job: pulsetype.NewJob{
 			ID: jobstore.OccurrenceJobID(sc.ID, occ), Topic: sc.Topic, Args: sc.Args,
 			Priority: sc.Priority, MaxAttempts: sc.MaxAttempts, RunAt: occ, ScheduleID: &id,
 			TraceParent: carrier.Get("traceparent"), TraceState: carrier.Get("tracestate"),

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -203,7 +204,7 @@ func testFiresWhileDispatchIsPaused(t *testing.T) {
 	require.Equal(t, 1, n)
 	jobs := jobsOf(t, store, sc.ID)
 	require.Len(t, jobs, 1)
-	require.Equal(t, jobstore.StatusPending, jobs[0].Status, "the job queues behind the pause")
+	require.Equal(t, pulsetype.StatusPending, jobs[0].Status, "the job queues behind the pause")
 }
 
 // TestAScheduleWithoutAnOccurrenceNeverFires: rows stored before such

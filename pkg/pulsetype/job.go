@@ -1,0 +1,57 @@
+package pulsetype
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// NewJob is a validated job ready to insert. The id is minted by the caller
+// (uuid v7 for submits, uuid v5 of schedule+occurrence for schedule fires)
+// so a retried insert of the same id is a no-op.
+type NewJob struct {
+	ID             uuid.UUID
+	Topic          string
+	Args           []byte // a JSON object
+	Priority       int16
+	MaxAttempts    int32
+	RunAt          time.Time // zero: now
+	IdempotencyKey string    // empty: none
+	ScheduleID     *uuid.UUID
+	TraceParent    string
+	TraceState     string
+	// Timeout bounds one attempt (MinTimeout..MaxTimeout,
+	// jobs_timeout_range); zero: none.
+	Timeout time.Duration
+	// UniqueFor makes the job unique by topic and args for this long
+	// (MinUniqueFor..MaxUniqueFor, job_uniques): while another job holds
+	// the key, the insert answers that job as a duplicate. Zero: not
+	// unique.
+	UniqueFor time.Duration
+	// Retry is the job's own backoff between attempts; zero: the
+	// retry_policy row's.
+	Retry JobRetry
+}
+
+// JobRetry is one job's backoff between attempts (ADR-0018), in at most
+// one form: exponential (Base, and Max or zero for the retry_policy row's
+// cap), failed attempt n waiting about Base × 2^(n-1), jittered down by up
+// to a fifth, at most Max; or Fixed, every failed attempt waiting exactly
+// that long. The zero value follows the retry_policy row. The schema's
+// pulse_retry_delay computes the wait; nothing in Go does.
+type JobRetry struct {
+	Base  time.Duration
+	Max   time.Duration
+	Fixed time.Duration
+}
+
+// IsZero reports whether the job follows the retry_policy row.
+func (r JobRetry) IsZero() bool { return r == JobRetry{} }
+
+// Inserted is the outcome of one NewJob: the id of the job that now stands
+// for it, and whether that job existed already (same id, same live
+// idempotency key, or same topic and args within a unique period).
+type Inserted struct {
+	ID        uuid.UUID
+	Duplicate bool
+}
