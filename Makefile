@@ -48,6 +48,10 @@ bench: ## run the end-to-end load test against a throwaway local fleet (see docs
 	@scripts/ensure-postgres.sh
 	go run ./loadtest/cmd/pulse-load
 
+.PHONY: schema
+schema: ## regenerate migrations/schema.sql: apply the migrations to a throwaway Postgres, pg_dump --schema-only it
+	go test -count=1 -run '^TestSchemaSQLMatchesMigrations$$' ./pkg/server/schemadump -update
+
 .PHONY: generate
 generate: ## regenerate protobuf Go code with buf (offline, local plugins)
 	cd proto/tools && GOWORK=off go tool buf lint .. && GOWORK=off go tool buf generate .. --template ../buf.gen.yaml

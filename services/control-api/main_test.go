@@ -224,7 +224,7 @@ func TestBinary(t *testing.T) {
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
 		})
 		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, "needs version 11") // migrations.VersionJobThroughput
+		require.Contains(t, res.stderr, "needs version 1 or newer") // migrations.VersionBaseline
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {

@@ -153,6 +153,6 @@ func TestSchedulerProcess(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, ctx.Err(), "scheduler did not exit")
 		require.Error(t, err)
-		require.Contains(t, string(out), "needs version 3")
+		require.Contains(t, string(out), "needs version 1 or newer")
 	})
 }

@@ -14,7 +14,7 @@ import (
 // and the pause audit (control_events) past its retention.
 
 // AuditRetentionFloor is the youngest control_events row the schema lets
-// anyone delete (migration 00014); the reaper refuses a shorter
+// anyone delete (control_events_append_only, migrations/00001_baseline.sql); the reaper refuses a shorter
 // PULSE_AUDIT_RETENTION.
 const AuditRetentionFloor = 24 * time.Hour
 

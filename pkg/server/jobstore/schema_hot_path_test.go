@@ -6,16 +6,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
-// TestSchemaGuardsStayOffTheHotPath: migration 00013 (ADR-0020) takes the
+// TestSchemaGuardsStayOffTheHotPath: the schema (ADR-0020; migration 00013
+// before the baseline fold) takes the
 // schema's guards off the claim and report path without dropping a rule.
 // No BEFORE UPDATE or BEFORE DELETE row trigger is left on jobs (any one
 // makes Postgres lock every row it updates or deletes, a WAL record each);
@@ -169,63 +166,8 @@ func TestSchemaGuardsStayOffTheHotPath(t *testing.T) {
 }
 
 // specRules are the rules of jobs_guard_spec, CHECK constraints until
-// migration 00013.
+// migration 00013 (now folded into the baseline).
 var specRules = []string{
 	"jobs_args_object", "jobs_idempotency_key_length", "jobs_retry_form",
 	"jobs_retry_range", "jobs_timeout_range", "jobs_topic_format",
-}
-
-// TestSchemaGuardsOffHotPathDownRestoresTheGuards: migration 00013's Down
-// gives back exactly the triggers, constraints and guard functions of
-// version 12, validated, and Up again takes them away.
-func TestSchemaGuardsOffHotPathDownRestoresTheGuards(t *testing.T) {
-	t.Parallel()
-	url := pgtest.EmptyURL(t)
-	cfg, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { db.Close() })
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	// The schema's guards as Postgres prints them back.
-	guards := func() []string {
-		t.Helper()
-		rows, err := pool.Query(ctx, `
-			SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'jobs'::regclass AND NOT tgisinternal
-			UNION ALL
-			SELECT format('constraint %s %s validated %s', conname, pg_get_constraintdef(oid), convalidated)
-			FROM pg_constraint WHERE conrelid = 'jobs'::regclass
-			UNION ALL
-			SELECT 'function ' || pg_get_functiondef(oid) FROM pg_proc WHERE proname LIKE 'jobs\_guard\_%'
-			ORDER BY 1`)
-		require.NoError(t, err)
-		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return defs
-	}
-
-	_, err = provider.UpTo(ctx, migrations.VersionJobTimeoutImmutable)
-	require.NoError(t, err)
-	// A job, so Down validates its CHECKs against a row.
-	_, err = pool.Exec(ctx, `INSERT INTO jobs (id, topic, args, idempotency_key, retry_fixed, timeout)
-		VALUES (gen_random_uuid(), 'round.trip', '{"n": 1}', 'k', '1 second', '1 minute')`)
-	require.NoError(t, err)
-	before := guards()
-
-	_, err = provider.UpTo(ctx, migrations.VersionGuardsOffHotPath)
-	require.NoError(t, err)
-	up := guards()
-	require.NotEqual(t, before, up)
-
-	_, err = provider.DownTo(ctx, migrations.VersionJobTimeoutImmutable)
-	require.NoError(t, err)
-	require.Equal(t, before, guards(), "Down restores version 12's guards exactly")
-
-	_, err = provider.UpTo(ctx, migrations.VersionGuardsOffHotPath)
-	require.NoError(t, err)
-	require.Equal(t, up, guards(), "Up applies again after Down")
 }

@@ -9,14 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -25,7 +21,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/testtool"
 )
 
-// allowed is the transition table (migrations/00001_jobs.sql).
+// allowed is the transition table (migrations/00001_baseline.sql).
 var allowed = map[[2]pulsetype.Status]bool{
 	{pulsetype.StatusPending, pulsetype.StatusRunning}:      true,
 	{pulsetype.StatusRetrying, pulsetype.StatusRunning}:     true,
@@ -788,92 +784,4 @@ func TestSchemaReadsRenderEveryAdmittedRow(t *testing.T) {
 	list, err := store.List(ctx, jobstore.ListFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list, 3)
-}
-
-// TestSchemaMigrationRepairsRowsTheNewRulesRefuse: migration 00005 meets a
-// database holding rows its CHECKs refuse (written under 00001's rules by
-// hand) and repairs them as it documents instead of failing.
-func TestSchemaMigrationRepairsRowsTheNewRulesRefuse(t *testing.T) {
-	t.Parallel()
-	url := pgtest.EmptyURL(t)
-	cfg, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { db.Close() })
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	require.NoError(t, err)
-	_, err = provider.UpTo(ctx, migrations.VersionCheapTopicCheck)
-	require.NoError(t, err)
-
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	// Under 00001 an INSERT may write any row its CHECKs accept.
-	_, err = pool.Exec(ctx, `
-		INSERT INTO jobs (id, topic, status, attempts, max_attempts, locked_by, lease_until, submitted_at, started_at, finished_at, next_run_at, errors) VALUES
-		('00000000-0000-0000-0000-000000000001', 't', 'PENDING',       3, 3, NULL, NULL, now(), NULL, NULL, now(), '[]'),
-		('00000000-0000-0000-0000-000000000002', 't', 'RETRYING',      2, 2, 'w',  NULL, now(), now(), NULL, now(), '[{"attempt": 2, "error": "boom", "worker": "w", "at": "2026-01-01T00:00:00Z"}]'),
-		('00000000-0000-0000-0000-000000000003', 't', 'PENDING',       0, 3, NULL, NULL, now(), NULL, NULL, 'infinity', '[]'),
-		('00000000-0000-0000-0000-000000000004', 't', 'RUNNING',       1, 3, '',   'infinity', now() - interval '1 hour', now() - interval '1 hour', NULL, now(), '[]'),
-		('00000000-0000-0000-0000-000000000005', 't', 'COMPLETED',     1, 3, 'w',  NULL, now(), now() - interval '2 hours', now() - interval '1 hour', '-infinity', '[]'),
-		('00000000-0000-0000-0000-000000000006', 't', 'CANCELED',      0, 3, '',   NULL, 'infinity', NULL, now(), now(), '[]'),
-		('00000000-0000-0000-0000-000000000007', 't', 'DEAD_LETTERED', 1, 1, 'w',  NULL, now(), now(), '-infinity', now(), '[]'),
-		('00000000-0000-0000-0000-000000000008', 't', 'PENDING',       0, 3, NULL, NULL, now(), NULL, NULL, now(), '[]')`)
-	require.NoError(t, err)
-
-	_, err = provider.Up(ctx)
-	require.NoError(t, err)
-
-	store := newStore(t, pool)
-	get := func(n int) *jobstore.Job {
-		t.Helper()
-		j, err := store.Get(ctx, uuid.MustParse(fmt.Sprintf("00000000-0000-0000-0000-%012d", n)))
-		require.NoError(t, err)
-		return j
-	}
-	lastError := func(j *jobstore.Job) string { return j.Errors[len(j.Errors)-1].Error }
-
-	j := get(1)
-	require.Equal(t, pulsetype.StatusDeadLettered, j.Status, "a queued job without attempts left is dead-lettered")
-	require.NotNil(t, j.FinishedAt)
-	require.Contains(t, lastError(j), "migration 00005")
-	j = get(2)
-	require.Equal(t, pulsetype.StatusDeadLettered, j.Status)
-	require.Len(t, j.Errors, 2, "the history is kept and explained")
-	j = get(3)
-	require.Equal(t, pulsetype.StatusCanceled, j.Status, "a job parked at infinity is canceled")
-	require.Contains(t, lastError(j), "infinity")
-	j = get(4)
-	require.Equal(t, pulsetype.StatusRunning, j.Status)
-	require.Equal(t, "unnamed-worker", j.LockedBy)
-	require.False(t, j.LeaseUntil.After(time.Now()), "its lease lapsed: the reaper retries it")
-	j = get(5)
-	require.Equal(t, pulsetype.StatusCompleted, j.Status)
-	require.True(t, !j.SubmittedAt.After(*j.StartedAt), "submitted_at moved back to the start")
-	j = get(6)
-	require.Empty(t, j.LockedBy)
-	require.False(t, j.SubmittedAt.After(*j.FinishedAt))
-	j = get(7)
-	require.NotNil(t, j.FinishedAt)
-	require.False(t, j.SubmittedAt.After(*j.FinishedAt))
-	require.Equal(t, pulsetype.StatusPending, get(8).Status, "a healthy row is left alone")
-
-	var valid []bool
-	rows, err := pool.Query(ctx, `SELECT convalidated FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'c'`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var v bool
-		require.NoError(t, rows.Scan(&v))
-		valid = append(valid, v)
-	}
-	require.NoError(t, rows.Err())
-	require.NotContains(t, valid, false, "every CHECK is validated")
-
-	// Down and up again: the migration can be rolled back and re-applied.
-	_, err = provider.DownTo(ctx, migrations.VersionCheapTopicCheck)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `UPDATE jobs SET locked_by = NULL WHERE id = '00000000-0000-0000-0000-000000000007'`)
-	require.NoError(t, err, "after Down, 00005's rules are gone")
-	_, err = provider.Up(ctx)
-	require.NoError(t, err)
 }

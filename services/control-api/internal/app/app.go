@@ -31,12 +31,12 @@ import (
 // pg_stat_activity.
 const Service = "control-api"
 
-// MinSchemaVersion is the oldest schema control-api runs on: explaining a
-// waiting job reads worker_presence; a submit writes jobs.timeout and the
-// job's retry policy (00010) and claims unique keys in job_uniques; topics
-// read and set topic_limits (00009); the dashboard reads job_throughput
-// (00011).
-const MinSchemaVersion = migrations.VersionJobThroughput
+// MinSchemaVersion is the oldest schema control-api runs on: the baseline.
+// Explaining a waiting job reads worker_presence; a submit writes
+// jobs.timeout and the job's retry policy and claims unique keys in
+// job_uniques; topics read and set topic_limits; the dashboard reads
+// job_throughput.
+const MinSchemaVersion = migrations.VersionBaseline
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

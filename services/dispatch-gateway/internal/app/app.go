@@ -30,12 +30,12 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "dispatch-gateway"
 
-// MinSchemaVersion is the oldest schema this build can run against: it
-// records its streams in worker_presence, its report schedules a failed
-// attempt's retry with pulse_retry_delay and the job's own policy
-// (00010), counts settled attempts in job_throughput (00011), and its
-// claim reads jobs.timeout and topic_limits (00009).
-const MinSchemaVersion = migrations.VersionJobThroughput
+// MinSchemaVersion is the oldest schema this build can run against: the
+// baseline. It records its streams in worker_presence, its report
+// schedules a failed attempt's retry with pulse_retry_delay and the job's
+// own policy, counts settled attempts in job_throughput, and its claim
+// reads jobs.timeout and topic_limits.
+const MinSchemaVersion = migrations.VersionBaseline
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {

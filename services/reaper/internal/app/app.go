@@ -22,10 +22,10 @@ import (
 const Service = "reaper"
 
 // MinSchemaVersion is the oldest schema this build can run against: the
-// sweep schedules a lapsed attempt's retry with pulse_retry_delay and the
-// job's own policy (00010) and counts it in job_throughput (00011); the
-// pruner deletes old pause audit rows (00014).
-const MinSchemaVersion = migrations.VersionAuditRetention
+// baseline, whose pulse_retry_delay (with the job's own policy) schedules a
+// lapsed attempt's retry, whose job_throughput counts it, and whose
+// control_events guard lets the pruner delete audit rows older than a day.
+const MinSchemaVersion = migrations.VersionBaseline
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {
@@ -66,9 +66,6 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 			throughput := retention.NewThroughputCleaner(retention.ThroughputConfig{
 				Age: cfg.ThroughputRetention, Batch: cfg.RetentionBatch,
 			}, store, m, s.Logger())
-			pruner := retention.NewPruner(retention.PruneConfig{
-				TopicSeenAge: cfg.TopicSeenRetention, AuditAge: cfg.AuditRetention, Batch: cfg.RetentionBatch,
-			}, store, m, s.Logger())
 			// All run at start, so a restarted reaper catches up at once.
 			s.Every(loop.Config{Name: "lease_sweeper", Interval: cfg.SweepInterval, Immediate: true},
 				func(ctx context.Context) error { _, err := sweeper.Sweep(ctx); return err })
@@ -76,8 +73,6 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				func(ctx context.Context) error { _, err := cleaner.Clean(ctx); return err })
 			s.Every(loop.Config{Name: "throughput_cleaner", Interval: cfg.RetentionInterval, Immediate: true},
 				func(ctx context.Context) error { _, err := throughput.Clean(ctx); return err })
-			s.Every(loop.Config{Name: "pruner", Interval: cfg.RetentionInterval, Immediate: true},
-				func(ctx context.Context) error { _, err := pruner.Prune(ctx); return err })
 			return nil
 		},
 	}

@@ -19,8 +19,9 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "scheduler"
 
-// MinSchemaVersion is the oldest schema this build can run against.
-const MinSchemaVersion = migrations.VersionSchedules
+// MinSchemaVersion is the oldest schema this build can run against: the
+// baseline, which holds schedules and the jobs they fire.
+const MinSchemaVersion = migrations.VersionBaseline
 
 // Command is the scheduler binary.
 func Command() service.Command[config.Config] {
