@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,7 @@ const (
 	KindUnauthenticated
 	KindPermissionDenied
 	KindAlreadyExists
+	KindResourceExhausted
 )
 
 // Error is a classified error. Field names the offending input for
@@ -35,6 +37,9 @@ type Error struct {
 	Field string
 	Msg   string
 	Err   error
+	// RetryAfter, on KindResourceExhausted, is how long the caller should
+	// wait before trying again (0: no hint).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -67,6 +72,7 @@ var (
 	ErrUnavailable       = &Error{Kind: KindUnavailable}
 	ErrUnauthenticated   = &Error{Kind: KindUnauthenticated}
 	ErrPermissionDenied  = &Error{Kind: KindPermissionDenied}
+	ErrResourceExhausted = &Error{Kind: KindResourceExhausted}
 )
 
 // Invalid reports bad input in field.
@@ -95,6 +101,22 @@ func Unauthenticated(msg string) error { return &Error{Kind: KindUnauthenticated
 
 // PermissionDenied reports a known identity whose role may not do this.
 func PermissionDenied(msg string) error { return &Error{Kind: KindPermissionDenied, Msg: msg} }
+
+// ResourceExhausted reports a limit the caller hit (too many failed
+// attempts, too much in flight); retryAfter, when positive, says when
+// trying again may succeed.
+func ResourceExhausted(msg string, retryAfter time.Duration) error {
+	return &Error{Kind: KindResourceExhausted, Msg: msg, RetryAfter: retryAfter}
+}
+
+// RetryAfterOf returns the retry hint of a ResourceExhausted error.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Kind == KindResourceExhausted && e.RetryAfter > 0 {
+		return e.RetryAfter, true
+	}
+	return 0, false
+}
 
 // KindOf classifies any error; unclassified errors are internal, except
 // context errors which keep their own meaning.
@@ -149,6 +171,8 @@ func grpcCode(k Kind) codes.Code {
 		return codes.PermissionDenied
 	case KindAlreadyExists:
 		return codes.AlreadyExists
+	case KindResourceExhausted:
+		return codes.ResourceExhausted
 	}
 	return codes.Internal
 }
@@ -183,6 +207,8 @@ func httpFromCode(c codes.Code) int {
 		return http.StatusForbidden
 	case codes.DeadlineExceeded:
 		return http.StatusGatewayTimeout
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -210,6 +236,8 @@ func HTTPCode(err error) string {
 		return "deadline_exceeded"
 	case codes.Canceled:
 		return "canceled"
+	case codes.ResourceExhausted:
+		return "resource_exhausted"
 	}
 	return "internal"
 }

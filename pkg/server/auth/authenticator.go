@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/config"
@@ -56,6 +58,13 @@ type Authenticator struct {
 	// anyBcrypt makes an unknown user cost a bcrypt verify too, so timing
 	// does not tell a wrong user from a wrong password.
 	anyBcrypt bool
+
+	// limits, fails and bcrypt bound what failed attempts may cost
+	// (SetLimits); onRefusal counts refusals (OnRefusal).
+	limits    Limits
+	fails     *failures
+	bcrypt    *semaphore.Weighted
+	onRefusal func(Refusal)
 }
 
 type user struct {
@@ -94,6 +103,7 @@ func New(users, tokens string) (*Authenticator, error) {
 	if err := a.parseTokens(tokens); err != nil {
 		return nil, err
 	}
+	a.SetLimits(Limits{})
 	return a, nil
 }
 
@@ -195,9 +205,15 @@ func (a *Authenticator) digest(secret string) []byte {
 // Authenticate checks an Authorization value, "Basic base64(user:pass)" or
 // "Bearer token", and returns who it belongs to. Missing or wrong
 // credentials are apierr.Unauthenticated, with a message that never says
-// whether the user or the password was wrong. A nil Authenticator (open
-// mode) admits everyone as Anonymous.
+// whether the user or the password was wrong; every bcrypt slot busy is
+// apierr.ResourceExhausted. A nil Authenticator (open mode) admits
+// everyone as Anonymous. It neither counts nor limits failed attempts:
+// the transports' checks (TapHandle, Middleware) do.
 func (a *Authenticator) Authenticate(header string) (Identity, error) {
+	return a.authenticate(context.Background(), header)
+}
+
+func (a *Authenticator) authenticate(ctx context.Context, header string) (Identity, error) {
 	if a == nil {
 		return Anonymous, nil
 	}
@@ -217,20 +233,22 @@ func (a *Authenticator) Authenticate(header string) (Identity, error) {
 		if !ok {
 			return Identity{}, apierr.Unauthenticated(msgInvalid)
 		}
-		return a.basic(name, pass)
+		return a.basic(ctx, name, pass)
 	case strings.EqualFold(scheme, "Bearer"):
 		return a.bearer(value)
 	}
 	return Identity{}, apierr.Unauthenticated(msgUnsupported)
 }
 
-func (a *Authenticator) basic(name, pass string) (Identity, error) {
+func (a *Authenticator) basic(ctx context.Context, name, pass string) (Identity, error) {
 	d := a.digest(pass)
 	u, ok := a.users[name]
 	if !ok {
 		// Spend what a known user would, then fail the same way.
 		if a.anyBcrypt {
-			_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(pass))
+			if err := a.verify(ctx, func() error { return bcrypt.CompareHashAndPassword(dummyHash(), []byte(pass)) }); err == errBusy {
+				return Identity{}, err
+			}
 		} else {
 			_ = subtle.ConstantTimeCompare(d, a.digest(""))
 		}
@@ -245,7 +263,10 @@ func (a *Authenticator) basic(name, pass string) (Identity, error) {
 	if v := u.verified.Load(); v != nil && subtle.ConstantTimeCompare(d, *v) == 1 {
 		return u.id, nil
 	}
-	if bcrypt.CompareHashAndPassword(u.hash, []byte(pass)) != nil {
+	if err := a.verify(ctx, func() error { return bcrypt.CompareHashAndPassword(u.hash, []byte(pass)) }); err != nil {
+		if err == errBusy {
+			return Identity{}, err
+		}
 		return Identity{}, apierr.Unauthenticated(msgInvalid)
 	}
 	u.verified.Store(&d)

@@ -11,8 +11,14 @@
 //
 // A Policy maps each gRPC method and HTTP route to the roles it admits.
 // Anything the policy does not name is for operators only, so a route added
-// without a policy entry fails closed. The gRPC health and reflection services
-// are always open, and the HTTP policy marks the probes and /metrics Public.
+// without a policy entry fails closed. The gRPC health service admits any
+// authenticated caller and reflection operators only; the HTTP policy marks
+// the probes and /metrics Public.
+//
+// On gRPC the check runs in the server's tap handle (TapHandle), before a
+// call's message is read; on HTTP, in Middleware, before its body is read.
+// Failed attempts are limited per source address and per user name
+// (Limits), and refusals are counted by reason (OnRefusal).
 //
 // When neither variable is set the Authenticator is nil and the service runs
 // in open mode: every caller is Anonymous, an operator. Open mode is for local

@@ -3,78 +3,57 @@ package auth
 import (
 	"context"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/tap"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
 
-// UnaryInterceptor authenticates every unary call from its authorization
-// metadata and checks the caller's role against policy. A nil a is open
-// mode: every call proceeds as Anonymous. Errors are gRPC statuses
-// (Unauthenticated, PermissionDenied), so the interceptor works in any
-// chain; in grpcserver it belongs in Options.ExtraUnary.
-func UnaryInterceptor(a *Authenticator, policy Policy) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.admitGRPC(ctx, policy, info.FullMethod)
-		if err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-}
-
-// StreamInterceptor is UnaryInterceptor for streams: the check runs once,
-// when the stream opens, and the handler's stream context carries the
-// identity.
-func StreamInterceptor(a *Authenticator, policy Policy) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := a.admitGRPC(ss.Context(), policy, info.FullMethod)
-		if err != nil {
-			return err
-		}
-		return handler(srv, &identityStream{ServerStream: ss, ctx: ctx})
-	}
-}
-
-type identityStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *identityStream) Context() context.Context { return s.ctx }
-
-func (a *Authenticator) admitGRPC(ctx context.Context, policy Policy, fullMethod string) (context.Context, error) {
-	var header string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
+// TapHandle authenticates every gRPC call from its authorization header
+// and checks the caller's role against policy, before the call's stream
+// exists: install it with grpc.InTapHandle (grpcserver.Options.Admit). A
+// refused call is answered Unauthenticated, PermissionDenied or
+// ResourceExhausted (too many failed attempts) and its message is never
+// read, let alone decompressed or decoded. An admitted call's context — the
+// one its handler gets — carries the identity (IdentityFrom). A nil a is
+// open mode: every call proceeds as Anonymous.
+//
+// grpc-go runs the handle on the connection's reader goroutine, so it
+// must not block for long: a credentials check costs an HMAC, or one
+// bcrypt verify the first time a user's password is seen (later ones hit
+// the cache), and waits for a free bcrypt slot at most BcryptWaitMax.
+func TapHandle(a *Authenticator, policy Policy) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		var header string
+		if v := info.Header.Get("authorization"); len(v) > 0 {
 			header = v[0]
 		}
+		ctx, err := a.admit(ctx, policy.method(info.FullMethodName), header, grpcSource(ctx), info.FullMethodName)
+		if err != nil {
+			return nil, grpcRefusal(err)
+		}
+		return ctx, nil
 	}
-	ctx, err := a.admit(ctx, policy.method(fullMethod), header, fullMethod)
-	if err != nil {
-		return nil, apierr.GRPCStatus(err).Err()
-	}
-	return ctx, nil
 }
 
-// admit is the one decision both transports make: open mode admits all as
-// Anonymous; Public admits without credentials; otherwise the credentials
-// must be good and the role admitted. what names the call in a
-// PermissionDenied message.
-func (a *Authenticator) admit(ctx context.Context, roles []Role, header, what string) (context.Context, error) {
-	if a == nil {
-		return WithIdentity(ctx, Anonymous), nil
+// grpcSource is the caller's address without its port, the key failed
+// attempts are counted under.
+func grpcSource(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
 	}
-	if unauthenticated.Allowed(roles) {
-		return WithIdentity(ctx, unauthenticated), nil
+	return hostOf(p.Addr.String())
+}
+
+// grpcRefusal is a refusal as a gRPC status; a rate-limited one carries
+// its retry hint as RetryInfo.
+func grpcRefusal(err error) error {
+	st := apierr.GRPCStatus(err)
+	if d, ok := apierr.RetryAfterOf(err); ok {
+		if withInfo, derr := st.WithDetails(retryInfo(d)); derr == nil {
+			st = withInfo
+		}
 	}
-	id, err := a.Authenticate(header)
-	if err != nil {
-		return nil, err
-	}
-	if !id.Allowed(roles) {
-		return nil, apierr.PermissionDenied("role " + string(id.Role) + " may not call " + what + "; it needs " + describe(roles))
-	}
-	return WithIdentity(ctx, id), nil
+	return st.Err()
 }

@@ -2,13 +2,15 @@ package auth_test
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
@@ -33,44 +35,32 @@ func users(t *testing.T) *auth.Authenticator {
 	return a
 }
 
-// callUnary runs the interceptor the way a server would and returns the
-// identity the handler saw, or the status code.
-func callUnary(a *auth.Authenticator, method, header string) (auth.Identity, codes.Code, string) {
-	ctx := context.Background()
+// callTap runs the tap handle the way a server would, before the call's
+// stream exists, and returns the identity the handler would see, or the
+// status code and message.
+func callTap(a *auth.Authenticator, policy auth.Policy, method, header string) (auth.Identity, codes.Code, string) {
+	md := metadata.MD{}
 	if header != "" {
-		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", header))
+		md = metadata.Pairs("authorization", header)
 	}
-	var seen auth.Identity
-	_, err := auth.UnaryInterceptor(a, grpcPolicy)(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method},
-		func(ctx context.Context, _ any) (any, error) {
-			seen = auth.IdentityFrom(ctx)
-			return nil, nil
-		})
-	return seen, status.Code(err), status.Convert(err).Message()
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}})
+	ctx, err := auth.TapHandle(a, policy)(ctx, &tap.Info{FullMethodName: method, Header: md})
+	if err != nil {
+		return auth.Identity{}, status.Code(err), status.Convert(err).Message()
+	}
+	return auth.IdentityFrom(ctx), codes.OK, ""
 }
 
-type fakeStream struct {
-	grpc.ServerStream
-	ctx context.Context
+func callUnary(a *auth.Authenticator, method, header string) (auth.Identity, codes.Code, string) {
+	return callTap(a, grpcPolicy, method, header)
 }
-
-func (s fakeStream) Context() context.Context { return s.ctx }
 
 func callStream(a *auth.Authenticator, method, header string) (auth.Identity, codes.Code) {
-	ctx := context.Background()
-	if header != "" {
-		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", header))
-	}
-	var seen auth.Identity
-	err := auth.StreamInterceptor(a, grpcPolicy)(nil, fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: method},
-		func(_ any, ss grpc.ServerStream) error {
-			seen = auth.IdentityFrom(ss.Context())
-			return nil
-		})
-	return seen, status.Code(err)
+	id, code, _ := callTap(a, grpcPolicy, method, header)
+	return id, code
 }
 
-func TestUnaryInterceptor(t *testing.T) {
+func TestTapHandleUnary(t *testing.T) {
 	t.Parallel()
 
 	t.Run("ChecksCredentialsThenRole", func(t *testing.T) {
@@ -91,9 +81,14 @@ func TestUnaryInterceptor(t *testing.T) {
 			{"UnknownMethodDeniedToWorker", "/pulse.v1.ControlService/PauseDispatch", authtest.Basic("wk", "ww"), codes.PermissionDenied},
 			{"UnknownMethodAllowedToOperator", "/pulse.v1.ControlService/PauseDispatch", authtest.Basic("op", "oo"), codes.OK},
 			{"UnknownMethodNeedsCredentials", "/pulse.v1.ControlService/PauseDispatch", "", codes.Unauthenticated},
-			{"HealthIsOpen", "/grpc.health.v1.Health/Check", "", codes.OK},
-			{"HealthIgnoresBadCredentials", "/grpc.health.v1.Health/Watch", authtest.Basic("x", "y"), codes.OK},
-			{"ReflectionIsOpen", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", codes.OK},
+			{"HealthNeedsCredentials", "/grpc.health.v1.Health/Check", "", codes.Unauthenticated},
+			{"HealthRefusesBadCredentials", "/grpc.health.v1.Health/Watch", authtest.Basic("x", "y"), codes.Unauthenticated},
+			{"HealthAdmitsAProducer", "/grpc.health.v1.Health/Check", authtest.Basic("prod", "pp"), codes.OK},
+			{"HealthAdmitsAWorker", "/grpc.health.v1.Health/Watch", authtest.Basic("wk", "ww"), codes.OK},
+			{"ReflectionNeedsCredentials", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", codes.Unauthenticated},
+			{"ReflectionRefusesAProducer", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", authtest.Basic("prod", "pp"), codes.PermissionDenied},
+			{"ReflectionV1AlphaRefusesAWorker", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", authtest.Basic("wk", "ww"), codes.PermissionDenied},
+			{"ReflectionAdmitsAnOperator", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", authtest.Basic("op", "oo"), codes.OK},
 		}
 		for _, tc := range cases {
 			_, code, _ := callUnary(a, tc.method, tc.header)
@@ -132,7 +127,7 @@ func TestUnaryInterceptor(t *testing.T) {
 	})
 }
 
-func TestStreamInterceptor(t *testing.T) {
+func TestTapHandleStream(t *testing.T) {
 	t.Parallel()
 
 	t.Run("ChecksCredentialsThenRoleWhenTheStreamOpens", func(t *testing.T) {
@@ -148,7 +143,7 @@ func TestStreamInterceptor(t *testing.T) {
 		_, code = callStream(a, "/pulse.v1.DispatchService/Unlisted", authtest.Basic("wk", "ww"))
 		require.Equal(t, codes.PermissionDenied, code, "fails closed")
 		_, code = callStream(a, "/grpc.health.v1.Health/Watch", "")
-		require.Equal(t, codes.OK, code)
+		require.Equal(t, codes.Unauthenticated, code)
 	})
 
 	t.Run("OpenModeAdmitsEveryone", func(t *testing.T) {
@@ -212,19 +207,16 @@ func TestIdentity(t *testing.T) {
 			authtest.Basic("op", "oo"):   codes.PermissionDenied,
 			authtest.Basic("prod", "pp"): codes.PermissionDenied,
 		} {
-			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", header))
-			_, err := auth.UnaryInterceptor(a, policy)(ctx, nil, &grpc.UnaryServerInfo{FullMethod: reportMethod},
-				func(context.Context, any) (any, error) { return nil, nil })
-			require.Equal(t, want, status.Code(err), header)
+			_, code, msg := callTap(a, policy, reportMethod, header)
+			require.Equal(t, want, code, header)
 			if want != codes.OK {
-				require.Contains(t, status.Convert(err).Message(), "it needs worker")
-				require.NotContains(t, status.Convert(err).Message(), "or operator")
+				require.Contains(t, msg, "it needs worker")
+				require.NotContains(t, msg, "or operator")
 			}
 		}
 		// Open mode stays open: every caller is the anonymous operator.
-		_, err := auth.UnaryInterceptor(nil, policy)(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: reportMethod},
-			func(context.Context, any) (any, error) { return nil, nil })
-		require.NoError(t, err)
+		_, code, _ := callTap(nil, policy, reportMethod, "")
+		require.Equal(t, codes.OK, code)
 	})
 
 	t.Run("ParseRoleKnowsTheThreeRoles", func(t *testing.T) {

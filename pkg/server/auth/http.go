@@ -2,7 +2,9 @@ package auth
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
@@ -18,7 +20,10 @@ const Challenge = `Basic realm="pulse"`
 // mux as its API) need no credentials; anything else policy does not name
 // is for operators only. Failures answer 401 (with a Basic challenge) or
 // 403 and a JSON body {"error":{"code":...,"message":...}}, the shape of
-// every pulse HTTP error.
+// every pulse HTTP error. The body is never read: a refused request costs
+// its headers only. Failed attempts are counted by the connection's
+// address (r.RemoteAddr; forwarding headers are not trusted) and by user
+// name, and past their allowance answer 429 with Retry-After (Limits).
 //
 // An ErrorWriter may answer a refusal in a form of its own (the dashboard's
 // HTML pages); the status, and the challenge of a 401, stay the same.
@@ -29,11 +34,14 @@ func Middleware(a *Authenticator, policy func(r *http.Request) []Role, writers .
 			if a != nil {
 				roles = policy(r)
 			}
-			ctx, err := a.admit(r.Context(), roles, r.Header.Get("Authorization"), r.Method+" "+r.URL.Path)
+			ctx, err := a.admit(r.Context(), roles, r.Header.Get("Authorization"), hostOf(r.RemoteAddr), r.Method+" "+r.URL.Path)
 			if err != nil {
 				code := apierr.HTTPStatus(err)
 				if code == http.StatusUnauthorized {
 					w.Header().Set("WWW-Authenticate", Challenge)
+				}
+				if d, ok := apierr.RetryAfterOf(err); ok {
+					w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
 				}
 				for _, write := range writers {
 					if write(w, r, code, err) {

@@ -12,19 +12,27 @@ import (
 // operators only.
 type Policy map[string][]Role
 
-// openServices are gRPC services every caller may use, whatever the policy:
-// probes and tooling must work without credentials.
-var openServices = []string{
-	"/grpc.health.v1.Health/",
-	"/grpc.reflection.v1.ServerReflection/",
-	"/grpc.reflection.v1alpha.ServerReflection/",
-}
+// The gRPC services every server registers, whatever its policy. With
+// authentication on, health answers any authenticated caller (the
+// unauthenticated probes are HTTP /healthz and /readyz) and reflection
+// answers operators only; in open mode both are open, like everything.
+var (
+	healthService      = "/grpc.health.v1.Health/"
+	reflectionServices = []string{
+		"/grpc.reflection.v1.ServerReflection/",
+		"/grpc.reflection.v1alpha.ServerReflection/",
+	}
+	anyRole = []Role{RoleProducer, RoleWorker, RoleOperator}
+)
 
 // method returns the roles the policy admits to a full gRPC method name.
 func (p Policy) method(fullMethod string) []Role {
-	for _, prefix := range openServices {
+	if strings.HasPrefix(fullMethod, healthService) {
+		return anyRole
+	}
+	for _, prefix := range reflectionServices {
 		if strings.HasPrefix(fullMethod, prefix) {
-			return []Role{Public}
+			return nil // operators only
 		}
 	}
 	return p[fullMethod]

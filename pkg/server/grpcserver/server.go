@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
@@ -34,6 +35,12 @@ const (
 	// KeepaliveTimeout is how long the server waits for a ping's answer
 	// before closing the connection.
 	KeepaliveTimeout = 10 * time.Second
+	// MaxHeaderListSize bounds the headers of a call (its metadata): what
+	// the tap handle reads before it admits or refuses the call.
+	MaxHeaderListSize = 64 << 10
+	// MaxConcurrentStreams bounds the calls and streams one connection may
+	// have open at once.
+	MaxConcurrentStreams = 1024
 )
 
 // Options configures New. Every field is optional.
@@ -43,9 +50,17 @@ type Options struct {
 	// Metrics, from metrics.GRPCServerMetrics, records grpc_server_*
 	// metrics; nil records none.
 	Metrics *grpcprom.ServerMetrics
+	// Admit decides from a call's method and headers alone whether it may
+	// proceed, before its stream exists (grpc.InTapHandle): a refused
+	// call's message is never read. The context it returns is the call's,
+	// so the caller's identity rides on it. Authentication goes here
+	// (auth.TapHandle). nil admits every call. It runs on the
+	// connection's reader goroutine and must not block for long.
+	Admit tap.ServerInHandle
+	// DisableReflection leaves the reflection service unregistered.
+	DisableReflection bool
 	// ExtraUnary and ExtraStream run inside the shared interceptors, so
-	// their panics are recovered and their errors mapped (authentication
-	// goes here).
+	// their panics are recovered and their errors mapped.
 	ExtraUnary  []grpc.UnaryServerInterceptor
 	ExtraStream []grpc.StreamServerInterceptor
 	// ServerOptions are appended to the defaults, for example TLS
@@ -53,7 +68,8 @@ type Options struct {
 	ServerOptions []grpc.ServerOption
 }
 
-// Server is a gRPC server with health and reflection registered. Register
+// Server is a gRPC server with health and (unless disabled) reflection
+// registered. Register
 // the service's own implementations on GRPC() before Serve.
 type Server struct {
 	grpc    *grpc.Server
@@ -95,10 +111,17 @@ func New(opts Options) *Server {
 			Time:    KeepaliveTime,
 			Timeout: KeepaliveTimeout,
 		}),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+	}
+	if opts.Admit != nil {
+		serverOpts = append(serverOpts, grpc.InTapHandle(opts.Admit))
 	}
 	s.grpc = grpc.NewServer(append(serverOpts, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	if !opts.DisableReflection {
+		reflection.Register(s.grpc)
+	}
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 )
@@ -36,6 +37,10 @@ type Metrics struct {
 	// JobsCanceled and JobsRetried count operator actions on jobs, by topic.
 	JobsCanceled *prometheus.CounterVec
 	JobsRetried  *prometheus.CounterVec
+	// AuthRefusals counts calls and requests refused by authentication
+	// before their message or body was read, by auth.Refusal (missing,
+	// invalid, rate_limited, forbidden).
+	AuthRefusals *prometheus.CounterVec
 }
 
 // NewMetrics registers control-api's metrics on reg.
@@ -83,10 +88,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "pulse_jobs_retried_total",
 		Help: "Dead-lettered or canceled jobs sent back to PENDING by an operator, by topic.",
 	}, []string{"topic"})
-	reg.MustRegister(m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
+	m.AuthRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_auth_refusals_total",
+		Help: "Calls and requests refused by authentication before their message or body was read, by reason (missing, invalid, rate_limited, forbidden).",
+	}, []string{"reason"})
+	for _, r := range auth.Refusals {
+		m.AuthRefusals.WithLabelValues(string(r))
+	}
+	reg.MustRegister(m.AuthRefusals, m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
 		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried)
 	return m
 }
+
+// AuthRefused counts a call or request authentication refused.
+func (m *Metrics) AuthRefused(r auth.Refusal) { m.AuthRefusals.WithLabelValues(string(r)).Inc() }
 
 // SetQueueDepth sets one (topic, status) group's live job count.
 func (m *Metrics) SetQueueDepth(topic, status string, jobs float64) {

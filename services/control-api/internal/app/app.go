@@ -90,9 +90,10 @@ func build(cfg config.Config, s *service.Service) error {
 		auth.LogOpenMode(logger)
 	}
 	store := jobstore.New(s.Pool())
+	m := api.NewMetrics(s.Registry())
+	authn.OnRefusal(m.AuthRefused)
 	// The store's read side (bun over the pool) closes after the handlers.
 	s.AddBackend("read_store", service.Funcs{StopFunc: func(context.Context) error { return store.Close() }})
-	m := api.NewMetrics(s.Registry())
 
 	coalescer := submit.NewCoalescer(store, submit.Options{
 		MaxBatch: cfg.SubmitCoalesceMax,
@@ -146,9 +147,9 @@ func build(cfg config.Config, s *service.Service) error {
 
 	grpcSrv := s.GRPC(grpcserver.Options{
 		// A batch may be as large over gRPC as over HTTP.
-		ServerOptions: append([]grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))}, auth.GRPCServerOptions(tlsCfg)...),
-		ExtraUnary:    []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(authn, api.AccessPolicy())},
-		ExtraStream:   []grpc.StreamServerInterceptor{auth.StreamInterceptor(authn, api.AccessPolicy())},
+		ServerOptions:     append([]grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))}, auth.GRPCServerOptions(tlsCfg)...),
+		Admit:             auth.TapHandle(authn, api.AccessPolicy()),
+		DisableReflection: !cfg.GRPCReflection,
 	})
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)

@@ -217,12 +217,16 @@ func TestAuth(t *testing.T) {
 		require.NoError(t, err)
 	})
 
-	t.Run("GRPCHealthStaysOpen", func(t *testing.T) {
+	t.Run("GRPCHealthNeedsCredentialsOfAnyRole", func(t *testing.T) {
 		t.Parallel()
 		b := setupAuth(t, false)
-		resp, err := b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
-		require.NoError(t, err)
-		require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+		_, err := b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		require.Equal(t, codes.Unauthenticated, status.Code(err), err)
+		for _, who := range []string{producer, worker, operator} {
+			resp, err := b.health.Check(as(t.Context(), who), &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+		}
 	})
 
 	t.Run("ServesBothTransportsOverTLS", func(t *testing.T) {

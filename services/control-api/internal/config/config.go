@@ -44,6 +44,7 @@ type Config struct {
 	DatabaseURL       string        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres connection URL (required)"`
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
 	GRPCAddr          string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
+	GRPCReflection    bool          `envconfig:"GRPC_REFLECTION" desc:"serve gRPC server reflection (to operators only when authentication is on)"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
 	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
 	MaxArgsBytes      int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
@@ -66,6 +67,7 @@ func Default() Config {
 	return Config{
 		HTTPAddr:          HTTPAddrDefault,
 		GRPCAddr:          GRPCAddrDefault,
+		GRPCReflection:    true,
 		LogLevel:          LogLevelDefault,
 		DBMaxConns:        DBMaxConnsDefault,
 		MaxArgsBytes:      MaxArgsBytesDefault,

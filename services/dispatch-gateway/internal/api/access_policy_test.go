@@ -121,10 +121,12 @@ func TestAccessPolicy(t *testing.T) {
 		require.Equal(t, pulsev1.JobStatus_JOB_STATUS_COMPLETED, resp.GetAcks()[0].GetStatus())
 	})
 
-	t.Run("HealthStaysOpen", func(t *testing.T) {
+	t.Run("HealthNeedsCredentialsOfAnyRole", func(t *testing.T) {
 		t.Parallel()
 		_, health := setupAuth(t)
-		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		_, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		require.Equal(t, codes.Unauthenticated, status.Code(err), err)
+		resp, err := health.Check(as(t.Context(), workerCreds), &healthpb.HealthCheckRequest{})
 		require.NoError(t, err)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
 	})

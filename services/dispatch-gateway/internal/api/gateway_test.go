@@ -71,9 +71,8 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 	}
 	svc := api.NewDispatchService(cfg, store, d.Registry(), nil, logger)
 	srv := grpcserver.New(grpcserver.Options{
-		Logger:      logger,
-		ExtraUnary:  []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(o.authn, api.AccessPolicy())},
-		ExtraStream: []grpc.StreamServerInterceptor{auth.StreamInterceptor(o.authn, api.AccessPolicy())},
+		Logger: logger,
+		Admit:  auth.TapHandle(o.authn, api.AccessPolicy()),
 	})
 	pulsev1.RegisterDispatchServiceServer(srv.GRPC(), svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"google.golang.org/grpc"
-
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
@@ -85,6 +83,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		ClaimRescanInterval: cfg.ClaimRescanInterval,
 	}, store, nil, logger)
 	m := gwmetrics.New(s.Registry(), dispatcher.Registry().Stats)
+	authn.OnRefusal(m.AuthRefused)
 	dispatcher.SetObserver(m)
 
 	// Pause: the gate the dispatcher and the streams read, kept current by
@@ -112,9 +111,9 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		Presence:          tracker,
 	}, store, dispatcher.Registry(), m, logger)
 	grpcSrv := s.GRPC(grpcserver.Options{
-		ExtraUnary:    []grpc.UnaryServerInterceptor{auth.UnaryInterceptor(authn, api.AccessPolicy())},
-		ExtraStream:   []grpc.StreamServerInterceptor{auth.StreamInterceptor(authn, api.AccessPolicy())},
-		ServerOptions: auth.GRPCServerOptions(tlsCfg),
+		Admit:             auth.TapHandle(authn, api.AccessPolicy()),
+		DisableReflection: !cfg.GRPCReflection,
+		ServerOptions:     auth.GRPCServerOptions(tlsCfg),
 	})
 	pulsev1.RegisterDispatchServiceServer(grpcSrv.GRPC(), svc)
 	s.Admin().AddReadinessCheck("dispatch_gate", gate.ReadinessCheck)

@@ -30,8 +30,11 @@ const (
 
 // Config is every setting the gateway reads.
 type Config struct {
-	DatabaseURL       string        `envconfig:"DATABASE_URL" required:"true"`
-	GRPCAddr          string        `envconfig:"GRPC_ADDR" default:":50052"`
+	DatabaseURL string `envconfig:"DATABASE_URL" required:"true"`
+	GRPCAddr    string `envconfig:"GRPC_ADDR" default:":50052"`
+	// GRPCReflection registers gRPC server reflection (operators only when
+	// authentication is on).
+	GRPCReflection    bool          `envconfig:"GRPC_REFLECTION" default:"true"`
 	AdminAddr         string        `envconfig:"ADMIN_ADDR" default:":9101"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info"`
 	GatewayID         string        `envconfig:"GATEWAY_ID"`

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
@@ -45,7 +46,10 @@ type Metrics struct {
 	// PresenceErrors counts failed worker_presence statements
 	// (internal/presence).
 	PresenceErrors prometheus.Counter
-	now            func() time.Time
+	// AuthRefusals counts calls refused before they were read, by
+	// auth.Refusal (missing, invalid, rate_limited, forbidden).
+	AuthRefusals *prometheus.CounterVec
+	now          func() time.Time
 }
 
 // New registers the gateway metrics on reg. stats reports connected
@@ -111,9 +115,12 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		PresenceErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_gateway_presence_errors_total", Help: "Failed worker_presence refreshes and deletes; the rows expire after PULSE_PRESENCE_TTL unless a later refresh succeeds.",
 		}),
+		AuthRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_auth_refusals_total", Help: "Calls refused by authentication before their message was read, by reason (missing, invalid, rate_limited, forbidden).",
+		}, []string{"reason"}),
 		now: time.Now,
 	}
-	reg.MustRegister(m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims,
+	reg.MustRegister(m.AuthRefusals, m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims,
 		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
 		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors)
 	// Every reason and start from the start, so a rate over it is 0, not
@@ -124,8 +131,14 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 	for _, f := range []string{dispatch.ClaimFromHead, dispatch.ClaimFromCursor, dispatch.ClaimRescan} {
 		m.Claims.WithLabelValues(f)
 	}
+	for _, r := range auth.Refusals {
+		m.AuthRefusals.WithLabelValues(string(r))
+	}
 	return m
 }
+
+// AuthRefused counts a call authentication refused.
+func (m *Metrics) AuthRefused(r auth.Refusal) { m.AuthRefusals.WithLabelValues(string(r)).Inc() }
 
 // PresenceFailed counts a failed worker_presence statement.
 func (m *Metrics) PresenceFailed() { m.PresenceErrors.Inc() }
