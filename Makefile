@@ -63,8 +63,8 @@ lint: ## go vet + gofmt check + buf lint
 	cd proto/tools && GOWORK=off go tool buf lint ..
 
 .PHONY: tidy
-tidy: ## go mod tidy every module
-	@for d in $$(go list -m -f '{{.Dir}}'); do (cd $$d && GOWORK=off GOFLAGS=-mod=mod go mod tidy) || exit 1; done
+tidy: ## go mod tidy every module on its own (GOWORK=off), pulse's modules served from this tree
+	scripts/tidy.sh
 
 .PHONY: chaos
 chaos: ## the long randomized chaos test (kill -9, SIGSTOP, Postgres crash, pauses; CHAOS_DURATION=5m, CHAOS_SEED to replay)

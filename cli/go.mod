@@ -2,16 +2,9 @@ module github.com/pulsequeue/pulse/cli
 
 go 1.26.0
 
-replace (
-	github.com/pulsequeue/pulse/deploy/localfleet => ../deploy/localfleet
-	github.com/pulsequeue/pulse/migrations => ../migrations
-	github.com/pulsequeue/pulse/pkg => ../pkg
-	github.com/pulsequeue/pulse/pkg/server => ../pkg/server
-)
-
 require (
-	github.com/pulsequeue/pulse/deploy/localfleet v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/deploy/localfleet v0.1.0
+	github.com/pulsequeue/pulse/pkg v0.1.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
@@ -26,7 +19,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	github.com/pulsequeue/pulse/pkg/server v0.0.0-00010101000000-000000000000 // indirect
+	github.com/pulsequeue/pulse/pkg/server v0.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect

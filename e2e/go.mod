@@ -2,22 +2,14 @@ module github.com/pulsequeue/pulse/e2e
 
 go 1.26.0
 
-replace (
-	github.com/pulsequeue/pulse/deploy/localfleet => ../deploy/localfleet
-	github.com/pulsequeue/pulse/migrations => ../migrations
-	github.com/pulsequeue/pulse/pkg => ../pkg
-	github.com/pulsequeue/pulse/pkg/pulsetx => ../pkg/pulsetx
-	github.com/pulsequeue/pulse/pkg/server => ../pkg/server
-)
-
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pulsequeue/pulse/deploy/localfleet v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg/pulsetx v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/deploy/localfleet v0.1.0
+	github.com/pulsequeue/pulse/pkg v0.1.0
+	github.com/pulsequeue/pulse/pkg/pulsetx v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
@@ -41,7 +33,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/kr/text v0.2.0 // indirect
-	github.com/pulsequeue/pulse/pkg/server v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect

@@ -2,10 +2,8 @@ module github.com/pulsequeue/pulse/examples
 
 go 1.26.0
 
-replace github.com/pulsequeue/pulse/pkg => ../pkg
-
 require (
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/pkg v0.1.0
 	google.golang.org/grpc v1.85.0
 )
 

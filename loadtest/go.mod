@@ -2,19 +2,12 @@ module github.com/pulsequeue/pulse/loadtest
 
 go 1.26.0
 
-replace (
-	github.com/pulsequeue/pulse/deploy/localfleet => ../deploy/localfleet
-	github.com/pulsequeue/pulse/migrations => ../migrations
-	github.com/pulsequeue/pulse/pkg => ../pkg
-	github.com/pulsequeue/pulse/pkg/server => ../pkg/server
-)
-
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pulsequeue/pulse/deploy/localfleet v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg/server v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/deploy/localfleet v0.1.0
+	github.com/pulsequeue/pulse/pkg v0.1.0
+	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 )

@@ -2,16 +2,10 @@ module github.com/pulsequeue/pulse/deploy/localfleet
 
 go 1.26.0
 
-replace (
-	github.com/pulsequeue/pulse/migrations => ../../migrations
-	github.com/pulsequeue/pulse/pkg => ../../pkg
-	github.com/pulsequeue/pulse/pkg/server => ../../pkg/server
-)
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg/server v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/pkg v0.1.0
+	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 

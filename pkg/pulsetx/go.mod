@@ -2,16 +2,10 @@ module github.com/pulsequeue/pulse/pkg/pulsetx
 
 go 1.26.0
 
-replace (
-	github.com/pulsequeue/pulse/migrations => ../../migrations
-	github.com/pulsequeue/pulse/pkg => ../
-	github.com/pulsequeue/pulse/pkg/server => ../server
-)
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
-	github.com/pulsequeue/pulse/pkg/server v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/pkg v0.1.0
+	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 )
@@ -27,7 +21,7 @@ require (
 	github.com/jinzhu/inflection v1.0.0 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/pressly/goose/v3 v3.29.0 // indirect
-	github.com/pulsequeue/pulse/migrations v0.0.0 // indirect
+	github.com/pulsequeue/pulse/migrations v0.1.0 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/tmthrgd/go-hex v0.0.0-20190904060850-447a3041c3bc // indirect

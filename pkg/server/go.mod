@@ -12,8 +12,8 @@ require (
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/pulsequeue/pulse/migrations v0.0.0
-	github.com/pulsequeue/pulse/pkg v0.0.0-00010101000000-000000000000
+	github.com/pulsequeue/pulse/migrations v0.1.0
+	github.com/pulsequeue/pulse/pkg v0.1.0
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/stretchr/testify v1.12.1
 	github.com/uptrace/bun v1.3.0
@@ -67,9 +67,4 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261005182115-fad411399dd8 // indirect
-)
-
-replace (
-	github.com/pulsequeue/pulse/migrations => ../../migrations
-	github.com/pulsequeue/pulse/pkg => ../
 )

@@ -115,9 +115,9 @@ func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths [
 	fmt.Fprintf(w, "    curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"topic\":\"email.send\",\"args\":{\"to\":\"a@example.com\"}}'\n", f.ControlHTTP)
 	fmt.Fprintf(w, "    curl -s '%s/v1/jobs?limit=10'\n", f.ControlHTTP)
 	fmt.Fprintf(w, "    export PULSE_SERVER=%s   # the pulse CLI's server\n", f.ControlHTTP)
-	fmt.Fprintln(w, "    go run ./cli jobs list --limit 10")
-	fmt.Fprintln(w, "    go run ./cli dispatch pause --reason 'trying pause'")
-	fmt.Fprintln(w, "    go run ./cli dispatch resume")
+	fmt.Fprintln(w, "    go run ./cli/cmd/pulse jobs list --limit 10")
+	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch pause --reason 'trying pause'")
+	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch resume")
 	fmt.Fprintln(w, "  Ctrl-C stops everything.")
 }
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/set-version.sh vX.Y.Z: every requirement of a pulse module on
+# another (github.com/pulsequeue/pulse/...) becomes vX.Y.Z, in every go.mod
+# of the repository, and go.work's replace block wires each of those
+# versions to its directory (the module proxy serves a version only once
+# its tag is pushed; inside the workspace it is this tree either way).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=${1:-}
+if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "set-version: the version must look like v1.2.3 or v1.2.3-rc.1, got '${version}'" >&2
+  exit 2
+fi
+prefix=github.com/pulsequeue/pulse
+
+# pulsereqs FILE: the pulse module paths FILE requires.
+pulsereqs() {
+  GOWORK=off go mod edit -json "$1" | awk -v p="\"$prefix" '
+    /"Require": \[/ {inreq=1} inreq && /^\t\]/ {inreq=0}
+    inreq && /"Path":/ && index($2, p) == 1 { gsub(/[",]/, "", $2); print $2 }'
+}
+
+declare -A required=()
+for gomod in $(git ls-files '*go.mod' 'go.mod'); do
+  args=()
+  for p in $(pulsereqs "$gomod"); do
+    args+=("-require=$p@$version")
+    required[$p]=1
+  done
+  if [ ${#args[@]} -gt 0 ]; then
+    GOWORK=off go mod edit "${args[@]}" "$gomod"
+  fi
+done
+
+# go.work: its block of pulse replaces (from the marker comment to the
+# block's closing parenthesis) is rewritten, one line per required module.
+marker='// Every module requires its siblings at the version they will be released'
+lines=()
+for p in $(printf '%s\n' "${!required[@]}" | LC_ALL=C sort); do
+  dir=./${p#"$prefix"/}
+  [ -f "$dir/go.mod" ] || { echo "set-version: $p is required but $dir/go.mod does not exist" >&2; exit 1; }
+  lines+=("$(printf '\t%s %s => %s' "$p" "$version" "$dir")")
+done
+awk -v m="$marker" 'index($0, m) == 1 {skip=1} !skip {print} skip && /^\)$/ {skip=0}' go.work |
+  sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' > go.work.new
+{
+  cat go.work.new
+  echo
+  echo "$marker"
+  echo '// at (scripts/set-version.sh writes both), which the module proxy may not'
+  echo '// serve yet: inside the workspace, each of those versions is this tree.'
+  echo 'replace ('
+  printf '%s\n' "${lines[@]}"
+  echo ')'
+} > go.work
+rm go.work.new
+go work edit -json > /dev/null
+echo "set-version: pulse modules now require each other at $version"
