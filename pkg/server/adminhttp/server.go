@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,9 @@ const (
 	ReadHeaderTimeout = 5 * time.Second
 	// IdleTimeout closes keep-alive connections nobody uses.
 	IdleTimeout = 2 * time.Minute
+	// MaxHeaderBytes bounds a request's headers, all that is read of a
+	// request authentication refuses.
+	MaxHeaderBytes = 64 << 10
 )
 
 // Server is a service's admin HTTP server. Register handlers and checks,
@@ -79,6 +83,7 @@ func New(addr string, reg *prometheus.Registry, logger *slog.Logger) *Server {
 		Handler:           s.mux,
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          errLog,
 	}
 	return s
@@ -177,8 +182,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// statusBody is what /healthz and /readyz answer. A failed check is named,
+// never described: its error (a driver's message may name the database,
+// its user or host) goes to the log.
 type statusBody struct {
 	Status string            `json:"status"`
+	Ready  *bool             `json:"ready,omitempty"`
+	Failed string            `json:"failed,omitempty"`
 	Checks map[string]string `json:"checks,omitempty"`
 }
 
@@ -212,15 +222,19 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 	body := statusBody{Status: "ready", Checks: make(map[string]string, len(checks))}
 	var failed []any
+	var names []string
 	for i, c := range checks {
 		if err := results[i]; err != nil {
-			body.Checks[c.name] = err.Error()
+			body.Checks[c.name] = "failed"
+			names = append(names, c.name)
 			failed = append(failed, slog.String(c.name, err.Error()))
 			continue
 		}
 		body.Checks[c.name] = "ok"
 	}
 	ready := len(failed) == 0
+	body.Ready = &ready
+	body.Failed = strings.Join(names, ",")
 	// Log transitions only: probes arrive every few seconds.
 	if was := s.lastReady.Swap(ready); was != ready {
 		if ready {

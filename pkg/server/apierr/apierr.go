@@ -5,6 +5,8 @@ package apierr
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -240,4 +242,33 @@ func HTTPCode(err error) string {
 		return "resource_exhausted"
 	}
 	return "internal"
+}
+
+// CorrelationID returns a fresh random id, 16 hex characters, that ties a
+// generic answer to the log line holding the error behind it.
+func CorrelationID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// Concealed reports whether err's answer must not carry its text: a
+// server-side failure (Internal, Unavailable), whose text may name the
+// database's user, host or database, or hold a driver's message.
+func Concealed(err error) bool {
+	switch GRPCStatus(err).Code() {
+	case codes.Internal, codes.Unavailable, codes.Unknown, codes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// PublicMessage is what a caller is told about a concealed failure: a
+// generic sentence and the correlation id the ERROR log line carries too.
+func PublicMessage(err error, correlationID string) string {
+	what := "internal error"
+	if GRPCStatus(err).Code() == codes.Unavailable {
+		what = "service unavailable"
+	}
+	return what + " (correlation id " + correlationID + ")"
 }

@@ -12,6 +12,8 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -20,6 +22,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
@@ -41,6 +45,13 @@ const (
 	// MaxConcurrentStreams bounds the calls and streams one connection may
 	// have open at once.
 	MaxConcurrentStreams = 1024
+	// DefaultMaxRecvMsgSize is Options.MaxRecvMsgSize when unset: grpc-go's
+	// own default, named.
+	DefaultMaxRecvMsgSize = 4 << 20
+	// DefaultInflightBytes is Options.InflightBytes when unset.
+	DefaultInflightBytes = 512 << 20
+	// budgetRetryAfter is the retry hint of a call refused for the budget.
+	budgetRetryAfter = time.Second
 )
 
 // Options configures New. Every field is optional.
@@ -59,6 +70,23 @@ type Options struct {
 	Admit tap.ServerInHandle
 	// DisableReflection leaves the reflection service unregistered.
 	DisableReflection bool
+	// MaxRecvMsgSize is the largest message any call may receive
+	// (grpc.MaxRecvMsgSize, which also caps what a compressed message may
+	// decompress to); 0 is DefaultMaxRecvMsgSize.
+	MaxRecvMsgSize int
+	// LargeMethods are the full method names whose messages may reach
+	// MaxRecvMsgSize. Each admitted call of one holds MaxRecvMsgSize bytes
+	// of the InflightBytes budget until it ends; a call that finds too
+	// little left is refused ResourceExhausted by the tap, after Admit and
+	// before its message is read.
+	LargeMethods []string
+	// SmallMsgSize bounds the messages of every other method: a larger one
+	// is refused ResourceExhausted once received, before the handler runs.
+	// 0 is MaxRecvMsgSize (no distinction).
+	SmallMsgSize int
+	// InflightBytes is the budget LargeMethods calls draw from; 0 is
+	// DefaultInflightBytes.
+	InflightBytes int64
 	// ExtraUnary and ExtraStream run inside the shared interceptors, so
 	// their panics are recovered and their errors mapped.
 	ExtraUnary  []grpc.UnaryServerInterceptor
@@ -72,6 +100,11 @@ type Options struct {
 // registered. Register
 // the service's own implementations on GRPC() before Serve.
 type Server struct {
+	admit   tap.ServerInHandle
+	large   map[string]bool
+	maxRecv int
+	small   int
+	budget  *semaphore.Weighted
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics *grpcprom.ServerMetrics
@@ -85,7 +118,24 @@ func New(opts Options) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{health: health.NewServer(), metrics: opts.Metrics, logger: logger}
+	s := &Server{health: health.NewServer(), metrics: opts.Metrics, logger: logger, admit: opts.Admit,
+		maxRecv: opts.MaxRecvMsgSize, small: opts.SmallMsgSize, large: map[string]bool{}}
+	if s.maxRecv <= 0 {
+		s.maxRecv = DefaultMaxRecvMsgSize
+	}
+	if s.small <= 0 || s.small > s.maxRecv {
+		s.small = s.maxRecv
+	}
+	for _, m := range opts.LargeMethods {
+		s.large[m] = true
+	}
+	if len(s.large) > 0 {
+		budget := opts.InflightBytes
+		if budget <= 0 {
+			budget = DefaultInflightBytes
+		}
+		s.budget = semaphore.NewWeighted(budget)
+	}
 
 	recoverOpt := recovery.WithRecoveryHandlerContext(s.recovered)
 	var unary []grpc.UnaryServerInterceptor
@@ -96,6 +146,10 @@ func New(opts Options) *Server {
 	}
 	unary = append(unary, s.mapUnaryError, recovery.UnaryServerInterceptor(recoverOpt))
 	stream = append(stream, s.mapStreamError, recovery.StreamServerInterceptor(recoverOpt))
+	if s.small < s.maxRecv {
+		unary = append(unary, s.boundUnary)
+		stream = append(stream, s.boundStream)
+	}
 	unary = append(unary, opts.ExtraUnary...)
 	stream = append(stream, opts.ExtraStream...)
 
@@ -113,9 +167,10 @@ func New(opts Options) *Server {
 		}),
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(s.maxRecv),
 	}
-	if opts.Admit != nil {
-		serverOpts = append(serverOpts, grpc.InTapHandle(opts.Admit))
+	if s.admit != nil || s.budget != nil {
+		serverOpts = append(serverOpts, grpc.InTapHandle(s.tap))
 	}
 	s.grpc = grpc.NewServer(append(serverOpts, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -176,13 +231,84 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 }
 
+// tap admits a call before its stream exists: Admit first (an
+// unauthenticated call touches no budget), then a large method's share of
+// the in-flight budget, taken without waiting (the tap runs on the
+// connection's reader goroutine) and given back when the call's context
+// ends, which grpc-go does on every way a stream ends.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if s.admit != nil {
+		var err error
+		if ctx, err = s.admit(ctx, info); err != nil {
+			return nil, err
+		}
+	}
+	if s.budget != nil && s.large[info.FullMethodName] {
+		n := int64(s.maxRecv)
+		if !s.budget.TryAcquire(n) {
+			st := status.New(codes.ResourceExhausted, "too many large calls in flight on this server; retry shortly")
+			if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(budgetRetryAfter)}); err == nil {
+				st = withInfo
+			}
+			return nil, st.Err()
+		}
+		context.AfterFunc(ctx, func() { s.budget.Release(n) })
+	}
+	return ctx, nil
+}
+
+// boundUnary refuses a small method's request larger than SmallMsgSize.
+func (s *Server) boundUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.bound(info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// boundStream refuses every message of a small method's stream larger
+// than SmallMsgSize.
+func (s *Server) boundStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if s.large[info.FullMethod] {
+		return handler(srv, ss)
+	}
+	return handler(srv, &boundedStream{ServerStream: ss, s: s, method: info.FullMethod})
+}
+
+type boundedStream struct {
+	grpc.ServerStream
+	s      *Server
+	method string
+}
+
+func (b *boundedStream) RecvMsg(m any) error {
+	if err := b.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return b.s.bound(b.method, m)
+}
+
+func (s *Server) bound(method string, msg any) error {
+	if s.large[method] {
+		return nil
+	}
+	m, ok := msg.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if n := proto.Size(m); n > s.small {
+		return status.Errorf(codes.ResourceExhausted, "message of %d bytes is larger than the %d this method accepts", n, s.small)
+	}
+	return nil
+}
+
 // recovered turns a handler panic into codes.Internal, logging the stack
 // here because the client sees only a generic message.
 func (s *Server) recovered(ctx context.Context, p any) error {
 	method, _ := grpc.Method(ctx)
+	id := apierr.CorrelationID()
 	s.logger.ErrorContext(ctx, "panic in grpc handler",
-		"method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	return status.Error(codes.Internal, "internal error")
+		"method", method, "correlation_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return status.Error(codes.Internal, "internal error (correlation id "+id+")")
 }
 
 func (s *Server) mapUnaryError(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -200,14 +326,20 @@ func (s *Server) mapStreamError(srv any, ss grpc.ServerStream, info *grpc.Stream
 	return nil
 }
 
-// mapError is the one place handler errors become gRPC statuses.
+// mapError is the one place handler errors become gRPC statuses. A
+// server-side failure (Internal, Unavailable) is answered with a generic
+// message and a correlation id, never its text (which may name the
+// database, its user or host); the ERROR log line carries both.
 func (s *Server) mapError(ctx context.Context, method string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err // already a status, e.g. from recovery: logged there
 	}
 	st := apierr.GRPCStatus(err)
-	if st.Code() == codes.Internal {
-		s.logger.ErrorContext(ctx, "grpc call failed", "method", method, logging.Error, err)
+	if apierr.Concealed(err) {
+		id := apierr.CorrelationID()
+		s.logger.ErrorContext(ctx, "grpc call failed", "method", method, "code", st.Code().String(),
+			"correlation_id", id, logging.Error, err)
+		return status.Error(st.Code(), apierr.PublicMessage(err, id))
 	}
 	return st.Err()
 }

@@ -5,19 +5,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
@@ -41,6 +49,8 @@ func (probe) fail(kind string) error {
 		return fmt.Errorf("complete: %w", apierr.InvalidTransition("job is not running"))
 	case "plain":
 		return errors.New("disk on fire")
+	case "unavailable":
+		return apierr.Unavailable("submit", errors.New("failed to connect to `user=pulse database=pulsedb host=db.internal`"))
 	case "panic":
 		panic("handler bug")
 	}
@@ -59,7 +69,11 @@ var probeDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			h := func(_ context.Context, req any) (any, error) {
+			h := func(ctx context.Context, req any) (any, error) {
+				if req.(*wrapperspb.StringValue).GetValue() == "wait" {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
 				return &wrapperspb.StringValue{Value: "ok"}, srv.(probe).fail(req.(*wrapperspb.StringValue).GetValue())
 			}
 			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + probeService + "/Fail"}, h)
@@ -104,12 +118,16 @@ func (b *syncBuffer) String() string {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupWith(t, grpcserver.Options{})
+}
+
+func setupWith(t *testing.T, opts grpcserver.Options) *testBundle {
+	t.Helper()
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
-	s := grpcserver.New(grpcserver.Options{
-		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-		Metrics: metrics.GRPCServerMetrics(reg),
-	})
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	opts.Metrics = metrics.GRPCServerMetrics(reg)
+	s := grpcserver.New(opts)
 	s.GRPC().RegisterService(&probeDesc, probe{})
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,6 +176,22 @@ func TestServer(t *testing.T) {
 			require.Equal(t, want, status.Code(b.callFail(t, kind)), "unary %s", kind)
 			require.Equal(t, want, status.Code(b.streamFail(t, kind)), "stream %s", kind)
 		}
+	})
+
+	t.Run("ConcealsServerFailuresBehindACorrelationID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for kind, want := range map[string]codes.Code{"plain": codes.Internal, "unavailable": codes.Unavailable, "panic": codes.Internal} {
+			st := status.Convert(b.callFail(t, kind))
+			require.Equal(t, want, st.Code(), kind)
+			m := correlationRE.FindStringSubmatch(st.Message())
+			require.NotNil(t, m, "%s: %q carries a correlation id", kind, st.Message())
+			for _, secret := range []string{"disk on fire", "pulsedb", "db.internal", "user="} {
+				require.NotContains(t, st.Message(), secret, kind)
+			}
+			require.Contains(t, b.logs.String(), `"correlation_id":"`+m[1]+`"`, "the log line carries the same id")
+		}
+		require.Contains(t, b.logs.String(), "db.internal", "the log keeps the detail")
 	})
 
 	t.Run("KeepsTheFieldInTheInvalidArgumentMessage", func(t *testing.T) {
@@ -258,3 +292,90 @@ func TestServer(t *testing.T) {
 		require.Equal(t, codes.Unavailable, status.Code(err))
 	})
 }
+
+var correlationRE = regexp.MustCompile(`\(correlation id ([0-9a-f]{16})\)$`)
+
+func TestReceiveLimits(t *testing.T) {
+	t.Parallel()
+	const (
+		failMethod   = "/" + probeService + "/Fail"
+		streamMethod = "/" + probeService + "/FailStream"
+		maxRecv      = 256 << 10
+		small        = 1 << 10
+	)
+	limits := grpcserver.Options{MaxRecvMsgSize: maxRecv, SmallMsgSize: small, LargeMethods: []string{failMethod}, InflightBytes: maxRecv}
+
+	t.Run("SmallMethodsRefuseLargeMessages", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, limits)
+		big := strings.Repeat("x", 2*small)
+		err := b.streamFail(t, big)
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), err)
+		require.Contains(t, status.Convert(err).Message(), "larger than the 1024 this method accepts")
+		require.ErrorIs(t, b.streamFail(t, "none"), io.EOF, "a small message passes (the stream ends cleanly)")
+		require.NoError(t, b.callFail(t, strings.Repeat("x", 200<<10)), "the large method takes up to its bound")
+		err = b.callFail(t, strings.Repeat("x", maxRecv+1))
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "and no more")
+	})
+
+	t.Run("CompressedMessagesDecompressAtMostToTheBound", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, limits)
+		// 4 MiB of zeros compress to a few KiB; grpc-go stops
+		// decompressing at MaxRecvMsgSize+1.
+		err := b.conn.Invoke(t.Context(), failMethod, wrapperspb.String(strings.Repeat("\x00", 4<<20)),
+			new(wrapperspb.StringValue), grpc.UseCompressor(gzip.Name))
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), err)
+		require.Contains(t, status.Convert(err).Message(), "after decompression larger than max")
+	})
+
+	t.Run("LargeCallsDrawOnTheInflightBudget", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, limits)
+		ctx, cancel := context.WithCancel(t.Context())
+		waited := make(chan error, 1)
+		go func() {
+			waited <- b.conn.Invoke(ctx, failMethod, wrapperspb.String("wait"), new(wrapperspb.StringValue))
+		}()
+		// The waiting call holds the whole budget once it is admitted.
+		require.Eventually(t, func() bool {
+			return status.Code(b.callFail(t, "none")) == codes.ResourceExhausted
+		}, patience, time.Millisecond)
+		err := b.callFail(t, "none")
+		require.Equal(t, codes.ResourceExhausted, status.Code(err))
+		var hint *errdetails.RetryInfo
+		for _, d := range status.Convert(err).Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				hint = ri
+			}
+		}
+		require.NotNil(t, hint, "the refusal carries RetryInfo")
+		require.ErrorIs(t, b.streamFail(t, "none"), io.EOF, "small methods draw nothing (the stream ends cleanly)")
+
+		cancel()
+		require.Equal(t, codes.Canceled, status.Code(<-waited))
+		// Its end gives the budget back.
+		require.Eventually(t, func() bool { return b.callFail(t, "none") == nil }, patience, time.Millisecond)
+	})
+
+	t.Run("AdmitRunsFirstAndRefusesBeforeTheBudget", func(t *testing.T) {
+		t.Parallel()
+		opts := limits
+		opts.Admit = func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			if len(info.Header.Get("authorization")) == 0 {
+				return nil, status.Error(codes.Unauthenticated, "credentials required")
+			}
+			return ctx, nil
+		}
+		b := setupWith(t, opts)
+		// Far past every bound, compressed: refused from the headers.
+		err := b.conn.Invoke(t.Context(), streamMethod, wrapperspb.String(strings.Repeat("\x00", 4<<20)),
+			new(wrapperspb.StringValue), grpc.UseCompressor(gzip.Name))
+		require.Equal(t, codes.Unauthenticated, status.Code(err), err)
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer x")
+		require.NoError(t, b.conn.Invoke(ctx, failMethod, wrapperspb.String("none"), new(wrapperspb.StringValue)))
+	})
+}
+
+// patience bounds every wait on an event in these tests.
+const patience = 30 * time.Second

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"maps"
 
-	"google.golang.org/grpc"
-
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
@@ -147,9 +145,16 @@ func build(cfg config.Config, s *service.Service) error {
 
 	grpcSrv := s.GRPC(grpcserver.Options{
 		// A batch may be as large over gRPC as over HTTP.
-		ServerOptions:     append([]grpc.ServerOption{grpc.MaxRecvMsgSize(int(jsonAPI.BatchBodyLimit()))}, auth.GRPCServerOptions(tlsCfg)...),
+		ServerOptions:     auth.GRPCServerOptions(tlsCfg),
 		Admit:             auth.TapHandle(authn, api.AccessPolicy()),
 		DisableReflection: !cfg.GRPCReflection,
+		// Only a batch may be as large over gRPC as over HTTP, and only
+		// within the in-flight budget; every other message is bounded like
+		// a single-job or schedule body (ADR-0029).
+		MaxRecvMsgSize: int(jsonAPI.BatchBodyLimit()),
+		LargeMethods:   []string{pulsev1.ControlService_SubmitJobs_FullMethodName},
+		SmallMsgSize:   int(httpapi.SingleLimit(max(cfg.MaxArgsBytes, jobspec.DefaultMaxArgsBytes))),
+		InflightBytes:  cfg.GRPCInflightBytes,
 	})
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
 	pulsev1.RegisterDispatchControlServiceServer(grpcSrv.GRPC(), dispatchSvc)

@@ -20,6 +20,7 @@ import (
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 )
 
 // Defaults, named so code, docs and --help agree on one value.
@@ -35,6 +36,8 @@ const (
 	ShutdownTimeoutDefault   = 20 * time.Second
 	DepthIntervalDefault     = 5 * time.Second
 	UIRefreshDefault         = 2 * time.Second
+	// GRPCInflightBytesDefault is eight batches of the default bound.
+	GRPCInflightBytesDefault = 512 << 20
 	// UIRefreshMin keeps a forgotten dashboard tab from becoming load.
 	UIRefreshMin = 250 * time.Millisecond
 )
@@ -45,6 +48,7 @@ type Config struct {
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
 	GRPCAddr          string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
 	GRPCReflection    bool          `envconfig:"GRPC_REFLECTION" desc:"serve gRPC server reflection (to operators only when authentication is on)"`
+	GRPCInflightBytes int64         `envconfig:"GRPC_INFLIGHT_BYTES" desc:"budget of SubmitJobs calls in flight: each holds the batch bound (64 MiB by default) until it ends; calls beyond it are refused ResourceExhausted before their message is read"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
 	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
 	MaxArgsBytes      int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
@@ -68,6 +72,7 @@ func Default() Config {
 		HTTPAddr:          HTTPAddrDefault,
 		GRPCAddr:          GRPCAddrDefault,
 		GRPCReflection:    true,
+		GRPCInflightBytes: GRPCInflightBytesDefault,
 		LogLevel:          LogLevelDefault,
 		DBMaxConns:        DBMaxConnsDefault,
 		MaxArgsBytes:      MaxArgsBytesDefault,
@@ -100,6 +105,9 @@ func (c *Config) Validate() error {
 	}
 	if err := validateAddr(c.GRPCAddr); err != nil {
 		return serverconfig.Invalid("PULSE_GRPC_ADDR", "%v", err)
+	}
+	if batch := httpapi.BatchLimit(c.MaxArgsBytes); c.GRPCInflightBytes < batch {
+		return serverconfig.Invalid("PULSE_GRPC_INFLIGHT_BYTES", "is %d; it must hold at least one batch, %d bytes", c.GRPCInflightBytes, batch)
 	}
 	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
 		return serverconfig.Invalid("PULSE_LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)

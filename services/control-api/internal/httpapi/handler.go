@@ -76,10 +76,17 @@ func New(svc Service, opts Options) *Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	single := int64(opts.MaxArgsBytes) + BodySlack
-	batch := max(single, BatchBodyMinLimit)
-	return &Handler{svc: svc, logger: logger, singleLimit: single, batchLimit: batch, routes: http.NewServeMux()}
+	single := SingleLimit(opts.MaxArgsBytes)
+	return &Handler{svc: svc, logger: logger, singleLimit: single, batchLimit: BatchLimit(opts.MaxArgsBytes), routes: http.NewServeMux()}
 }
+
+// SingleLimit is the largest single-job body accepted when args may be
+// maxArgsBytes long.
+func SingleLimit(maxArgsBytes int) int64 { return int64(maxArgsBytes) + BodySlack }
+
+// BatchLimit is the largest batch body accepted when args may be
+// maxArgsBytes long; gRPC's SubmitJobs takes as much.
+func BatchLimit(maxArgsBytes int) int64 { return max(SingleLimit(maxArgsBytes), BatchBodyMinLimit) }
 
 // BatchBodyLimit is the largest batch body accepted, in bytes; gRPC's
 // message size limit should match it.
@@ -352,13 +359,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		}
 	}
 	if code >= 500 {
-		level := slog.LevelWarn
-		if code == http.StatusInternalServerError {
-			level = slog.LevelError
-			body.Message = "internal error" // details stay in the log
-		}
-		h.logger.Log(r.Context(), level, "http request failed",
-			"method", r.Method, "path", r.URL.Path, "status", code, logging.Error, err)
+		// The details stay in the log: a server-side failure's text may
+		// name the database, its user or host.
+		id := apierr.CorrelationID()
+		body.Message = apierr.PublicMessage(err, id)
+		h.logger.Log(r.Context(), slog.LevelError, "http request failed",
+			"method", r.Method, "path", r.URL.Path, "status", code, "correlation_id", id, logging.Error, err)
 	}
 	_ = writeJSON(w, code, errorEnvelope{Error: body})
 }

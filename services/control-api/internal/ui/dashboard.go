@@ -199,13 +199,10 @@ func (d *Dashboard) renderError(w http.ResponseWriter, r *http.Request, err erro
 	code := apierr.HTTPStatus(err)
 	msg := err.Error()
 	if code >= 500 {
-		level := slog.LevelWarn
-		if code == http.StatusInternalServerError {
-			level = slog.LevelError
-			msg = "internal error; the control-api log has the details"
-		}
-		d.logger.Log(r.Context(), level, "dashboard request failed",
-			"method", r.Method, "path", r.URL.Path, "status", code, logging.Error, err)
+		id := apierr.CorrelationID()
+		msg = apierr.PublicMessage(err, id) + "; the control-api log has the details"
+		d.logger.Log(r.Context(), slog.LevelError, "dashboard request failed",
+			"method", r.Method, "path", r.URL.Path, "status", code, "correlation_id", id, logging.Error, err)
 	}
 	d.render(w, r, code, "error", errorView{Status: code, StatusText: http.StatusText(code), Message: msg})
 }

@@ -121,7 +121,7 @@ func (d *Dashboard) setTopicLimit(w http.ResponseWriter, r *http.Request) error 
 	if _, err := d.opts.Topics.SetTopicLimit(r.Context(), req); err != nil {
 		// Whatever the service refused, including a build without limits,
 		// is the operator's to read on the page; only a fault is a page.
-		if apierr.HTTPStatus(err) == http.StatusInternalServerError {
+		if apierr.Concealed(err) {
 			return err
 		}
 		redirectWithFlash(w, r, back, "error", "Limit: "+err.Error())
