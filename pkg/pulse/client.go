@@ -213,8 +213,8 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if topic == "" {
-		cfg.errs = append(cfg.errs, errors.New("pulse: topic must not be empty"))
+	if err := checkTopic(topic); err != nil {
+		cfg.errs = append(cfg.errs, err)
 	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err

@@ -13,11 +13,12 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // maxErrorBytes bounds the error text reported for a failed attempt; it is
 // stored in the job's history, which must stay small.
-const maxErrorBytes = 4 << 10
+const maxErrorBytes = pulsetype.MaxReportedErrorBytes
 
 // timeoutGrace is how long a handler whose timeout passed may take to
 // return on its own (its context is canceled at the deadline), so the

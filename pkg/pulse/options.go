@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // Worker defaults, named so the documentation and the code cannot drift.
@@ -186,6 +187,10 @@ func WithWorkerID(id string) WorkerOption {
 			c.errs = append(c.errs, errors.New("pulse: worker id must not be empty"))
 			return
 		}
+		if len(id) > MaxWorkerIDBytes {
+			c.errs = append(c.errs, fmt.Errorf("pulse: worker id is %d bytes; the limit is %d", len(id), MaxWorkerIDBytes))
+			return
+		}
 		c.workerID = id
 	})
 }
@@ -270,23 +275,31 @@ type enqueueConfig struct {
 }
 
 // Job property ranges, checked before sending so a mistake is reported
-// without a round trip; the server checks them again.
+// without a round trip; the server checks them again. They are
+// pulsetype's limits, which the schema holds too.
 const (
-	MinPriority    = 0
-	MaxPriority    = 10
-	MinMaxAttempts = 1
-	MaxMaxAttempts = 100
+	MinPriority    = pulsetype.MinPriority
+	MaxPriority    = pulsetype.MaxPriority
+	MinMaxAttempts = pulsetype.MinMaxAttempts
+	MaxMaxAttempts = pulsetype.MaxMaxAttempts
 	// MinTimeout and MaxTimeout bound [Timeout] and [WithTimeout].
-	MinTimeout = time.Second
-	MaxTimeout = 24 * time.Hour
+	MinTimeout = pulsetype.MinTimeout
+	MaxTimeout = pulsetype.MaxTimeout
 	// MinUniqueFor and MaxUniqueFor bound [UniqueFor].
-	MinUniqueFor = time.Second
-	MaxUniqueFor = 366 * 24 * time.Hour
+	MinUniqueFor = pulsetype.MinUniqueFor
+	MaxUniqueFor = pulsetype.MaxUniqueFor
 	// MinRetryDelay and MaxRetryDelay bound every duration of
 	// [ExponentialBackoff] and [FixedBackoff], and the wait [RetryAfter]
 	// asks for.
-	MinRetryDelay = time.Millisecond
-	MaxRetryDelay = 366 * 24 * time.Hour
+	MinRetryDelay = pulsetype.MinRetryDelay
+	MaxRetryDelay = pulsetype.MaxRetryDelay
+	// MaxIdempotencyKeyBytes bounds [IdempotencyKey].
+	MaxIdempotencyKeyBytes = pulsetype.MaxIdempotencyKeyBytes
+	// MaxTopicLength bounds a topic name; see [pulsetype.TopicPattern]
+	// for its characters.
+	MaxTopicLength = pulsetype.MaxTopicLength
+	// MaxWorkerIDBytes bounds [WithWorkerID].
+	MaxWorkerIDBytes = pulsetype.MaxWorkerIDBytes
 )
 
 // Priority sets the job's priority, MinPriority..MaxPriority; higher runs
@@ -328,9 +341,16 @@ func Delay(d time.Duration) EnqueueOption {
 
 // IdempotencyKey makes a retried Enqueue safe: while a job with the same key
 // is live (pending, running or retrying), enqueuing again returns that job
-// with Submitted.Duplicate set instead of creating another.
+// with Submitted.Duplicate set instead of creating another. The key is at
+// most MaxIdempotencyKeyBytes of valid UTF-8 without NUL; empty means none.
 func IdempotencyKey(key string) EnqueueOption {
-	return func(c *enqueueConfig) { c.idempotencyKey = key }
+	return func(c *enqueueConfig) {
+		if err := checkIdempotencyKey(key); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.idempotencyKey = key
+	}
 }
 
 // Timeout bounds each attempt of the job to d, MinTimeout..MaxTimeout: the
@@ -408,7 +428,7 @@ func checkDuration(what string, d, lo, hi time.Duration) error {
 	if d < lo || d > hi {
 		return fmt.Errorf("pulse: %s %s out of range %s..%s", what, d, lo, hi)
 	}
-	if d%time.Microsecond != 0 {
+	if d%pulsetype.DurationResolution != 0 {
 		return fmt.Errorf("pulse: %s %s is finer than a microsecond", what, d)
 	}
 	return nil

@@ -101,6 +101,8 @@ func (w *Worker) Register(topic string, h Handler, opts ...RegisterOption) {
 	switch {
 	case topic == "":
 		panic("pulse: Register with an empty topic")
+	case checkTopic(topic) != nil:
+		panic(fmt.Sprintf("pulse: Register %q: %v", topic, checkTopic(topic)))
 	case h == nil:
 		panic(fmt.Sprintf("pulse: Register %q with a nil handler", topic))
 	case len(reg.errs) > 0:

@@ -157,8 +157,9 @@ func TestEnqueueRefusesWhatControlAPIRefuses(t *testing.T) {
 		{"t", []byte(`{"a":"\u0000"}`), nil, "args"},
 		{"t", []byte(`{"a":1e1000000}`), nil, "args"},
 		{"t", []byte(`[1]`), nil, "args"},
-		{"t", nil, []pulse.EnqueueOption{pulse.IdempotencyKey("k\x00")}, "idempotency_key"},
-		{"t", nil, []pulse.EnqueueOption{pulse.IdempotencyKey("k\xff")}, "idempotency_key"},
+		// The SDK's own checks refuse these before jobspec sees them.
+		{"t", nil, []pulse.EnqueueOption{pulse.IdempotencyKey("k\x00")}, "idempotency key contains a NUL"},
+		{"t", nil, []pulse.EnqueueOption{pulse.IdempotencyKey("k\xff")}, "idempotency key is not valid UTF-8"},
 		{"t", nil, []pulse.EnqueueOption{pulse.RunAt(time.Date(2, 1, 1, 0, 0, 0, 0, time.UTC))}, "run_at"},
 	} {
 		_, err := pulsetx.Enqueue(ctx, tx, tc.topic, tc.args, tc.opts...)

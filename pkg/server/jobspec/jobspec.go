@@ -20,36 +20,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
-// Limits and defaults. The schema's CHECK constraints hold the same ranges.
-const (
-	MinPriority            = 0
-	MaxPriority            = 10
-	DefaultPriority        = 5
-	MinMaxAttempts         = 1
-	MaxMaxAttempts         = 100
-	DefaultMaxAttempts     = 25
-	MaxIdempotencyKeyBytes = 255
-	// DefaultMaxArgsBytes bounds one job's args document.
-	DefaultMaxArgsBytes = 1 << 20
-	// MaxTopicLength is the longest topic name.
-	MaxTopicLength = 128
-	// MinTimeout and MaxTimeout bound a job's timeout (jobs_timeout_range).
-	MinTimeout = time.Second
-	MaxTimeout = 24 * time.Hour
-	// MinUniqueFor and MaxUniqueFor bound a unique job's period
-	// (job_uniques_period_range).
-	MinUniqueFor = time.Second
-	MaxUniqueFor = 366 * 24 * time.Hour
-	// MinRetryDelay and MaxRetryDelay bound every duration of a job's own
-	// retry policy (jobs_retry_range) and the wait a handler may ask for
-	// before its next attempt (a result's retry_after).
-	MinRetryDelay = time.Millisecond
-	MaxRetryDelay = 366 * 24 * time.Hour
-)
-
-// TopicPattern is the documented topic charset: a letter or digit, then up
-// to 127 letters, digits, '.', '_', ':' or '-'.
-var TopicPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+// TopicPattern is the documented topic charset, pulsetype.TopicPattern
+// compiled: a letter or digit, then up to 127 letters, digits, '.', '_',
+// ':' or '-'. Every limit a job is held to is defined in pulsetype.
+var TopicPattern = regexp.MustCompile(pulsetype.TopicPattern)
 
 // Limits are the configurable bounds.
 type Limits struct {
@@ -61,8 +35,8 @@ func ValidateTopic(field, topic string) error {
 	switch {
 	case topic == "":
 		return apierr.Invalid(field, "is required")
-	case len(topic) > MaxTopicLength:
-		return apierr.Invalid(field, "is %d characters; the limit is %d", len(topic), MaxTopicLength)
+	case len(topic) > pulsetype.MaxTopicLength:
+		return apierr.Invalid(field, "is %d characters; the limit is %d", len(topic), pulsetype.MaxTopicLength)
 	case !TopicPattern.MatchString(topic):
 		return apierr.Invalid(field, "%q has characters outside [A-Za-z0-9._:-] or does not start with a letter or digit", topic)
 	}
@@ -72,7 +46,7 @@ func ValidateTopic(field, topic string) error {
 // ValidateArgs checks a job's args document and returns it, `{}` when empty.
 func ValidateArgs(field string, args []byte, maxBytes int) ([]byte, error) {
 	if maxBytes <= 0 {
-		maxBytes = DefaultMaxArgsBytes
+		maxBytes = pulsetype.DefaultMaxArgsBytes
 	}
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 {
@@ -116,22 +90,22 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	if err != nil {
 		return pulsetype.NewJob{}, err
 	}
-	prio := int32(DefaultPriority)
+	prio := int32(pulsetype.DefaultPriority)
 	if spec.GetHasPriority() || spec.GetPriority() != 0 {
 		prio = spec.GetPriority()
-		if prio < MinPriority || prio > MaxPriority {
-			return pulsetype.NewJob{}, apierr.Invalid(f("priority"), "is %d; it must be between %d and %d", prio, MinPriority, MaxPriority)
+		if prio < pulsetype.MinPriority || prio > pulsetype.MaxPriority {
+			return pulsetype.NewJob{}, apierr.Invalid(f("priority"), "is %d; it must be between %d and %d", prio, pulsetype.MinPriority, pulsetype.MaxPriority)
 		}
 	}
 	maxAttempts := spec.GetMaxAttempts()
 	if maxAttempts == 0 {
-		maxAttempts = DefaultMaxAttempts
-	} else if maxAttempts < MinMaxAttempts || maxAttempts > MaxMaxAttempts {
-		return pulsetype.NewJob{}, apierr.Invalid(f("max_attempts"), "is %d; it must be between %d and %d", maxAttempts, MinMaxAttempts, MaxMaxAttempts)
+		maxAttempts = pulsetype.DefaultMaxAttempts
+	} else if maxAttempts < pulsetype.MinMaxAttempts || maxAttempts > pulsetype.MaxMaxAttempts {
+		return pulsetype.NewJob{}, apierr.Invalid(f("max_attempts"), "is %d; it must be between %d and %d", maxAttempts, pulsetype.MinMaxAttempts, pulsetype.MaxMaxAttempts)
 	}
 	key := spec.GetIdempotencyKey()
-	if len(key) > MaxIdempotencyKeyBytes {
-		return pulsetype.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), MaxIdempotencyKeyBytes)
+	if len(key) > pulsetype.MaxIdempotencyKeyBytes {
+		return pulsetype.NewJob{}, apierr.Invalid(f("idempotency_key"), "is %d bytes; the limit is %d", len(key), pulsetype.MaxIdempotencyKeyBytes)
 	}
 	if err := storable.Text(f("idempotency_key"), key); err != nil {
 		return pulsetype.NewJob{}, err
@@ -143,10 +117,10 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 		MaxAttempts:    maxAttempts,
 		IdempotencyKey: key,
 	}
-	if job.Timeout, err = ValidateDuration(f("timeout"), spec.GetTimeout(), MinTimeout, MaxTimeout); err != nil {
+	if job.Timeout, err = ValidateDuration(f("timeout"), spec.GetTimeout(), pulsetype.MinTimeout, pulsetype.MaxTimeout); err != nil {
 		return pulsetype.NewJob{}, err
 	}
-	if job.UniqueFor, err = ValidateDuration(f("unique_for"), spec.GetUniqueFor(), MinUniqueFor, MaxUniqueFor); err != nil {
+	if job.UniqueFor, err = ValidateDuration(f("unique_for"), spec.GetUniqueFor(), pulsetype.MinUniqueFor, pulsetype.MaxUniqueFor); err != nil {
 		return pulsetype.NewJob{}, err
 	}
 	if job.Retry, err = ValidateRetry(f("retry"), spec.GetRetry()); err != nil {
@@ -188,13 +162,13 @@ func ValidateRetry(field string, p *pulsev1.RetryPolicy) (pulsetype.JobRetry, er
 	}
 	var r pulsetype.JobRetry
 	var err error
-	if r.Fixed, err = ValidateDuration(f("fixed"), p.GetFixed(), MinRetryDelay, MaxRetryDelay); err != nil {
+	if r.Fixed, err = ValidateDuration(f("fixed"), p.GetFixed(), pulsetype.MinRetryDelay, pulsetype.MaxRetryDelay); err != nil {
 		return pulsetype.JobRetry{}, err
 	}
-	if r.Base, err = ValidateDuration(f("base"), p.GetBase(), MinRetryDelay, MaxRetryDelay); err != nil {
+	if r.Base, err = ValidateDuration(f("base"), p.GetBase(), pulsetype.MinRetryDelay, pulsetype.MaxRetryDelay); err != nil {
 		return pulsetype.JobRetry{}, err
 	}
-	if r.Max, err = ValidateDuration(f("max"), p.GetMax(), MinRetryDelay, MaxRetryDelay); err != nil {
+	if r.Max, err = ValidateDuration(f("max"), p.GetMax(), pulsetype.MinRetryDelay, pulsetype.MaxRetryDelay); err != nil {
 		return pulsetype.JobRetry{}, err
 	}
 	if r.Max != 0 && r.Max < r.Base {
@@ -224,7 +198,7 @@ func ValidateDuration(field string, d *durationpb.Duration, lo, hi time.Duration
 	if v < lo || v > hi {
 		return 0, apierr.Invalid(field, "is %s; it must be between %s and %s", v, lo, hi)
 	}
-	if v%time.Microsecond != 0 {
+	if v%pulsetype.DurationResolution != 0 {
 		return 0, apierr.Invalid(field, "is %s; it must be a whole number of microseconds", v)
 	}
 	return v, nil

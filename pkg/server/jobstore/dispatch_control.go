@@ -21,9 +21,6 @@ const (
 	// SystemActor is recorded for changes no person made: the automatic
 	// resume of an expired pause.
 	SystemActor = "system"
-	// MaxPauseReasonChars bounds a pause reason, in characters; the CHECK
-	// dispatch_control_reason_length holds the same bound.
-	MaxPauseReasonChars = 500
 )
 
 // PauseMode says what a pause does to jobs already running.

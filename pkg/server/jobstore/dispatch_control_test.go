@@ -235,7 +235,7 @@ func TestDispatchControl(t *testing.T) {
 	t.Run("SchemaRejectsWhatTheAPIWouldRefuse", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.store.Pause(ctx, pauseReq(jobstore.GlobalScope, jobstore.PauseDrain, strings.Repeat("x", jobstore.MaxPauseReasonChars+1), "alice"))
+		_, err := b.store.Pause(ctx, pauseReq(jobstore.GlobalScope, jobstore.PauseDrain, strings.Repeat("x", pulsetype.MaxPauseReasonChars+1), "alice"))
 		require.ErrorIs(t, err, apierr.ErrInvalidArgument)
 		require.Equal(t, "reason", apierr.FieldOf(err))
 		_, err = b.store.Pause(ctx, pauseReq(jobstore.GlobalScope, jobstore.PauseDrain, "", "alice"))

@@ -7,13 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
-
-// MaxTopicLimit is the largest max_running a topic may have; the CHECK
-// topic_limits_max_running_range holds the same bound.
-const MaxTopicLimit = 1_000_000
 
 // TopicInfo is one topic's live numbers and its limit, as ListTopics and
 // the dashboard show them.
@@ -218,9 +215,9 @@ func (s *Store) SetTopicLimit(ctx context.Context, topic string, maxRunning *int
 	if topic == "" {
 		return TopicInfo{}, apierr.Invalid("topic", "is required")
 	}
-	if maxRunning != nil && (*maxRunning < 0 || *maxRunning > MaxTopicLimit) {
+	if maxRunning != nil && (*maxRunning < 0 || *maxRunning > pulsetype.MaxTopicLimit) {
 		return TopicInfo{}, apierr.Invalid("max_running", "is %d; it must be between 0 and %d, or null to clear the limit",
-			*maxRunning, MaxTopicLimit)
+			*maxRunning, pulsetype.MaxTopicLimit)
 	}
 	if err := storable.Text("actor", actor); err != nil {
 		return TopicInfo{}, err

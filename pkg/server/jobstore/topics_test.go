@@ -258,7 +258,7 @@ func TestTopicLimit(t *testing.T) {
 			field string
 		}{
 			{"lim", ptr(-1), "alice", "max_running"},
-			{"lim", ptr(jobstore.MaxTopicLimit + 1), "alice", "max_running"},
+			{"lim", ptr(pulsetype.MaxTopicLimit + 1), "alice", "max_running"},
 			{"", ptr(1), "alice", "topic"},
 			{"bad topic", ptr(1), "alice", "topic"},
 			{"nul\x00", ptr(1), "alice", "topic"},
@@ -270,7 +270,7 @@ func TestTopicLimit(t *testing.T) {
 			require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%q", tc.topic)
 			require.Equal(t, tc.field, apierr.FieldOf(err), "%q: %v", tc.topic, err)
 		}
-		setLimit(t, b, "lim", jobstore.MaxTopicLimit)
+		setLimit(t, b, "lim", pulsetype.MaxTopicLimit)
 	})
 
 	t.Run("SchemaTriggerTakesThePauseBarrier", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
@@ -182,9 +183,9 @@ func (s *DispatchControl) validatePause(req *pulsev1.PauseDispatchRequest, forFi
 		return jobstore.PauseRequest{}, apierr.Invalid("reason", "is required: say why dispatch is paused")
 	case unstorable != nil:
 		return jobstore.PauseRequest{}, unstorable
-	case utf8.RuneCountInString(reason) > jobstore.MaxPauseReasonChars:
+	case utf8.RuneCountInString(reason) > pulsetype.MaxPauseReasonChars:
 		return jobstore.PauseRequest{}, apierr.Invalid("reason", "is %d characters; the limit is %d",
-			utf8.RuneCountInString(reason), jobstore.MaxPauseReasonChars)
+			utf8.RuneCountInString(reason), pulsetype.MaxPauseReasonChars)
 	}
 	mode, ok := pausewire.ModeFromWire(req.GetMode())
 	if !ok {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -79,19 +80,19 @@ func validDefinition(d *pulsev1.ScheduleDefinition) (jobstore.Schedule, schedule
 		return sc, nil, err
 	}
 	// Unset, a schedule's jobs get a job's default priority.
-	prio := int32(jobspec.DefaultPriority)
+	prio := int32(pulsetype.DefaultPriority)
 	if d.GetHasPriority() || d.GetPriority() != 0 {
 		prio = d.GetPriority()
 	}
-	if prio < jobspec.MinPriority || prio > jobspec.MaxPriority {
-		return sc, nil, apierr.Invalid("priority", "is %d; it must be %d..%d", prio, jobspec.MinPriority, jobspec.MaxPriority)
+	if prio < pulsetype.MinPriority || prio > pulsetype.MaxPriority {
+		return sc, nil, apierr.Invalid("priority", "is %d; it must be %d..%d", prio, pulsetype.MinPriority, pulsetype.MaxPriority)
 	}
 	maxAttempts := d.GetMaxAttempts()
 	if maxAttempts == 0 {
-		maxAttempts = jobspec.DefaultMaxAttempts
+		maxAttempts = pulsetype.DefaultMaxAttempts
 	}
-	if maxAttempts < jobspec.MinMaxAttempts || maxAttempts > jobspec.MaxMaxAttempts {
-		return sc, nil, apierr.Invalid("max_attempts", "is %d; it must be %d..%d", maxAttempts, jobspec.MinMaxAttempts, jobspec.MaxMaxAttempts)
+	if maxAttempts < pulsetype.MinMaxAttempts || maxAttempts > pulsetype.MaxMaxAttempts {
+		return sc, nil, apierr.Invalid("max_attempts", "is %d; it must be %d..%d", maxAttempts, pulsetype.MinMaxAttempts, pulsetype.MaxMaxAttempts)
 	}
 	for _, f := range []struct{ name, value string }{
 		{"kind", d.GetKind()}, {"expression", d.GetExpression()}, {"time_zone", d.GetTimeZone()},

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -88,9 +89,9 @@ func (s *TopicService) SetLimit(ctx context.Context, topic string, maxRunning *i
 	}
 	var limit *int
 	if maxRunning != nil {
-		if *maxRunning < 0 || *maxRunning > jobstore.MaxTopicLimit {
+		if *maxRunning < 0 || *maxRunning > pulsetype.MaxTopicLimit {
 			return nil, apierr.Invalid("max_running", "is %d; it must be between 0 and %d, or null to clear the limit",
-				*maxRunning, jobstore.MaxTopicLimit)
+				*maxRunning, pulsetype.MaxTopicLimit)
 		}
 		n := int(*maxRunning)
 		limit = &n

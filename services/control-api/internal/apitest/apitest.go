@@ -22,7 +22,7 @@ import (
 
 // Options shrink limits so tests can cross them cheaply.
 type Options struct {
-	MaxArgsBytes int // default jobspec.DefaultMaxArgsBytes
+	MaxArgsBytes int // default pulsetype.DefaultMaxArgsBytes
 	MaxBatchJobs int // default 1000
 	Flushers     int // the coalescer's; default 4
 	// Inserter, when set, wraps the store the coalescer inserts through
@@ -43,7 +43,7 @@ type Bundle struct {
 func New(t testing.TB, opts Options) *Bundle {
 	t.Helper()
 	if opts.MaxArgsBytes == 0 {
-		opts.MaxArgsBytes = jobspec.DefaultMaxArgsBytes
+		opts.MaxArgsBytes = pulsetype.DefaultMaxArgsBytes
 	}
 	if opts.MaxBatchJobs == 0 {
 		opts.MaxBatchJobs = 1000

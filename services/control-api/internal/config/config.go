@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
-	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 )
@@ -29,7 +29,7 @@ const (
 	GRPCAddrDefault          = ":50051"
 	LogLevelDefault          = "info"
 	DBMaxConnsDefault        = 20
-	MaxArgsBytesDefault      = jobspec.DefaultMaxArgsBytes
+	MaxArgsBytesDefault      = pulsetype.DefaultMaxArgsBytes
 	MaxBatchJobsDefault      = 1000
 	SubmitCoalesceMaxDefault = 1000
 	SubmitFlushersDefault    = 4

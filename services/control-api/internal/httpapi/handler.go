@@ -19,10 +19,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
-	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
 
@@ -70,7 +70,7 @@ type Handler struct {
 // New returns a Handler calling svc.
 func New(svc Service, opts Options) *Handler {
 	if opts.MaxArgsBytes <= 0 {
-		opts.MaxArgsBytes = jobspec.DefaultMaxArgsBytes
+		opts.MaxArgsBytes = pulsetype.DefaultMaxArgsBytes
 	}
 	logger := opts.Logger
 	if logger == nil {

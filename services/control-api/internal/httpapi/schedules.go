@@ -14,7 +14,7 @@ import (
 )
 
 // scheduleBodyLimit bounds a schedule body: its args template (1 MiB,
-// jobspec.DefaultMaxArgsBytes) and a few short fields.
+// pulsetype.DefaultMaxArgsBytes) and a few short fields.
 const scheduleBodyLimit = 1<<20 + 16<<10
 
 // ScheduleService is what the schedule routes call: api.Schedules.

@@ -44,11 +44,11 @@ const (
 // Limits on what a worker may ask for.
 const (
 	MaxConcurrency   = 10000
-	MaxWorkerIDBytes = 200
+	MaxWorkerIDBytes = pulsetype.MaxWorkerIDBytes
 	MaxTopics        = 100
 	MaxBatch         = 10000
 	// MaxErrorBytes bounds a result's error text (errtext.Sanitize).
-	MaxErrorBytes = 8192
+	MaxErrorBytes = pulsetype.MaxErrorBytes
 )
 
 // Store is what the service needs from jobstore.
@@ -422,8 +422,8 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 // before its job's next attempt (JobResult.retry_after): the bounds of a
 // job's own backoff (jobspec).
 const (
-	MinRetryAfter = jobspec.MinRetryDelay
-	MaxRetryAfter = jobspec.MaxRetryDelay
+	MinRetryAfter = pulsetype.MinRetryDelay
+	MaxRetryAfter = pulsetype.MaxRetryDelay
 )
 
 // retryAfter is a result's retry_after, zero when unset. Only a retryable

@@ -1,0 +1,66 @@
+package pulse
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The SDK holds a job to pulsetype's limits before any RPC; every refusal
+// names what is wrong.
+func TestEnqueueLimits(t *testing.T) {
+	t.Parallel()
+	okTopics := []string{"a", "orders:v2.created", "0-", strings.Repeat("t", MaxTopicLength)}
+	for _, topic := range okTopics {
+		_, err := buildJobSpec(topic, nil, nil)
+		require.NoError(t, err, "topic %q", topic)
+	}
+	badTopics := map[string]string{
+		"":                                    "must not be empty",
+		strings.Repeat("t", MaxTopicLength+1): "the limit is 128",
+		".a":                                  "does not start with a letter or digit",
+		"a b":                                 "characters outside",
+		"é":                                   "characters outside",
+		"a\x00":                               "characters outside",
+		"\xff":                                "characters outside",
+	}
+	for topic, want := range badTopics {
+		_, err := buildJobSpec(topic, nil, nil)
+		require.ErrorContains(t, err, "topic", "topic %q", topic)
+		require.ErrorContains(t, err, want, "topic %q", topic)
+	}
+
+	key := strings.Repeat("k", MaxIdempotencyKeyBytes)
+	spec, err := buildJobSpec("t", nil, []EnqueueOption{IdempotencyKey(key)})
+	require.NoError(t, err)
+	require.Equal(t, key, spec.GetIdempotencyKey())
+	badKeys := map[string]string{
+		key + "k":                "is 256 bytes; the limit is 255",
+		strings.Repeat("é", 128): "is 256 bytes",
+		"a\x00b":                 "NUL",
+		"a\xffb":                 "not valid UTF-8",
+	}
+	for k, want := range badKeys {
+		_, err := buildJobSpec("t", nil, []EnqueueOption{IdempotencyKey(k)})
+		require.ErrorContains(t, err, "idempotency key", "key %q", k)
+		require.ErrorContains(t, err, want, "key %q", k)
+	}
+}
+
+func TestWorkerIDLimit(t *testing.T) {
+	t.Parallel()
+	_, err := NewWorker([]string{"localhost:1"}, WithWorkerID(strings.Repeat("w", MaxWorkerIDBytes)))
+	require.NoError(t, err)
+	_, err = NewWorker([]string{"localhost:1"}, WithWorkerID(strings.Repeat("w", MaxWorkerIDBytes+1)))
+	require.ErrorContains(t, err, "worker id is 201 bytes; the limit is 200")
+}
+
+func TestRegisterRefusesAnInvalidTopic(t *testing.T) {
+	t.Parallel()
+	w, err := NewWorker([]string{"localhost:1"})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, `pulse: Register "a b": pulse: topic "a b" has characters outside [A-Za-z0-9._:-] or does not start with a letter or digit`,
+		func() { w.Register("a b", func(context.Context, *Job) error { return nil }) })
+}

@@ -1,0 +1,100 @@
+package pulsetype
+
+import (
+	"regexp"
+	"time"
+)
+
+// The limits every job is held to, defined once. The SDK's options check
+// them before a request leaves the process, jobspec checks them again on
+// every request the services receive, and the schema's CHECK constraints
+// and guards (migrations/) hold the same numbers, which
+// pkg/server/jobstore's TestSchemaLimitsAgreeWithPulsetype proves against
+// Postgres: a value at each bound is stored, one past it is refused by
+// the database itself.
+const (
+	// MaxTopicLength is the longest topic (and schedule) name, in bytes;
+	// TopicPattern allows only ASCII, so also in characters
+	// (jobs_topic_format, schedules_topic_format, schedules_name_format,
+	// topic_limits_topic_format).
+	MaxTopicLength = 128
+	// TopicPattern is the topic charset: a letter or digit, then up to
+	// MaxTopicLength-1 letters, digits, '.', '_', ':' or '-'.
+	TopicPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`
+
+	// MinPriority and MaxPriority bound a job's priority; higher runs
+	// first (jobs_priority_range, schedules_priority_range).
+	MinPriority = 0
+	MaxPriority = 10
+	// DefaultPriority is a job's priority when none is given (the
+	// column's default too).
+	DefaultPriority = 5
+
+	// MinMaxAttempts and MaxMaxAttempts bound how many attempts a job
+	// gets (jobs_max_attempts_range, schedules_max_attempts_range).
+	MinMaxAttempts = 1
+	MaxMaxAttempts = 100
+	// DefaultMaxAttempts is a job's attempts when none is given.
+	DefaultMaxAttempts = 25
+
+	// MaxIdempotencyKeyBytes is the longest idempotency key, in bytes.
+	// The schema counts characters (jobs_idempotency_key_length, 1..255),
+	// so a key within this bound is always within the schema's; an empty
+	// key means none.
+	MaxIdempotencyKeyBytes = 255
+
+	// DefaultMaxArgsBytes is the largest args document control-api
+	// accepts unless configured otherwise (PULSE_MAX_ARGS_BYTES). The
+	// schema does not bound it: args must only be a JSON object
+	// (jobs_args_object).
+	DefaultMaxArgsBytes = 1 << 20
+
+	// MinTimeout and MaxTimeout bound one attempt's timeout
+	// (jobs_timeout_range).
+	MinTimeout = time.Second
+	MaxTimeout = 24 * time.Hour
+
+	// MinUniqueFor and MaxUniqueFor bound a unique job's period
+	// (job_uniques_period_range).
+	MinUniqueFor = time.Second
+	MaxUniqueFor = 366 * 24 * time.Hour
+
+	// MinRetryDelay and MaxRetryDelay bound every duration of a job's own
+	// backoff (jobs_retry_range) and the wait a handler may ask for
+	// before the next attempt (a result's retry_after).
+	MinRetryDelay = time.Millisecond
+	MaxRetryDelay = 366 * 24 * time.Hour
+
+	// DurationResolution is the finest duration the schema keeps:
+	// Postgres intervals hold microseconds, so a duration that is not a
+	// whole number of them is refused rather than rounded.
+	DurationResolution = time.Microsecond
+
+	// MaxErrorBytes is the longest error text a result carries; the
+	// gateway cuts longer text (keeping it valid UTF-8 and marking the
+	// cut) before it is stored. The SDK cuts at MaxReportedErrorBytes, so
+	// its reports are never cut again.
+	MaxErrorBytes = 8 << 10
+	// MaxReportedErrorBytes is where the SDK cuts a handler's error text:
+	// half of MaxErrorBytes, so a full report batch stays well within a
+	// gRPC message.
+	MaxReportedErrorBytes = MaxErrorBytes / 2
+
+	// MaxWorkerIDBytes is the longest worker id (the job's locked_by), in
+	// bytes; the gateway refuses a longer one when the worker connects.
+	MaxWorkerIDBytes = 200
+
+	// MaxPauseReasonChars is the longest pause reason, in characters
+	// (dispatch_control_reason_length).
+	MaxPauseReasonChars = 500
+
+	// MaxTopicLimit is the largest max_running a topic may have
+	// (topic_limits_max_running_range); 0 holds the topic.
+	MaxTopicLimit = 1_000_000
+)
+
+var topicRE = regexp.MustCompile(TopicPattern)
+
+// ValidTopic reports whether name is a valid topic: 1..MaxTopicLength
+// characters matching TopicPattern.
+func ValidTopic(name string) bool { return topicRE.MatchString(name) }

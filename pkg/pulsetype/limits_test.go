@@ -1,0 +1,48 @@
+package pulsetype_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
+)
+
+func TestValidTopic(t *testing.T) {
+	for name, want := range map[string]bool{
+		"a":                      true,
+		"orders:v2.created":      true,
+		"0_-.:":                  true,
+		strings.Repeat("t", 128): true,
+		strings.Repeat("t", 129): false,
+		"":                       false,
+		".a":                     false,
+		"a b":                    false,
+		"é":                      false,
+		"a\x00":                  false,
+		"a\xff":                  false,
+		"a\n":                    false,
+		"ａ":                      false,
+	} {
+		if got := pulsetype.ValidTopic(name); got != want {
+			t.Errorf("ValidTopic(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestLimitsAreOrdered(t *testing.T) {
+	if !(pulsetype.MinPriority <= pulsetype.DefaultPriority && pulsetype.DefaultPriority <= pulsetype.MaxPriority) {
+		t.Errorf("DefaultPriority %d outside %d..%d", pulsetype.DefaultPriority, pulsetype.MinPriority, pulsetype.MaxPriority)
+	}
+	if !(pulsetype.MinMaxAttempts <= pulsetype.DefaultMaxAttempts && pulsetype.DefaultMaxAttempts <= pulsetype.MaxMaxAttempts) {
+		t.Errorf("DefaultMaxAttempts %d outside %d..%d", pulsetype.DefaultMaxAttempts, pulsetype.MinMaxAttempts, pulsetype.MaxMaxAttempts)
+	}
+	for _, d := range []int64{int64(pulsetype.MinTimeout), int64(pulsetype.MaxTimeout), int64(pulsetype.MinUniqueFor),
+		int64(pulsetype.MaxUniqueFor), int64(pulsetype.MinRetryDelay), int64(pulsetype.MaxRetryDelay)} {
+		if d%int64(pulsetype.DurationResolution) != 0 {
+			t.Errorf("bound %d ns is not a whole number of %s", d, pulsetype.DurationResolution)
+		}
+	}
+	if pulsetype.MaxReportedErrorBytes > pulsetype.MaxErrorBytes {
+		t.Errorf("the SDK cuts at %d bytes, above the gateway's %d", pulsetype.MaxReportedErrorBytes, pulsetype.MaxErrorBytes)
+	}
+}
