@@ -16,6 +16,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/service"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
@@ -153,7 +154,7 @@ func build(cfg config.Config, s *service.Service) error {
 		// a single-job or schedule body (ADR-0029).
 		MaxRecvMsgSize: int(jsonAPI.BatchBodyLimit()),
 		LargeMethods:   []string{pulsev1.ControlService_SubmitJobs_FullMethodName},
-		SmallMsgSize:   int(httpapi.SingleLimit(max(cfg.MaxArgsBytes, jobspec.DefaultMaxArgsBytes))),
+		SmallMsgSize:   int(httpapi.SingleLimit(max(cfg.MaxArgsBytes, pulsetype.DefaultMaxArgsBytes))),
 		InflightBytes:  cfg.GRPCInflightBytes,
 	})
 	pulsev1.RegisterControlServiceServer(grpcSrv.GRPC(), svc)
