@@ -250,6 +250,11 @@ func TestBinary(t *testing.T) {
 			{"UITraceURLWithoutPlaceholder", []string{db, "PULSE_UI_TRACE_URL=http://jaeger:16686/trace/"}, "PULSE_UI_TRACE_URL: \"http://jaeger:16686/trace/\" has no {trace_id}"},
 			{"UITraceURLNotHTTP", []string{db, "PULSE_UI_TRACE_URL=jaeger/{trace_id}"}, "not an absolute http or https URL"},
 			{"UIRefreshTooFast", []string{db, "PULSE_UI_REFRESH=10ms"}, "PULSE_UI_REFRESH: must be at least 250ms"},
+			{"MigrateLockTimeoutZero", []string{db, "PULSE_MIGRATE_LOCK_TIMEOUT=0s"}, "PULSE_MIGRATE_LOCK_TIMEOUT: must be positive"},
+			{"MigrateLockTimeoutMinutes", []string{db, "PULSE_MIGRATE_LOCK_TIMEOUT=5m"}, "PULSE_MIGRATE_LOCK_TIMEOUT: must be positive and at most 1m0s, got 5m0s"},
+			{"MigrateLockTimeoutNotADuration", []string{db, "PULSE_MIGRATE_LOCK_TIMEOUT=5"}, "PULSE_MIGRATE_LOCK_TIMEOUT"},
+			{"MigrateLockRetriesNegative", []string{db, "PULSE_MIGRATE_LOCK_RETRIES=-1"}, "PULSE_MIGRATE_LOCK_RETRIES: must be 0 to 1000, got -1"},
+			{"MigrateLockRetriesHuge", []string{db, "PULSE_MIGRATE_LOCK_RETRIES=99999999999999999999"}, "PULSE_MIGRATE_LOCK_RETRIES"},
 		}
 		for _, tc := range cases {
 			res := runToEnd(t, tc.env)
@@ -267,7 +272,7 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, res.stdout, "migrate")
 		vars, err := serverconfig.Vars(config.Config{})
 		require.NoError(t, err)
-		require.Len(t, vars, 17)
+		require.Len(t, vars, 20)
 		for _, v := range vars {
 			require.Contains(t, res.stdout, v)
 		}

@@ -158,7 +158,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, `CREATE DATABASE `+building); err != nil {
 		return "", err
 	}
-	if _, err := migrate.Up(ctx, withDatabase(serverURL, building), nil); err != nil {
+	if _, err := migrate.Up(ctx, withDatabase(serverURL, building), migrate.DefaultOptions()); err != nil {
 		return "", err
 	}
 	if _, err := admin.Exec(ctx, `ALTER DATABASE `+building+` RENAME TO `+name); err != nil {

@@ -10,9 +10,14 @@ import (
 )
 
 // Migrate applies every pending schema migration and logs the version the
-// database is now at.
+// database is now at. A second run started meanwhile waits for this one
+// (goose's session lock) and then finds nothing to do.
 func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	v, err := migrate.Up(ctx, cfg.DatabaseURL, logger)
+	opts := migrate.DefaultOptions()
+	opts.LockTimeout = cfg.MigrateLockTimeout
+	opts.LockRetries = cfg.MigrateLockRetries
+	opts.Logger = logger
+	v, err := migrate.Up(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/migrate"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 )
 
@@ -40,48 +41,63 @@ const (
 	GRPCInflightBytesDefault = 512 << 20
 	// UIRefreshMin keeps a forgotten dashboard tab from becoming load.
 	UIRefreshMin = 250 * time.Millisecond
+	// MigrateLockTimeoutDefault is the lock_timeout of every statement
+	// `control-api migrate` runs (migrate.DefaultLockTimeout).
+	MigrateLockTimeoutDefault = migrate.DefaultLockTimeout
+	// MigrateLockRetriesDefault is how often `control-api migrate` retries
+	// a migration that gave up on its lock_timeout (migrate.DefaultLockRetries).
+	MigrateLockRetriesDefault = migrate.DefaultLockRetries
+	// MigrateLockTimeoutMax keeps a typo ("5m" for "5s") from letting a
+	// migration queue the workload behind it for long.
+	MigrateLockTimeoutMax = time.Minute
+	// MigrateLockRetriesMax bounds the retries.
+	MigrateLockRetriesMax = 1000
 )
 
 // Config is everything control-api reads from its environment.
 type Config struct {
-	DatabaseURL       string        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres connection URL (required)"`
-	HTTPAddr          string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
-	GRPCAddr          string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
-	GRPCReflection    bool          `envconfig:"GRPC_REFLECTION" desc:"serve gRPC server reflection (to operators only when authentication is on)"`
-	GRPCInflightBytes int64         `envconfig:"GRPC_INFLIGHT_BYTES" desc:"budget of SubmitJobs calls in flight: each holds the batch bound (64 MiB by default) until it ends; calls beyond it are refused ResourceExhausted before their message is read"`
-	LogLevel          string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
-	DBMaxConns        int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
-	MaxArgsBytes      int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
-	MaxBatchJobs      int           `envconfig:"MAX_BATCH_JOBS" desc:"most jobs one SubmitJobs call or POST /v1/jobs:batch may carry"`
-	SubmitCoalesceMax int           `envconfig:"SUBMIT_COALESCE_MAX" desc:"most single submits coalesced into one INSERT"`
-	SubmitFlushers    int           `envconfig:"SUBMIT_FLUSHERS" desc:"most coalesced INSERTs running at once"`
-	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"how long a graceful shutdown may take before connections are cut"`
-	AuthUsers         string        `envconfig:"AUTH_USERS" desc:"Basic users, name:role:password-or-bcrypt-hash,...; with PULSE_AUTH_TOKENS also unset, auth is off (local development only)"`
-	AuthTokens        string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,...; roles are producer, worker, operator"`
-	TLSCert           string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
-	TLSKey            string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
-	DepthInterval     time.Duration `envconfig:"QUEUE_DEPTH_INTERVAL" desc:"how often pulse_queue_depth is recounted (one grouped query over the live-job indexes)"`
-	UITraceURL        string        `envconfig:"UI_TRACE_URL" desc:"trace viewer link for a job's trace on the dashboard, with {trace_id} where the id goes (Jaeger: http://localhost:16686/trace/{trace_id}); empty shows the id unlinked"`
-	UIRefresh         time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
+	DatabaseURL        string        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres connection URL (required)"`
+	HTTPAddr           string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
+	GRPCAddr           string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
+	GRPCReflection     bool          `envconfig:"GRPC_REFLECTION" desc:"serve gRPC server reflection (to operators only when authentication is on)"`
+	GRPCInflightBytes  int64         `envconfig:"GRPC_INFLIGHT_BYTES" desc:"budget of SubmitJobs calls in flight: each holds the batch bound (64 MiB by default) until it ends; calls beyond it are refused ResourceExhausted before their message is read"`
+	LogLevel           string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
+	DBMaxConns         int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
+	MaxArgsBytes       int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
+	MaxBatchJobs       int           `envconfig:"MAX_BATCH_JOBS" desc:"most jobs one SubmitJobs call or POST /v1/jobs:batch may carry"`
+	SubmitCoalesceMax  int           `envconfig:"SUBMIT_COALESCE_MAX" desc:"most single submits coalesced into one INSERT"`
+	SubmitFlushers     int           `envconfig:"SUBMIT_FLUSHERS" desc:"most coalesced INSERTs running at once"`
+	ShutdownTimeout    time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"how long a graceful shutdown may take before connections are cut"`
+	AuthUsers          string        `envconfig:"AUTH_USERS" desc:"Basic users, name:role:password-or-bcrypt-hash,...; with PULSE_AUTH_TOKENS also unset, auth is off (local development only)"`
+	AuthTokens         string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,...; roles are producer, worker, operator"`
+	TLSCert            string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
+	TLSKey             string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
+	DepthInterval      time.Duration `envconfig:"QUEUE_DEPTH_INTERVAL" desc:"how often pulse_queue_depth is recounted (one grouped query over the live-job indexes)"`
+	UITraceURL         string        `envconfig:"UI_TRACE_URL" desc:"trace viewer link for a job's trace on the dashboard, with {trace_id} where the id goes (Jaeger: http://localhost:16686/trace/{trace_id}); empty shows the id unlinked"`
+	UIRefresh          time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
+	MigrateLockTimeout time.Duration `envconfig:"MIGRATE_LOCK_TIMEOUT" desc:"migrate: lock_timeout of every migration statement; a migration waiting longer for a lock gives up (and is retried) instead of queueing the workload behind it"`
+	MigrateLockRetries int           `envconfig:"MIGRATE_LOCK_RETRIES" desc:"migrate: how many times a migration that gave up on PULSE_MIGRATE_LOCK_TIMEOUT is retried, with a doubling wait from 1s up to 30s"`
 }
 
 // Default returns a Config holding every default, the starting point Load
 // overwrites with whatever the environment sets.
 func Default() Config {
 	return Config{
-		HTTPAddr:          HTTPAddrDefault,
-		GRPCAddr:          GRPCAddrDefault,
-		GRPCReflection:    true,
-		GRPCInflightBytes: GRPCInflightBytesDefault,
-		LogLevel:          LogLevelDefault,
-		DBMaxConns:        DBMaxConnsDefault,
-		MaxArgsBytes:      MaxArgsBytesDefault,
-		MaxBatchJobs:      MaxBatchJobsDefault,
-		SubmitCoalesceMax: SubmitCoalesceMaxDefault,
-		SubmitFlushers:    SubmitFlushersDefault,
-		ShutdownTimeout:   ShutdownTimeoutDefault,
-		DepthInterval:     DepthIntervalDefault,
-		UIRefresh:         UIRefreshDefault,
+		HTTPAddr:           HTTPAddrDefault,
+		GRPCAddr:           GRPCAddrDefault,
+		GRPCReflection:     true,
+		GRPCInflightBytes:  GRPCInflightBytesDefault,
+		LogLevel:           LogLevelDefault,
+		DBMaxConns:         DBMaxConnsDefault,
+		MaxArgsBytes:       MaxArgsBytesDefault,
+		MaxBatchJobs:       MaxBatchJobsDefault,
+		SubmitCoalesceMax:  SubmitCoalesceMaxDefault,
+		SubmitFlushers:     SubmitFlushersDefault,
+		ShutdownTimeout:    ShutdownTimeoutDefault,
+		DepthInterval:      DepthIntervalDefault,
+		UIRefresh:          UIRefreshDefault,
+		MigrateLockTimeout: MigrateLockTimeoutDefault,
+		MigrateLockRetries: MigrateLockRetriesDefault,
 	}
 }
 
@@ -141,6 +157,12 @@ func (c *Config) Validate() error {
 	}
 	if c.UIRefresh < UIRefreshMin {
 		return serverconfig.Invalid("PULSE_UI_REFRESH", "must be at least %s, got %s", UIRefreshMin, c.UIRefresh)
+	}
+	if c.MigrateLockTimeout <= 0 || c.MigrateLockTimeout > MigrateLockTimeoutMax {
+		return serverconfig.Invalid("PULSE_MIGRATE_LOCK_TIMEOUT", "must be positive and at most %s, got %s", MigrateLockTimeoutMax, c.MigrateLockTimeout)
+	}
+	if c.MigrateLockRetries < 0 || c.MigrateLockRetries > MigrateLockRetriesMax {
+		return serverconfig.Invalid("PULSE_MIGRATE_LOCK_RETRIES", "must be 0 to %d, got %d", MigrateLockRetriesMax, c.MigrateLockRetries)
 	}
 	if _, _, err := c.Security(); err != nil {
 		return err
