@@ -9,6 +9,7 @@ import (
 
 	"github.com/pulsequeue/pulse/migrations"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
