@@ -17,7 +17,6 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/service"
 
-	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
