@@ -17,6 +17,9 @@ func upFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	// A test that brings no credentials of its own runs the fleet open
+	// (PULSE_AUTH=none); one that sets PULSE_AUTH_* in Env gets exactly that.
+	opts.Open = true
 	if opts.PostgresSettings == nil {
 		// Pause exactness is judged by commit time (claimwitness).
 		opts.PostgresSettings = map[string]string{"track_commit_timestamp": "on"}

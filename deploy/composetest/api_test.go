@@ -39,6 +39,9 @@ func call(method, u string, body any, want int, out any) error {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// docker-compose.yml's development operator (control-api's API needs
+	// credentials; Prometheus ignores them).
+	req.SetBasicAuth(devOperator, devOperatorPassword)
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return err

@@ -146,7 +146,7 @@ func TestComposeUp(t *testing.T) {
 			}
 		}
 		// And through control-api's published gRPC port, with the SDK.
-		client, err := pulse.NewClient(fmt.Sprintf("127.0.0.1:%d", f.grpcPort))
+		client, err := pulse.NewClient(fmt.Sprintf("127.0.0.1:%d", f.grpcPort), pulse.WithUserPass(devProducer, devProducerPassword))
 		require.NoError(t, err)
 		defer client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -496,7 +496,8 @@ func (h *hostWorker) done() int64 { return h.n.Load() }
 func startHostWorker(t *testing.T, addr string) *hostWorker {
 	t.Helper()
 	h := &hostWorker{}
-	w, err := pulse.NewWorker([]string{addr}, pulse.WithConcurrency(8), pulse.WithWorkerID("compose-test-host"))
+	w, err := pulse.NewWorker([]string{addr}, pulse.WithConcurrency(8), pulse.WithWorkerID("compose-test-host"),
+		pulse.WithUserPass(devWorker, devWorkerPassword))
 	require.NoError(t, err)
 	w.Register(topicHost, func(ctx context.Context, job *pulse.Job) error {
 		h.n.Add(1)

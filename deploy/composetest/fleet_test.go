@@ -265,3 +265,10 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, cond
 		time.Sleep(interval)
 	}
 }
+
+// docker-compose.yml's development users (x-pulse-auth).
+const (
+	devOperator, devOperatorPassword = "operator", "dev-operator"
+	devProducer, devProducerPassword = "producer", "dev-producer"
+	devWorker, devWorkerPassword     = "worker", "dev-worker"
+)

@@ -59,8 +59,15 @@ type Options struct {
 	Reaper, Scheduler bool
 	// Env is extra environment for every service (PULSE_LOG_LEVEL,
 	// PULSE_LEASE_TTL, ...). The addresses and database URL the fleet assigns
-	// take precedence.
+	// take precedence. When it sets any of PULSE_AUTH, PULSE_AUTH_USERS,
+	// PULSE_AUTH_TOKENS or PULSE_AUTH_CERTS, authentication is exactly
+	// what it says; otherwise see Open.
 	Env map[string]string
+	// Open runs the services with PULSE_AUTH=none: no credentials, every
+	// caller an operator. Without it (and without credentials in Env) the
+	// fleet runs with the development users (DevUsers), and the demo
+	// processes authenticate as DevProducerUser and DevWorkerUser.
+	Open bool
 	// DatabaseURL points the fleet at an existing, reachable Postgres instead
 	// of starting a throwaway cluster.
 	DatabaseURL string
@@ -281,14 +288,16 @@ func (f *Fleet) startServices(ctx context.Context, bins map[string]string) error
 }
 
 func (f *Fleet) startDemo(ctx context.Context, bins map[string]string) error {
-	if err := f.start(ctx, DemoProducer, bins[DemoProducer], "", map[string]string{
-		"PULSE_CONTROL_API_ADDR": f.ControlGRPC,
-	}); err != nil {
+	producer := map[string]string{"PULSE_CONTROL_API_ADDR": f.ControlGRPC}
+	worker := map[string]string{"PULSE_GATEWAY_ADDRS": strings.Join(f.GatewayAddrs, ",")}
+	if f.DevCredentials() {
+		producer["PULSE_USER"], producer["PULSE_PASSWORD"] = DevProducerUser, DevProducerPassword
+		worker["PULSE_USER"], worker["PULSE_PASSWORD"] = DevWorkerUser, DevWorkerPassword
+	}
+	if err := f.start(ctx, DemoProducer, bins[DemoProducer], "", producer); err != nil {
 		return err
 	}
-	return f.start(ctx, DemoWorker, bins[DemoWorker], "", map[string]string{
-		"PULSE_GATEWAY_ADDRS": strings.Join(f.GatewayAddrs, ","),
-	})
+	return f.start(ctx, DemoWorker, bins[DemoWorker], "", worker)
 }
 
 // start runs one long-lived process and records it; adminURL is empty for
@@ -326,11 +335,12 @@ func (f *Fleet) waitReady(ctx context.Context, p *Process, url string) error {
 	return nil
 }
 
-// env is Options.Env, then the database URL, then the process's own
-// settings; exec keeps the last value of a repeated key.
+// env is the authentication defaults (Options.authEnv), Options.Env, then
+// the database URL, then the process's own settings; exec keeps the last
+// value of a repeated key.
 func (f *Fleet) env(own map[string]string) []string {
 	var out []string
-	for _, m := range []map[string]string{f.opts.Env, {"PULSE_DATABASE_URL": f.DatabaseURL}, own} {
+	for _, m := range []map[string]string{f.opts.authEnv(), f.opts.Env, {"PULSE_DATABASE_URL": f.DatabaseURL}, own} {
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)

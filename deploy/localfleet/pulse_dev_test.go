@@ -84,8 +84,18 @@ func TestPulseDev(t *testing.T) {
 	// A private topic and handler, so the outcome does not depend on the
 	// demo worker's deliberate failures.
 	handled := make(chan string, 1)
+	// The fleet runs with the development users, which the summary prints.
+	require.Contains(t, summary, DevWorkerUser+":"+DevWorkerPassword)
+	require.Contains(t, summary, "curl -s -u "+DevOperatorUser+":"+DevOperatorPassword+" -X POST "+controlHTTP+"/v1/jobs")
+	require.Contains(t, summary, "export PULSE_SERVER="+controlHTTP+" PULSE_USER="+DevOperatorUser+" PULSE_PASSWORD="+DevOperatorPassword)
+	resp, err := http.Post(controlHTTP+"/v1/jobs", "application/json", strings.NewReader(`{"topic":"fleet.test"}`))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "credentials are required, even in development")
+
 	worker, err := pulse.NewWorker(gateways, pulse.WithConcurrency(2),
-		pulse.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		pulse.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		pulse.WithUserPass(DevWorkerUser, DevWorkerPassword))
 	require.NoError(t, err)
 	worker.Register("fleet.test", func(ctx context.Context, job *pulse.Job) error {
 		select {
@@ -107,8 +117,10 @@ func TestPulseDev(t *testing.T) {
 	require.Equal(t, id, <-handled)
 	require.Contains(t, summary, "export PULSE_SERVER="+controlHTTP, "the summary says how to point the CLI at the fleet")
 
-	// The status line counts the completed job (and the demo's work).
-	doneCount := regexp.MustCompile(`(?m)^status: \S+  done ([1-9][0-9]*) · failed attempts [0-9]+ · dead [0-9]+ · queued [0-9]+ · running [0-9]+$`)
+	// The status line counts the completed job and the demo's work: two
+	// or more done means the demo producer and worker authenticated with
+	// the development users too (this test's worker runs only fleet.test).
+	doneCount := regexp.MustCompile(`(?m)^status: \S+  done ([2-9]|[1-9][0-9]+) · failed attempts [0-9]+ · dead [0-9]+ · queued [0-9]+ · running [0-9]+$`)
 	require.Eventually(t, func() bool { return doneCount.MatchString(stdout.String()) }, time.Minute, 100*time.Millisecond,
 		"no status line counting a completed job\n%s", output())
 
@@ -155,7 +167,11 @@ func parsePIDs(t *testing.T, line string) map[string]int {
 
 func submitJob(t *testing.T, base, body string) string {
 	t.Helper()
-	resp, err := http.Post(base+"/v1/jobs", "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", base+"/v1/jobs", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.SetBasicAuth(DevProducerUser, DevProducerPassword)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -167,7 +183,10 @@ func submitJob(t *testing.T, base, body string) string {
 
 func jobStatus(t *testing.T, base, id string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/v1/jobs/" + id)
+	req, err := http.NewRequest("GET", base+"/v1/jobs/"+id, nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(DevProducerUser, DevProducerPassword)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -6,6 +6,8 @@
 //	PULSE_CONTROL_API_ADDR  control-api gRPC address (default localhost:50051)
 //	PULSE_DEMO_RATE         jobs per second (default 20)
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+//	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
+//	PULSE_PASSWORD          that user's password
 //
 // -h prints this environment list.
 package main
@@ -44,6 +46,8 @@ Environment:
   PULSE_CONTROL_API_ADDR  control-api gRPC address (default localhost:50051)
   PULSE_DEMO_RATE         jobs per second (default 20)
   PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+  PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
+  PULSE_PASSWORD          that user's password
 `
 )
 
@@ -70,7 +74,7 @@ func run(logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	client, err := pulse.NewClient(addr)
+	client, err := pulse.NewClient(addr, credentials()...)
 	if err != nil {
 		return fmt.Errorf("control-api client: %w", err)
 	}
@@ -170,4 +174,16 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// credentials are PULSE_USER and PULSE_PASSWORD as a connection option, or
+// none when PULSE_USER is unset (a fleet running with PULSE_AUTH=none).
+func credentials() []pulse.ClientOption {
+	user := os.Getenv("PULSE_USER")
+	if user == "" {
+		return nil
+	}
+	// The demo talks to a fleet on this machine or a private compose
+	// network: credentials may cross a plaintext connection there.
+	return []pulse.ClientOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
 }

@@ -6,6 +6,8 @@
 //	PULSE_GATEWAY_ADDRS     comma-separated dispatch-gateway addresses (default localhost:50052)
 //	PULSE_DEMO_CONCURRENCY  handlers run at once (default 8)
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+//	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
+//	PULSE_PASSWORD          that user's password
 //
 // An address may be a DNS name holding every gateway replica, as in
 // docker-compose.yml's dns:///dispatch-gateway:50052: the worker balances
@@ -54,6 +56,8 @@ Environment:
   PULSE_GATEWAY_ADDRS     comma-separated dispatch-gateway addresses (default localhost:50052; dns:///name:port balances over every replica)
   PULSE_DEMO_CONCURRENCY  handlers run at once (default 8)
   PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
+  PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
+  PULSE_PASSWORD          that user's password
 `
 )
 
@@ -83,8 +87,9 @@ func run(logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	w, err := pulse.NewWorker(addrs, pulse.WithConcurrency(concurrency), pulse.WithLogger(logger),
-		pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin)))
+	opts := append([]pulse.WorkerOption{pulse.WithConcurrency(concurrency), pulse.WithLogger(logger),
+		pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin))}, credentials()...)
+	w, err := pulse.NewWorker(addrs, opts...)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -143,4 +148,16 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// credentials are PULSE_USER and PULSE_PASSWORD as a connection option, or
+// none when PULSE_USER is unset (a fleet running with PULSE_AUTH=none).
+func credentials() []pulse.WorkerOption {
+	user := os.Getenv("PULSE_USER")
+	if user == "" {
+		return nil
+	}
+	// The demo talks to a fleet on this machine or a private compose
+	// network: credentials may cross a plaintext connection there.
+	return []pulse.WorkerOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
 }

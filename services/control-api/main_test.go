@@ -143,7 +143,7 @@ func TestBinary(t *testing.T) {
 		httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
 		cmd := exec.Command(binary(t))
 		cmd.Env = environ("PULSE_DATABASE_URL="+dbURL, "PULSE_HTTP_ADDR="+httpAddr,
-			"PULSE_GRPC_ADDR="+grpcAddr, "PULSE_SHUTDOWN_TIMEOUT=10s")
+			"PULSE_GRPC_ADDR="+grpcAddr, "PULSE_SHUTDOWN_TIMEOUT=10s", "PULSE_AUTH=none")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.NoError(t, cmd.Start())
@@ -222,7 +222,7 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		res := runToEnd(t, []string{
 			"PULSE_DATABASE_URL=" + pgtest.EmptyURL(t),
-			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0",
+			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0", "PULSE_AUTH=none",
 		})
 		require.NotEqual(t, 0, res.code)
 		require.Contains(t, res.stderr, "needs version 1 or newer") // migrations.VersionBaseline
@@ -246,7 +246,18 @@ func TestBinary(t *testing.T) {
 			{"AuthUsersUnknownRole", []string{db, "PULSE_AUTH_USERS=ann:admin:hunter2"}, "PULSE_AUTH_USERS: entry 1 (ann): role \"admin\""},
 			{"AuthUsersNotTriples", []string{db, "PULSE_AUTH_USERS=ann:producer:pw,hunter2"}, "PULSE_AUTH_USERS: entry 2"},
 			{"AuthTokensDuplicate", []string{db, "PULSE_AUTH_TOKENS=a:worker:hunter2,b:worker:hunter2"}, "PULSE_AUTH_TOKENS"},
-			{"TLSHalfAKeypair", []string{db, "PULSE_TLS_CERT=/nonexistent/cert.pem"}, "PULSE_TLS_KEY"},
+			{"TLSHalfAKeypair", []string{db, "PULSE_AUTH=none", "PULSE_TLS_CERT=/nonexistent/cert.pem"}, "PULSE_TLS_KEY"},
+			// Secure defaults: no credentials is a refusal unless open mode
+			// is asked for, and credentials never cross a non-loopback
+			// listener in the clear unless that is asked for.
+			{"NoCredentialsWithoutOpenMode", []string{db}, "PULSE_AUTH: is required (the default) but no credentials are configured: set PULSE_AUTH_USERS, PULSE_AUTH_TOKENS or PULSE_AUTH_CERTS, or set PULSE_AUTH=none"},
+			{"AuthModeUnknown", []string{db, "PULSE_AUTH=off"}, `PULSE_AUTH: "off" is not required or none`},
+			{"OpenModeWithCredentials", []string{db, "PULSE_AUTH=none", "PULSE_AUTH_TOKENS=ci:operator:hunter2"}, "PULSE_AUTH_TOKENS: is set but PULSE_AUTH=none"},
+			{"PlaintextTokensOnAllInterfaces", []string{db, "PULSE_AUTH_TOKENS=ci:operator:hunter2"}, `PULSE_ALLOW_PLAINTEXT_CREDENTIALS: is not true, and PULSE_HTTP_ADDR=":8080" listens beyond loopback without TLS`},
+			{"PlaintextUsersOnAPublicGRPCAddr", []string{db, "PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=0.0.0.0:0", "PULSE_AUTH_USERS=ann:producer:hunter2"}, `PULSE_ALLOW_PLAINTEXT_CREDENTIALS: is not true, and PULSE_GRPC_ADDR="0.0.0.0:0"`},
+			{"ClientCAWithoutKeypair", []string{db, "PULSE_AUTH=none", "PULSE_TLS_CLIENT_CA=/nonexistent/ca.pem"}, "PULSE_TLS_CLIENT_CA: is set but PULSE_TLS_CERT and PULSE_TLS_KEY are not"},
+			{"CertIdentitiesWithoutClientCA", []string{db, "PULSE_AUTH_CERTS=wk:worker"}, "PULSE_AUTH_CERTS: is set but PULSE_TLS_CLIENT_CA is not"},
+			{"CertIdentityUnknownRole", []string{db, "PULSE_AUTH_CERTS=wk:root"}, "PULSE_AUTH_CERTS"},
 			{"QueueDepthIntervalZero", []string{db, "PULSE_QUEUE_DEPTH_INTERVAL=0s"}, "PULSE_QUEUE_DEPTH_INTERVAL"},
 			{"UITraceURLWithoutPlaceholder", []string{db, "PULSE_UI_TRACE_URL=http://jaeger:16686/trace/"}, "PULSE_UI_TRACE_URL: \"http://jaeger:16686/trace/\" has no {trace_id}"},
 			{"UITraceURLNotHTTP", []string{db, "PULSE_UI_TRACE_URL=jaeger/{trace_id}"}, "not an absolute http or https URL"},

@@ -130,7 +130,9 @@ func run() error {
 			return fmt.Errorf("-service-env: %q is not KEY=VALUE", kv)
 		}
 	}
-	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true}
+	// Open (PULSE_AUTH=none): the load clients bring no credentials, and
+	// the numbers stay comparable with earlier runs.
+	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true, Open: true}
 	opts.DurablePostgres = !*fast
 	opts.PostgresSettings = map[string]string{}
 	if *statements {

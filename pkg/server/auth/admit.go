@@ -22,6 +22,11 @@ func (a *Authenticator) admit(ctx context.Context, roles []Role, header, source,
 		return WithIdentity(ctx, unauthenticated), nil
 	}
 	header = strings.TrimSpace(header)
+	if header == "" && a.certs != nil {
+		if ctx, err, ok := a.admitCert(ctx, roles, what); ok {
+			return ctx, err
+		}
+	}
 	if header == "" {
 		a.refused(RefusalMissing)
 		return nil, apierr.Unauthenticated(msgMissing)

@@ -55,6 +55,9 @@ type Authenticator struct {
 	key    []byte
 	users  map[string]*user
 	tokens []token
+	// certs maps a client certificate's common name to its identity
+	// (PULSE_AUTH_CERTS; cert_identity.go).
+	certs map[string]Identity
 	// anyBcrypt makes an unknown user cost a bcrypt verify too, so timing
 	// does not tell a wrong user from a wrong password.
 	anyBcrypt bool
@@ -317,9 +320,10 @@ func HashPassword(pw string) (string, error) {
 }
 
 // LogOpenMode warns, loudly, that a service is running without
-// authentication; services call it at start when the Authenticator is nil.
+// authentication (PULSE_AUTH=none); Security.Warn calls it at start.
 func LogOpenMode(logger *slog.Logger) {
 	logger.Warn("AUTHENTICATION IS OFF: every caller is an operator and may submit, cancel, retry, pause and resume; "+
-		"this open mode is for local development only. Set "+UsersVar+" or "+TokensVar+" to require credentials.",
+		"this open mode ("+ModeVar+"="+string(ModeNone)+") is for local development only. Set "+UsersVar+", "+TokensVar+" or "+CertsVar+
+		" and remove "+ModeVar+"="+string(ModeNone)+" to require credentials.",
 		"auth", "open")
 }

@@ -20,9 +20,15 @@
 // Failed attempts are limited per source address and per user name
 // (Limits), and refusals are counted by reason (OnRefusal).
 //
-// When neither variable is set the Authenticator is nil and the service runs
-// in open mode: every caller is Anonymous, an operator. Open mode is for local
-// development only; LogOpenMode says so loudly at start.
+// PULSE_AUTH_CERTS maps the common names of verified client certificates
+// (PULSE_TLS_CLIENT_CA) to identities, which the same decision admits.
+//
+// Settings reads every security variable once for a service: credentials are
+// required (PULSE_AUTH=required, the default) unless PULSE_AUTH=none asks for
+// open mode, in which the Authenticator is nil and every caller is Anonymous,
+// an operator — for local development only; LogOpenMode says so loudly at
+// start. Users and tokens on a plaintext listener beyond loopback are refused
+// unless PULSE_ALLOW_PLAINTEXT_CREDENTIALS=true (ADR-0031).
 //
 // Handlers learn who is calling with IdentityFrom, for example to record the
 // actor of an operator action.

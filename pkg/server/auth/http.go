@@ -34,7 +34,7 @@ func Middleware(a *Authenticator, policy func(r *http.Request) []Role, writers .
 			if a != nil {
 				roles = policy(r)
 			}
-			ctx, err := a.admit(r.Context(), roles, r.Header.Get("Authorization"), hostOf(r.RemoteAddr), r.Method+" "+r.URL.Path)
+			ctx, err := a.admit(withTLSState(r.Context(), r.TLS), roles, r.Header.Get("Authorization"), hostOf(r.RemoteAddr), r.Method+" "+r.URL.Path)
 			if err != nil {
 				code := apierr.HTTPStatus(err)
 				if code == http.StatusUnauthorized {

@@ -30,6 +30,11 @@ type Command[C any] struct {
 	LogLevel func(C) string
 	// Serve is the service to run.
 	Serve func(cfg C, logger *slog.Logger) Spec
+	// ServeCheck, when set, checks what only serving needs (the security
+	// settings: credentials, TLS files), after Load and before anything
+	// connects, so subcommands such as migrate do not need them. Errors
+	// name the variable.
+	ServeCheck func(cfg C) error
 	// Subcommands are the other commands, by name (control-api's migrate).
 	Subcommands map[string]func(ctx context.Context, cfg C, logger *slog.Logger) error
 }
@@ -62,6 +67,11 @@ func (cmd Command[C]) Run(args []string, stdout io.Writer) error {
 	cfg, err := cmd.Load()
 	if err != nil {
 		return err
+	}
+	if !known && cmd.ServeCheck != nil {
+		if err := cmd.ServeCheck(cfg); err != nil {
+			return err
+		}
 	}
 	logger, err := logging.New(cmd.Name, cmd.LogLevel(cfg), stdout)
 	if err != nil {

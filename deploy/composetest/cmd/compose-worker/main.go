@@ -9,6 +9,8 @@
 //	PULSE_TEST_TOPICS       comma-separated topics to run
 //	PULSE_TEST_STREAMS      independent workers (one StreamJobs stream each) in this process (default 1)
 //	PULSE_TEST_CONCURRENCY  handlers per worker (default 8)
+//	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (none when unset)
+//	PULSE_PASSWORD          that user's password
 //
 // A handler takes 10-60 ms, so a gateway stopped under load has jobs in
 // flight. Each worker dials on its own, so with a dns:/// target its
@@ -85,7 +87,8 @@ func run(logger *slog.Logger) error {
 			pulse.WithConcurrency(concurrency),
 			pulse.WithWorkerID(fmt.Sprintf("%s-%d", host, i)),
 			pulse.WithLogger(logger.With("worker", i)),
-			pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin)))
+			pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin)),
+			credentials())
 		if err != nil {
 			return err
 		}
@@ -143,4 +146,13 @@ func positive(name string, def int) (int, error) {
 		return 0, fmt.Errorf("%s: want a positive integer, got %q", name, v)
 	}
 	return n, nil
+}
+
+// credentials authenticate as PULSE_USER with PULSE_PASSWORD; with no user
+// they add nothing.
+func credentials() pulse.WorkerOption {
+	if user := os.Getenv("PULSE_USER"); user != "" {
+		return pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))
+	}
+	return pulse.WithDialOptions()
 }

@@ -111,10 +111,19 @@ func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths [
 		pidList = append(pidList, fmt.Sprintf("%s=%d", name, pids[name]))
 	}
 	fmt.Fprintf(w, "  pids: %s\n", strings.Join(pidList, " "))
+	curlAuth, cliAuth := "", ""
+	if f.DevCredentials() {
+		fmt.Fprintf(w, "  credentials:       development users (not secrets; 127.0.0.1 only), user:password\n")
+		fmt.Fprintf(w, "    operator         %s:%s  (everything; the dashboard)\n", localfleet.DevOperatorUser, localfleet.DevOperatorPassword)
+		fmt.Fprintf(w, "    producer         %s:%s  (submit and read jobs)\n", localfleet.DevProducerUser, localfleet.DevProducerPassword)
+		fmt.Fprintf(w, "    worker           %s:%s  (run jobs)\n", localfleet.DevWorkerUser, localfleet.DevWorkerPassword)
+		curlAuth = " -u " + localfleet.DevOperatorUser + ":" + localfleet.DevOperatorPassword
+		cliAuth = fmt.Sprintf(" PULSE_USER=%s PULSE_PASSWORD=%s", localfleet.DevOperatorUser, localfleet.DevOperatorPassword)
+	}
 	fmt.Fprintln(w, "  try (from the repository root, in another terminal):")
-	fmt.Fprintf(w, "    curl -s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"topic\":\"email.send\",\"args\":{\"to\":\"a@example.com\"}}'\n", f.ControlHTTP)
-	fmt.Fprintf(w, "    curl -s '%s/v1/jobs?limit=10'\n", f.ControlHTTP)
-	fmt.Fprintf(w, "    export PULSE_SERVER=%s   # the pulse CLI's server\n", f.ControlHTTP)
+	fmt.Fprintf(w, "    curl -s%s -X POST %s/v1/jobs -H 'Content-Type: application/json' -d '{\"topic\":\"email.send\",\"args\":{\"to\":\"a@example.com\"}}'\n", curlAuth, f.ControlHTTP)
+	fmt.Fprintf(w, "    curl -s%s '%s/v1/jobs?limit=10'\n", curlAuth, f.ControlHTTP)
+	fmt.Fprintf(w, "    export PULSE_SERVER=%s%s   # the pulse CLI's server and user\n", f.ControlHTTP, cliAuth)
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse jobs list --limit 10")
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch pause --reason 'trying pause'")
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch resume")

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -63,4 +64,73 @@ func SelfSignedCert(t testing.TB) (certFile, keyFile string, roots *x509.CertPoo
 	roots = x509.NewCertPool()
 	roots.AddCert(cert)
 	return certFile, keyFile, roots
+}
+
+// CA is a throwaway certificate authority for mTLS tests (not for
+// concurrent use): it signs leaf
+// certificates good for both ends of a connection on localhost.
+type CA struct {
+	// File is the CA certificate's PEM file (PULSE_TLS_CLIENT_CA, or a
+	// client's CA file); Pool trusts it.
+	File string
+	Pool *x509.CertPool
+
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	dir  string
+	next int64
+}
+
+// NewCA makes a CA named commonName in a temporary directory.
+func NewCA(t testing.TB, commonName string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: commonName},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	ca := &CA{cert: cert, key: key, dir: t.TempDir(), next: 2, Pool: x509.NewCertPool()}
+	ca.Pool.AddCert(cert)
+	ca.File = filepath.Join(ca.dir, "ca.pem")
+	require.NoError(t, os.WriteFile(ca.File, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	return ca
+}
+
+// Issue writes a certificate with subject common name commonName, signed
+// by the CA and valid as a server (localhost, 127.0.0.1, ::1) and as a
+// client, and its key; it returns their paths.
+func (ca *CA) Issue(t testing.TB, commonName string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	ca.next++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.next),
+		Subject:      pkix.Name{CommonName: commonName},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	base := filepath.Join(ca.dir, fmt.Sprintf("%d-%s", ca.next, commonName))
+	certFile, keyFile = base+".pem", base+"-key.pem"
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return certFile, keyFile
 }

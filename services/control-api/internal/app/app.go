@@ -45,6 +45,7 @@ func Command() service.Command[config.Config] {
 		LogLevel:    func(c config.Config) string { return c.LogLevel },
 		Usage:       usage,
 		Serve:       Spec,
+		ServeCheck:  func(c config.Config) error { _, err := c.Security(); return err },
 		Subcommands: map[string]func(context.Context, config.Config, *slog.Logger) error{"migrate": Migrate},
 	}
 }
@@ -57,7 +58,7 @@ type App = service.Service
 // old schema), ready to Start. Bad credentials or TLS files fail before
 // the database is tried, as config.Load's validation does for the binary.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, error) {
-	if _, _, err := cfg.Security(); err != nil {
+	if _, err := cfg.Security(); err != nil {
 		return nil, err
 	}
 	return service.New(ctx, Spec(cfg, logger))
@@ -81,13 +82,12 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 
 func build(cfg config.Config, s *service.Service) error {
 	logger := s.Logger()
-	authn, tlsCfg, err := cfg.Security()
+	sec, err := cfg.Security()
 	if err != nil {
 		return err
 	}
-	if authn == nil {
-		auth.LogOpenMode(logger)
-	}
+	sec.Warn(logger)
+	authn, tlsCfg := sec.Authenticator, sec.TLS
 	store := jobstore.New(s.Pool())
 	m := api.NewMetrics(s.Registry())
 	authn.OnRefusal(m.AuthRefused)
@@ -136,7 +136,7 @@ func build(cfg config.Config, s *service.Service) error {
 	// well as the dashboard's), so a foreign page cannot act with an
 	// operator's Basic credentials.
 	admin.Use(auth.CrossOrigin(dashboard.WriteAuthError))
-	admin.SetTLS(tlsCfg)
+	admin.SetTLS(sec.HTTPTLS())
 	jsonAPI.Register(admin)
 	jsonAPI.RegisterDispatch(admin, dispatchSvc)
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)

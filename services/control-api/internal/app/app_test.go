@@ -28,6 +28,7 @@ func TestApp(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		cfg := config.Default()
+		cfg.Auth = "none"
 		cfg.DatabaseURL = pgtest.URL(t)
 		cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 		a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))

@@ -243,6 +243,7 @@ func TestAuth(t *testing.T) {
 	t.Run("OpenModeAdmitsEveryone", func(t *testing.T) {
 		t.Parallel()
 		cfg := config.Default()
+		cfg.Auth = "none"
 		cfg.DatabaseURL = pgtest.URL(t)
 		cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 		var logs strings.Builder
@@ -266,6 +267,7 @@ func TestAuth(t *testing.T) {
 		t.Parallel()
 		cfg := config.Default()
 		cfg.DatabaseURL = "postgres://localhost:1/none"
+		cfg.AuthTokens = "ci:operator:op-token"
 		cfg.TLSCert = "/nonexistent/cert.pem"
 		_, err := app.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 		require.ErrorContains(t, err, "PULSE_TLS_KEY")

@@ -14,6 +14,7 @@ import (
 func TestShutdownFlipsReadinessBeforeTheListenersClose(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default()
+	cfg.Auth = "none"
 	cfg.DatabaseURL = pgtest.URL(t)
 	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 	servicetest.RequireReadinessFlipsBeforeListenersClose(t, app.Spec(cfg, slog.New(slog.DiscardHandler)))

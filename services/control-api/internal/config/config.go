@@ -3,7 +3,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -68,10 +67,14 @@ type Config struct {
 	SubmitCoalesceMax  int           `envconfig:"SUBMIT_COALESCE_MAX" desc:"most single submits coalesced into one INSERT"`
 	SubmitFlushers     int           `envconfig:"SUBMIT_FLUSHERS" desc:"most coalesced INSERTs running at once"`
 	ShutdownTimeout    time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"how long a graceful shutdown may take before connections are cut"`
-	AuthUsers          string        `envconfig:"AUTH_USERS" desc:"Basic users, name:role:password-or-bcrypt-hash,...; with PULSE_AUTH_TOKENS also unset, auth is off (local development only)"`
-	AuthTokens         string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,...; roles are producer, worker, operator"`
+	Auth               string        `envconfig:"AUTH" desc:"required: refuse to start without credentials; none: run open, every caller an operator (local development only)"`
+	AuthUsers          string        `envconfig:"AUTH_USERS" desc:"Basic users, name:role:password-or-bcrypt-hash,...; roles are producer, worker, operator"`
+	AuthTokens         string        `envconfig:"AUTH_TOKENS" desc:"bearer tokens, name:role:token,..."`
+	AuthCerts          string        `envconfig:"AUTH_CERTS" desc:"client certificate identities, common-name:role,...; needs PULSE_TLS_CLIENT_CA"`
 	TLSCert            string        `envconfig:"TLS_CERT" desc:"PEM certificate for gRPC and HTTP; set with PULSE_TLS_KEY, or neither for plaintext"`
 	TLSKey             string        `envconfig:"TLS_KEY" desc:"PEM private key for PULSE_TLS_CERT"`
+	TLSClientCA        string        `envconfig:"TLS_CLIENT_CA" desc:"PEM CA bundle client certificates must chain to: required on gRPC, verified when presented on HTTP"`
+	AllowPlaintext     bool          `envconfig:"ALLOW_PLAINTEXT_CREDENTIALS" desc:"true lets users and tokens cross a non-loopback listener without TLS (trusted private networks only)"`
 	DepthInterval      time.Duration `envconfig:"QUEUE_DEPTH_INTERVAL" desc:"how often pulse_queue_depth is recounted (one grouped query over the live-job indexes)"`
 	UITraceURL         string        `envconfig:"UI_TRACE_URL" desc:"trace viewer link for a job's trace on the dashboard, with {trace_id} where the id goes (Jaeger: http://localhost:16686/trace/{trace_id}); empty shows the id unlinked"`
 	UIRefresh          time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
@@ -84,6 +87,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		HTTPAddr:           HTTPAddrDefault,
+		Auth:               string(auth.ModeDefault),
 		GRPCAddr:           GRPCAddrDefault,
 		GRPCReflection:     true,
 		GRPCInflightBytes:  GRPCInflightBytesDefault,
@@ -164,9 +168,8 @@ func (c *Config) Validate() error {
 	if c.MigrateLockRetries < 0 || c.MigrateLockRetries > MigrateLockRetriesMax {
 		return serverconfig.Invalid("PULSE_MIGRATE_LOCK_RETRIES", "must be 0 to %d, got %d", MigrateLockRetriesMax, c.MigrateLockRetries)
 	}
-	if _, _, err := c.Security(); err != nil {
-		return err
-	}
+	// The security settings (Security) are checked when serving only:
+	// migrate needs none of them.
 	return nil
 }
 
@@ -186,19 +189,15 @@ func validateTraceURL(s string) error {
 	return nil
 }
 
-// Security parses the credentials and loads the TLS keypair. A nil
-// Authenticator is open mode and a nil tls.Config is plaintext. Errors name
-// the variable.
-func (c *Config) Security() (*auth.Authenticator, *tls.Config, error) {
-	authn, err := auth.New(c.AuthUsers, c.AuthTokens)
-	if err != nil {
-		return nil, nil, err
-	}
-	tlsCfg, err := auth.ServerTLS(c.TLSCert, c.TLSKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	return authn, tlsCfg, nil
+// Security parses the credentials and loads the TLS files (auth.Settings):
+// a nil Authenticator is open mode (PULSE_AUTH=none) and a nil tls.Config
+// plaintext. Errors name the variable.
+func (c *Config) Security() (auth.Security, error) {
+	return auth.Settings{
+		Mode: c.Auth, Users: c.AuthUsers, Tokens: c.AuthTokens, Certs: c.AuthCerts,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA,
+		AllowPlaintextCredentials: c.AllowPlaintext,
+	}.Load(auth.Listener{Var: "PULSE_HTTP_ADDR", Addr: c.HTTPAddr}, auth.Listener{Var: "PULSE_GRPC_ADDR", Addr: c.GRPCAddr})
 }
 
 // validateAddr accepts host:port with a numeric port (0 picks a free one).

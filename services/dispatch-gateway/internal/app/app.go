@@ -61,13 +61,12 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 
 func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	logger := s.Logger()
-	authn, tlsCfg, err := cfg.Security()
+	sec, err := cfg.Security()
 	if err != nil {
 		return err
 	}
-	if authn == nil {
-		auth.LogOpenMode(logger)
-	}
+	sec.Warn(logger)
+	authn, tlsCfg := sec.Authenticator, sec.TLS
 	// The report statement counts what it settles in job_throughput under
 	// this gateway's id.
 	store := jobstore.New(s.Pool(), jobstore.ThroughputWriter(cfg.GatewayID))

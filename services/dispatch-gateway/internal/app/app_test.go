@@ -19,6 +19,7 @@ func TestShutdownFlipsReadinessBeforeTheListenersClose(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", pgtest.URL(t))
 	t.Setenv("PULSE_ADMIN_ADDR", "127.0.0.1:0")
 	t.Setenv("PULSE_GRPC_ADDR", "127.0.0.1:0")
+	t.Setenv("PULSE_AUTH", "none")
 	var cfg gwconfig.Config
 	require.NoError(t, config.Load(&cfg))
 	servicetest.RequireReadinessFlipsBeforeListenersClose(t, app.Spec(cfg, slog.New(slog.DiscardHandler)))

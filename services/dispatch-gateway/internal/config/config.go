@@ -3,7 +3,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"fmt"
 	"os"
 	"time"
@@ -63,12 +62,17 @@ type Config struct {
 	RetryBackoffMax  config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
 	DBMaxConns       int32                   `envconfig:"DB_MAX_CONNS" default:"10"`
 	ShutdownTimeout  time.Duration           `envconfig:"SHUTDOWN_TIMEOUT" default:"20s"`
-	// Credentials (name:role:secret,...) and the TLS keypair; all unset
-	// is open, plaintext local development.
-	AuthUsers  string `envconfig:"AUTH_USERS"`
-	AuthTokens string `envconfig:"AUTH_TOKENS"`
-	TLSCert    string `envconfig:"TLS_CERT"`
-	TLSKey     string `envconfig:"TLS_KEY"`
+	// Security (auth.Settings): the mode (required unless "none"),
+	// credentials (name:role:secret,... and certificate name:role,...), the
+	// TLS keypair and client CA, and the plaintext-credentials opt-in.
+	Auth           string `envconfig:"AUTH" default:"required"`
+	AuthUsers      string `envconfig:"AUTH_USERS"`
+	AuthTokens     string `envconfig:"AUTH_TOKENS"`
+	AuthCerts      string `envconfig:"AUTH_CERTS"`
+	TLSCert        string `envconfig:"TLS_CERT"`
+	TLSKey         string `envconfig:"TLS_KEY"`
+	TLSClientCA    string `envconfig:"TLS_CLIENT_CA"`
+	AllowPlaintext bool   `envconfig:"ALLOW_PLAINTEXT_CREDENTIALS"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
@@ -100,7 +104,7 @@ func (c *Config) Validate() error {
 	if err := retrypolicy.Validate(c.RetryBackoffUnit, c.RetryBackoffMax); err != nil {
 		return err
 	}
-	if _, _, err := c.Security(); err != nil {
+	if _, err := c.Security(); err != nil {
 		return err
 	}
 	if c.GatewayID == "" {
@@ -115,17 +119,13 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Security parses the credentials and loads the TLS keypair. A nil
-// Authenticator is open mode and a nil tls.Config is plaintext. Errors name
-// the variable.
-func (c *Config) Security() (*auth.Authenticator, *tls.Config, error) {
-	authn, err := auth.New(c.AuthUsers, c.AuthTokens)
-	if err != nil {
-		return nil, nil, err
-	}
-	tlsCfg, err := auth.ServerTLS(c.TLSCert, c.TLSKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	return authn, tlsCfg, nil
+// Security parses the credentials and loads the TLS files (auth.Settings):
+// a nil Authenticator is open mode (PULSE_AUTH=none) and a nil tls.Config
+// plaintext. Errors name the variable.
+func (c *Config) Security() (auth.Security, error) {
+	return auth.Settings{
+		Mode: c.Auth, Users: c.AuthUsers, Tokens: c.AuthTokens, Certs: c.AuthCerts,
+		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA,
+		AllowPlaintextCredentials: c.AllowPlaintext,
+	}.Load(auth.Listener{Var: "PULSE_GRPC_ADDR", Addr: c.GRPCAddr})
 }

@@ -13,6 +13,7 @@ import (
 
 func TestPresenceSettings(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	t.Setenv("PULSE_AUTH", "none")
 
 	t.Run("DefaultsAreTenAndThirtySeconds", func(t *testing.T) {
 		var cfg gwconfig.Config
@@ -47,6 +48,7 @@ func TestPresenceSettings(t *testing.T) {
 // refuse fails the start, naming the variable.
 func TestGatewayID(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	t.Setenv("PULSE_AUTH", "none")
 	for _, bad := range []string{strings.Repeat("g", 201), "gw\xff"} {
 		t.Setenv("PULSE_GATEWAY_ID", bad)
 		var cfg gwconfig.Config
@@ -66,6 +68,7 @@ func TestGatewayID(t *testing.T) {
 // over-long value fails the start naming the variable.
 func TestClaimCooldown(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	t.Setenv("PULSE_AUTH", "none")
 	var cfg gwconfig.Config
 	require.NoError(t, config.Load(&cfg))
 	require.Equal(t, 5*time.Millisecond, cfg.ClaimCooldown)
@@ -87,6 +90,7 @@ func TestClaimCooldown(t *testing.T) {
 // the variable.
 func TestClaimRescanInterval(t *testing.T) {
 	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	t.Setenv("PULSE_AUTH", "none")
 	var cfg gwconfig.Config
 	require.NoError(t, config.Load(&cfg))
 	require.Equal(t, 100*time.Millisecond, cfg.ClaimRescanInterval)
