@@ -71,6 +71,7 @@ var probeDesc = grpc.ServiceDesc{
 			}
 			h := func(ctx context.Context, req any) (any, error) {
 				if req.(*wrapperspb.StringValue).GetValue() == "wait" {
+					waiting <- struct{}{}
 					<-ctx.Done()
 					return nil, ctx.Err()
 				}
@@ -307,7 +308,9 @@ func TestReceiveLimits(t *testing.T) {
 
 	t.Run("SmallMethodsRefuseLargeMessages", func(t *testing.T) {
 		t.Parallel()
-		b := setupWith(t, limits)
+		roomy := limits
+		roomy.InflightBytes = 4 * maxRecv // the budget is not what this checks
+		b := setupWith(t, roomy)
 		big := strings.Repeat("x", 2*small)
 		err := b.streamFail(t, big)
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), err)
@@ -316,6 +319,7 @@ func TestReceiveLimits(t *testing.T) {
 		require.NoError(t, b.callFail(t, strings.Repeat("x", 200<<10)), "the large method takes up to its bound")
 		err = b.callFail(t, strings.Repeat("x", maxRecv+1))
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "and no more")
+		require.Contains(t, status.Convert(err).Message(), "larger than max")
 	})
 
 	t.Run("CompressedMessagesDecompressAtMostToTheBound", func(t *testing.T) {
@@ -337,10 +341,8 @@ func TestReceiveLimits(t *testing.T) {
 		go func() {
 			waited <- b.conn.Invoke(ctx, failMethod, wrapperspb.String("wait"), new(wrapperspb.StringValue))
 		}()
-		// The waiting call holds the whole budget once it is admitted.
-		require.Eventually(t, func() bool {
-			return status.Code(b.callFail(t, "none")) == codes.ResourceExhausted
-		}, patience, time.Millisecond)
+		// The waiting call holds the whole budget once its handler runs.
+		<-waiting
 		err := b.callFail(t, "none")
 		require.Equal(t, codes.ResourceExhausted, status.Code(err))
 		var hint *errdetails.RetryInfo
@@ -376,6 +378,10 @@ func TestReceiveLimits(t *testing.T) {
 		require.NoError(t, b.conn.Invoke(ctx, failMethod, wrapperspb.String("none"), new(wrapperspb.StringValue)))
 	})
 }
+
+// waiting says a "wait" call's handler is running (only one test makes
+// them).
+var waiting = make(chan struct{}, 1)
 
 // patience bounds every wait on an event in these tests.
 const patience = 30 * time.Second
