@@ -66,6 +66,14 @@ lint: ## go vet + gofmt check + buf lint
 tidy: ## go mod tidy every module on its own (GOWORK=off), pulse's modules served from this tree
 	scripts/tidy.sh
 
+.PHONY: check-outside
+check-outside: ## go get the SDK and pulsetx, go install the CLI and services, from outside the repo, at the modules' version
+	scripts/check-outside.sh
+
+.PHONY: release
+release: ## release every module at VERSION=vX.Y.Z: requirements, dist/ binaries + SHA256SUMS, images, commit, tags (DRY_RUN=1 to rehearse)
+	scripts/release.sh
+
 .PHONY: chaos
 chaos: ## the long randomized chaos test (kill -9, SIGSTOP, Postgres crash, pauses; CHAOS_DURATION=5m, CHAOS_SEED to replay)
 	PULSE_CHAOS_DURATION=$${CHAOS_DURATION:-5m} PULSE_CHAOS_SEED=$${CHAOS_SEED:-} go test -count=1 -timeout 30m -run '^TestChaos$$' -v ./e2e

@@ -12,6 +12,10 @@ if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Z
   echo "set-version: the version must look like v1.2.3 or v1.2.3-rc.1, got '${version}'" >&2
   exit 2
 fi
+case $version in
+  v0.* | v1.*) ;;
+  *) echo "set-version: $version: a major version past v1 needs /vN module paths, which pulse's modules do not have" >&2; exit 2 ;;
+esac
 prefix=github.com/pulsequeue/pulse
 
 # pulsereqs FILE: the pulse module paths FILE requires.

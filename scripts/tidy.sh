@@ -16,6 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=$(scripts/modversion.sh)
+mapfile -t mods < <(go list -m -f '{{.Dir}}')
+[ ${#mods[@]} -gt 1 ] || { echo "tidy: go list -m found no workspace modules" >&2; exit 1; }
+mods+=("$PWD/deploy/composetest" "$PWD/tools")
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 (cd tools && GOWORK=off go run ./modproxy -root .. -version "$version" -out "$tmp/proxy")
@@ -27,7 +30,7 @@ export GOPROXY="file://$tmp/proxy,file://$hostcache/cache/download,$(go env GOPR
 export GONOSUMDB="github.com/pulsequeue/*"
 export GOMODCACHE="$tmp/modcache"
 
-for d in $(GOWORK= go list -m -f '{{.Dir}}') "$PWD/deploy/composetest" "$PWD/tools"; do
+for d in "${mods[@]}"; do
   echo "tidy: ${d#"$PWD"/}"
   saved=""
   [ -f "$d/go.sum" ] && saved=$(grep '^github.com/pulsequeue/' "$d/go.sum" || true)

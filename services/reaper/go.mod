@@ -7,6 +7,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/pulsequeue/pulse/migrations v0.1.0
+	github.com/pulsequeue/pulse/pkg v0.1.0
 	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0

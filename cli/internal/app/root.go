@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pulsequeue/pulse/cli/internal/version"
 )
 
 // Exit codes.
@@ -96,8 +98,9 @@ func isUsage(err error) bool {
 
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "pulse",
-		Short: "Operate a pulse job queue through control-api",
+		Use:     "pulse",
+		Version: version.Version(),
+		Short:   "Operate a pulse job queue through control-api",
 		Long: `pulse is the command-line client of control-api's HTTP/JSON API: submit and
 inspect jobs, manage schedules, pause, resume and drain dispatch, list topics
 and limit how many of a topic's jobs run at once.
@@ -132,6 +135,7 @@ from the first of those that has one.
 	pf.StringVar(&e.password, "password", "", "password for Basic auth (env PULSE_PASSWORD)")
 	pf.StringVar(&e.token, "token", "", "bearer token (env PULSE_TOKEN)")
 	pf.StringVarP(&e.output, "output", "o", "table", "output format: table or json (json prints the API's JSON)")
+	root.SetVersionTemplate("pulse {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: ExitUsage, err: err}
 	})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
@@ -49,7 +50,9 @@ func Main[C any](cmd Command[C]) {
 }
 
 // Run runs the subcommand args name (serve when none) until SIGINT or
-// SIGTERM; -h, --help and help write the usage to stdout.
+// SIGTERM; -h, --help and help write the usage to stdout; --version and
+// version write "<name> <version>" (package buildinfo) and read nothing
+// else, the environment included.
 func (cmd Command[C]) Run(args []string, stdout io.Writer) error {
 	name := "serve"
 	if len(args) > 0 {
@@ -59,6 +62,9 @@ func (cmd Command[C]) Run(args []string, stdout io.Writer) error {
 	switch {
 	case name == "-h" || name == "--help" || name == "help":
 		return cmd.Usage(stdout)
+	case (name == "--version" || name == "version") && len(args) == 1:
+		_, err := fmt.Fprintf(stdout, "%s %s\n", cmd.Name, buildinfo.Version())
+		return err
 	case name != "serve" && !known:
 		return fmt.Errorf("unknown subcommand %q (see %s --help)", name, cmd.Name)
 	case len(args) > 1:
@@ -112,7 +118,7 @@ func EnvUsage(name, about string, spec any) func(w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "usage: %s\n\n%s\n\nEnvironment:\n", name, strings.TrimSpace(about))
+		fmt.Fprintf(w, "usage: %s [--version]\n\n%s\n\nEnvironment:\n", name, strings.TrimSpace(about))
 		for _, v := range vars {
 			fmt.Fprintln(w, "  "+v)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -203,12 +204,21 @@ func TestCommand(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, cmd.Run([]string{"-h"}, &out))
-	require.Equal(t, "usage: svc-test\n\nDoes a test.\n\nEnvironment:\n  PULSE_DATABASE_URL\n  PULSE_LOG_LEVEL\n\n"+
+	require.Equal(t, "usage: svc-test [--version]\n\nDoes a test.\n\nEnvironment:\n  PULSE_DATABASE_URL\n  PULSE_LOG_LEVEL\n\n"+
 		"Tracing is configured by the standard OTEL_* variables (OTLP).\n", out.String())
 
 	require.ErrorContains(t, cmd.Run([]string{"frobnicate"}, &out), `unknown subcommand "frobnicate" (see svc-test --help)`)
 	require.ErrorContains(t, cmd.Run([]string{"serve", "x"}, &out), `unexpected arguments after "serve"`)
 	require.ErrorContains(t, cmd.Run(nil, &out), "PULSE_LOG_LEVEL", "a bad level names the variable")
+
+	// --version reads no configuration: it works where serve would not.
+	cmd.Load = func() (cfg, error) { return cfg{}, errors.New("the configuration must not be read") }
+	for _, arg := range []string{"--version", "version"} {
+		out.Reset()
+		require.NoError(t, cmd.Run([]string{arg}, &out), arg)
+		require.Equal(t, "svc-test "+buildinfo.Version()+"\n", out.String(), arg)
+	}
+	require.ErrorContains(t, cmd.Run([]string{"--version", "x"}, &out), `unknown subcommand "--version"`)
 
 	require.Equal(t, "pgconn: failed: host a; host b", service.OneLine("pgconn: failed:\n\thost a\n\thost b\n"))
 	require.False(t, strings.Contains(service.OneLine("a\nb"), "\n"))

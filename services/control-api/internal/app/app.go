@@ -183,6 +183,7 @@ func usage(w io.Writer) error {
 Subcommands:
   serve      serve the ControlService over gRPC and HTTP/JSON (the default)
   migrate    apply every pending schema migration, then exit
+  version    print the version (also --version)
   help       print this help
 
 Environment (name, default, meaning):
