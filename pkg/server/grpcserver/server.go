@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -20,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
@@ -84,7 +86,8 @@ type Options struct {
 	// is refused ResourceExhausted once received, before the handler runs.
 	// 0 is MaxRecvMsgSize (no distinction).
 	SmallMsgSize int
-	// InflightBytes is the budget LargeMethods calls draw from; 0 is
+	// InflightBytes is the budget LargeMethods calls draw from, and
+	// compressed calls of every other method too (see New); 0 is
 	// DefaultInflightBytes.
 	InflightBytes int64
 	// ExtraUnary and ExtraStream run inside the shared interceptors, so
@@ -105,10 +108,12 @@ type Server struct {
 	maxRecv int
 	small   int
 	budget  *semaphore.Weighted
-	grpc    *grpc.Server
-	health  *health.Server
-	metrics *grpcprom.ServerMetrics
-	logger  *slog.Logger
+	// compressedWaiting counts compressed calls waiting for the budget.
+	compressedWaiting atomic.Int64
+	grpc              *grpc.Server
+	health            *health.Server
+	metrics           *grpcprom.ServerMetrics
+	logger            *slog.Logger
 }
 
 // New builds the server. Interceptors run, outermost first: metrics (so
@@ -129,13 +134,11 @@ func New(opts Options) *Server {
 	for _, m := range opts.LargeMethods {
 		s.large[m] = true
 	}
-	if len(s.large) > 0 {
-		budget := opts.InflightBytes
-		if budget <= 0 {
-			budget = DefaultInflightBytes
-		}
-		s.budget = semaphore.NewWeighted(budget)
+	budget := opts.InflightBytes
+	if budget <= 0 {
+		budget = DefaultInflightBytes
 	}
+	s.budget = semaphore.NewWeighted(budget)
 
 	recoverOpt := recovery.WithRecoveryHandlerContext(s.recovered)
 	var unary []grpc.UnaryServerInterceptor
@@ -155,6 +158,7 @@ func New(opts Options) *Server {
 
 	serverOpts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(compressedCalls{s}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -169,9 +173,7 @@ func New(opts Options) *Server {
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(s.maxRecv),
 	}
-	if s.admit != nil || s.budget != nil {
-		serverOpts = append(serverOpts, grpc.InTapHandle(s.tap))
-	}
+	serverOpts = append(serverOpts, grpc.InTapHandle(s.tap))
 	s.grpc = grpc.NewServer(append(serverOpts, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if !opts.DisableReflection {
@@ -243,7 +245,7 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 			return nil, err
 		}
 	}
-	if s.budget != nil && s.large[info.FullMethodName] {
+	if s.large[info.FullMethodName] {
 		n := int64(s.maxRecv)
 		if !s.budget.TryAcquire(n) {
 			st := status.New(codes.ResourceExhausted, "too many large calls in flight on this server; retry shortly")
@@ -256,6 +258,38 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	}
 	return ctx, nil
 }
+
+// compressedCalls bounds what compressed messages may decompress to,
+// together. grpc-go decompresses a message up to MaxRecvMsgSize whatever
+// the method, and keeps grpc-encoding out of the tap's metadata; its
+// stats handlers do see it, in the InHeader event, which the server
+// handles on the call's own goroutine before it receives the message. So
+// a compressed call of a method the tap did not charge (every method but
+// LargeMethods) waits there for MaxRecvMsgSize bytes of the budget, given
+// back when the call ends. Uncompressed calls wait for nothing: their
+// messages cost what their callers send.
+type compressedCalls struct{ s *Server }
+
+func (c compressedCalls) HandleRPC(ctx context.Context, st stats.RPCStats) {
+	in, ok := st.(*stats.InHeader)
+	if !ok || in.Compression == "" || in.Compression == "identity" || c.s.large[in.FullMethod] {
+		return
+	}
+	n := int64(c.s.maxRecv)
+	c.s.compressedWaiting.Add(1)
+	err := c.s.budget.Acquire(ctx, n)
+	c.s.compressedWaiting.Add(-1)
+	if err != nil {
+		return // the call ended while it waited; nothing is read for it
+	}
+	context.AfterFunc(ctx, func() { c.s.budget.Release(n) })
+}
+
+func (compressedCalls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (compressedCalls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (compressedCalls) HandleConn(context.Context, stats.ConnStats) {}
 
 // boundUnary refuses a small method's request larger than SmallMsgSize.
 func (s *Server) boundUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -37,7 +37,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // probe is a hand-written service whose handlers fail the way the request
 // says, so the tests need no generated code.
-type probe struct{}
+type probe struct {
+	// waiting receives a value when a "wait" call's handler runs.
+	waiting chan struct{}
+}
 
 func (probe) fail(kind string) error {
 	switch kind {
@@ -71,7 +74,7 @@ var probeDesc = grpc.ServiceDesc{
 			}
 			h := func(ctx context.Context, req any) (any, error) {
 				if req.(*wrapperspb.StringValue).GetValue() == "wait" {
-					waiting <- struct{}{}
+					srv.(probe).waiting <- struct{}{}
 					<-ctx.Done()
 					return nil, ctx.Err()
 				}
@@ -98,6 +101,8 @@ type testBundle struct {
 	conn   *grpc.ClientConn
 	logs   *syncBuffer
 	reg    *prometheus.Registry
+	// waiting receives a value when a "wait" call's handler runs.
+	waiting chan struct{}
 }
 
 type syncBuffer struct {
@@ -129,7 +134,8 @@ func setupWith(t *testing.T, opts grpcserver.Options) *testBundle {
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	opts.Metrics = metrics.GRPCServerMetrics(reg)
 	s := grpcserver.New(opts)
-	s.GRPC().RegisterService(&probeDesc, probe{})
+	p := probe{waiting: make(chan struct{}, 1)}
+	s.GRPC().RegisterService(&probeDesc, p)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -143,7 +149,7 @@ func setupWith(t *testing.T, opts grpcserver.Options) *testBundle {
 		_ = s.Stop(context.Background())
 		require.NoError(t, <-served)
 	})
-	return &testBundle{server: s, conn: conn, logs: logs, reg: reg}
+	return &testBundle{server: s, conn: conn, logs: logs, reg: reg, waiting: p.waiting}
 }
 
 func (b *testBundle) callFail(t *testing.T, kind string) error {
@@ -342,7 +348,7 @@ func TestReceiveLimits(t *testing.T) {
 			waited <- b.conn.Invoke(ctx, failMethod, wrapperspb.String("wait"), new(wrapperspb.StringValue))
 		}()
 		// The waiting call holds the whole budget once its handler runs.
-		<-waiting
+		<-b.waiting
 		err := b.callFail(t, "none")
 		require.Equal(t, codes.ResourceExhausted, status.Code(err))
 		var hint *errdetails.RetryInfo
@@ -358,6 +364,44 @@ func TestReceiveLimits(t *testing.T) {
 		require.Equal(t, codes.Canceled, status.Code(<-waited))
 		// Its end gives the budget back.
 		require.Eventually(t, func() bool { return b.callFail(t, "none") == nil }, patience, time.Millisecond)
+	})
+
+	t.Run("CompressedCallsOfSmallMethodsWaitForTheBudget", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, limits)
+		ctx, cancel := context.WithCancel(t.Context())
+		waited := make(chan error, 1)
+		go func() {
+			waited <- b.conn.Invoke(ctx, failMethod, wrapperspb.String("wait"), new(wrapperspb.StringValue))
+		}()
+		<-b.waiting // the budget is spent
+
+		compressed := make(chan error, 1)
+		go func() {
+			cs, err := b.conn.NewStream(t.Context(), &grpc.StreamDesc{ServerStreams: true}, streamMethod, grpc.UseCompressor(gzip.Name))
+			if err != nil {
+				compressed <- err
+				return
+			}
+			if err := cs.SendMsg(wrapperspb.String("none")); err != nil {
+				compressed <- err
+				return
+			}
+			_ = cs.CloseSend()
+			compressed <- cs.RecvMsg(new(wrapperspb.StringValue))
+		}()
+		require.Eventually(t, func() bool { return grpcserver.CompressedWaiting(b.server) == 1 }, patience, time.Millisecond)
+		select {
+		case err := <-compressed:
+			t.Fatalf("a compressed call ran while the budget was spent: %v", err)
+		default:
+		}
+		require.ErrorIs(t, b.streamFail(t, "none"), io.EOF, "an uncompressed one does not wait")
+
+		cancel()
+		require.Equal(t, codes.Canceled, status.Code(<-waited))
+		require.ErrorIs(t, <-compressed, io.EOF, "the compressed call runs once the budget is back")
+		require.Zero(t, grpcserver.CompressedWaiting(b.server))
 	})
 
 	t.Run("AdmitRunsFirstAndRefusesBeforeTheBudget", func(t *testing.T) {
@@ -378,10 +422,6 @@ func TestReceiveLimits(t *testing.T) {
 		require.NoError(t, b.conn.Invoke(ctx, failMethod, wrapperspb.String("none"), new(wrapperspb.StringValue)))
 	})
 }
-
-// waiting says a "wait" call's handler is running (only one test makes
-// them).
-var waiting = make(chan struct{}, 1)
 
 // patience bounds every wait on an event in these tests.
 const patience = 30 * time.Second
