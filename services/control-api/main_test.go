@@ -218,6 +218,39 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, stdout.String(), "stopped cleanly")
 	})
 
+	t.Run("TwoMigrateRunsAtOnceBothSucceedAndApplyOnce", func(t *testing.T) {
+		t.Parallel()
+		dbURL := pgtest.EmptyURL(t)
+		type run struct {
+			out []byte
+			err error
+		}
+		runs := make(chan run, 2)
+		bin := binary(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for range 2 {
+			go func() {
+				cmd := exec.CommandContext(ctx, bin, "migrate")
+				cmd.Env = environ("PULSE_DATABASE_URL=" + dbURL)
+				out, err := cmd.CombinedOutput()
+				runs <- run{out, err}
+			}()
+		}
+		for range 2 {
+			r := <-runs
+			require.NoError(t, r.err, "%s", r.out)
+			require.Contains(t, string(r.out), "database schema is current")
+		}
+		conn, err := pgx.Connect(context.Background(), dbURL)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		var applied int
+		require.NoError(t, conn.QueryRow(context.Background(),
+			`SELECT count(*) FROM goose_db_version WHERE version_id > 0 AND is_applied`).Scan(&applied))
+		require.Equal(t, int(migrations.Latest), applied, "each migration recorded once")
+	})
+
 	t.Run("ServeRefusesAnUnmigratedDatabaseNamingTheVersion", func(t *testing.T) {
 		t.Parallel()
 		res := runToEnd(t, []string{
