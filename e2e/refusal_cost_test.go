@@ -187,8 +187,9 @@ func TestRefusedCallsCostOnlyTheirHeaders(t *testing.T) {
 
 	// Last: it spends this address's allowance of failed attempts.
 	t.Run("RepeatedBadPasswordsAreRateLimited", func(t *testing.T) {
-		// The allowance is 30 at once and one a second after; far more
-		// attempts than that arrive before enough seconds pass.
+		// A user name's allowance is 10 failures at once and one every 5 s
+		// after (an address's, 30 and one a second): far more attempts
+		// than that arrive before enough seconds pass.
 		limited := 0
 		for range 200 {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.ControlHTTP+"/v1/jobs", nil)
@@ -210,6 +211,17 @@ func TestRefusedCallsCostOnlyTheirHeaders(t *testing.T) {
 		_, err := pulsev1.NewControlServiceClient(dial(t, f.ControlGRPC)).GetJob(withAuth(ctx, basic("pat:pat-pw")),
 			&pulsev1.GetJobRequest{Id: "0198e6f2-7c1a-7000-8000-000000000001"})
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "the address is limited on gRPC too, good password or not: %v", err)
+	})
+
+	t.Run("EveryRefusalIsCountedByReason", func(t *testing.T) {
+		c := refusalCounts(ctx, t, f.AdminURLs[localfleet.ControlAPI])
+		require.GreaterOrEqual(t, c["missing"], float64(bombCalls*(len(controlMethods)+3)), "gRPC bombs and HTTP bodies without credentials")
+		require.GreaterOrEqual(t, c["forbidden"], float64(2*bombCalls))
+		require.GreaterOrEqual(t, c["invalid"], float64(10), "a user name's allowance of failed attempts")
+		require.GreaterOrEqual(t, c["rate_limited"], float64(2))
+		g := refusalCounts(ctx, t, f.AdminURLs[localfleet.DispatchGateway+"-1"])
+		require.GreaterOrEqual(t, g["missing"], float64(bombCalls*len(gatewayMethods)))
+		require.GreaterOrEqual(t, g["forbidden"], float64(2*bombCalls))
 	})
 }
 
@@ -382,4 +394,30 @@ func requireLogged(t *testing.T, p *localfleet.Process, correlationID string) {
 		}
 		return false
 	}, logPatience, 10*time.Millisecond, "no ERROR line of %s carries correlation id %s", p.Name, correlationID)
+}
+
+var refusalLineRE = regexp.MustCompile(`^pulse_auth_refusals_total\{reason="([a-z_]+)"\} ([0-9.e+]+)$`)
+
+// refusalCounts scrapes pulse_auth_refusals_total from a service's
+// /metrics, by reason.
+func refusalCounts(ctx context.Context, t *testing.T, adminURL string) map[string]float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/metrics", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if m := refusalLineRE.FindStringSubmatch(sc.Text()); m != nil {
+			v, err := strconv.ParseFloat(m[2], 64)
+			require.NoError(t, err)
+			out[m[1]] = v
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.Len(t, out, 4, "every reason is exported from the start")
+	return out
 }
