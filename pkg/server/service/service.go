@@ -103,6 +103,11 @@ type Spec struct {
 	ShutdownTimeout time.Duration
 	// StartAttrs are added to the start line (intervals, ids).
 	StartAttrs []any
+	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
+	// service's metrics (PULSE_METRICS_MAX_TOPICS, PULSE_METRICS_TOPIC_IDLE;
+	// see Topics). Zero: metrics.MaxTopicsDefault, metrics.TopicIdleDefault.
+	MetricsMaxTopics int
+	MetricsTopicIdle time.Duration
 	// Build builds the service's parts on s and registers them. It runs
 	// once, after the pool, the registry and the admin server exist.
 	Build func(ctx context.Context, s *Service) error
@@ -126,6 +131,7 @@ type Service struct {
 	grpc     *grpcserver.Server
 	listener *pglisten.Listener
 	loops    *loop.Metrics
+	topics   *metrics.Topics
 
 	backends []part
 	workers  []part
@@ -179,6 +185,12 @@ func (spec Spec) withDefaults() Spec {
 	if spec.ShutdownTimeout <= 0 {
 		spec.ShutdownTimeout = 20 * time.Second
 	}
+	if spec.MetricsMaxTopics <= 0 {
+		spec.MetricsMaxTopics = metrics.MaxTopicsDefault
+	}
+	if spec.MetricsTopicIdle <= 0 {
+		spec.MetricsTopicIdle = metrics.TopicIdleDefault
+	}
 	return spec
 }
 
@@ -225,6 +237,20 @@ func (s *Service) Pool() *pgxpool.Pool { return s.pool }
 
 // Registry is the service's metrics registry, exported on /metrics.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
+
+// Topics bounds the topic label of the service's metrics (Spec's
+// MetricsMaxTopics, MetricsTopicIdle): every metric with a topic label
+// takes its value from Topics().Label and is added with Bound. Its first
+// call adds the loop metrics_topics, which forgets idle topics every
+// metrics.TopicSweepInterval.
+func (s *Service) Topics() *metrics.Topics {
+	if s.topics == nil {
+		s.topics = metrics.NewTopics(s.spec.MetricsMaxTopics, s.spec.MetricsTopicIdle)
+		s.Every(loop.Config{Name: "metrics_topics", Interval: metrics.TopicSweepInterval},
+			func(context.Context) error { s.topics.Sweep(); return nil })
+	}
+	return s.topics
+}
 
 // Admin is the admin HTTP server, for routes, middleware, TLS and
 // readiness checks; it starts listening in Start.

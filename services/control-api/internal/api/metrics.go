@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 )
 
@@ -41,6 +42,11 @@ type Metrics struct {
 	// before their message or body was read, by auth.Refusal (missing,
 	// invalid, rate_limited, forbidden).
 	AuthRefusals *prometheus.CounterVec
+
+	// topics bounds the topic label of every metric above that has one
+	// (BoundTopics); queueDepth bounds QueueDepth's.
+	topics     *metrics.Topics
+	queueDepth *metrics.TopicGauge
 }
 
 // NewMetrics registers control-api's metrics on reg.
@@ -97,15 +103,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.AuthRefusals, m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
 		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried)
+	m.queueDepth = metrics.NewTopicGauge(m.QueueDepth, metrics.MaxTopicsDefault)
 	return m
 }
 
 // AuthRefused counts a call or request authentication refused.
 func (m *Metrics) AuthRefused(r auth.Refusal) { m.AuthRefusals.WithLabelValues(string(r)).Inc() }
 
-// SetQueueDepth sets one (topic, status) group's live job count.
-func (m *Metrics) SetQueueDepth(topic, status string, jobs float64) {
-	m.QueueDepth.WithLabelValues(topic, status).Set(jobs)
+// BoundTopics bounds the topic label of every metric with one to topics
+// (the service's, PULSE_METRICS_MAX_TOPICS and PULSE_METRICS_TOPIC_IDLE):
+// the counters through topics.Label, the queue depth to the same cap.
+// Without it the counters are unbounded and the depth holds the default cap.
+func (m *Metrics) BoundTopics(topics *metrics.Topics, maxTopics int) {
+	m.topics = topics
+	topics.Bound(m.JobsSubmitted, m.SubmitDuplicates, m.JobsCanceled, m.JobsRetried)
+	m.queueDepth = metrics.NewTopicGauge(m.QueueDepth, maxTopics)
+}
+
+// ReplaceQueueDepth sets the live job counts, every (topic, status) at
+// once: at most the cap of topics, the rest under _other; a topic missing
+// from samples loses its series.
+func (m *Metrics) ReplaceQueueDepth(samples []metrics.TopicSample) {
+	m.queueDepth.Replace(samples)
 }
 
 // QueueDepthCounted records when the depth was counted and how long it took.
@@ -146,13 +165,13 @@ func (m *Metrics) DispatchState(st jobstore.DispatchState) {
 
 func (m *Metrics) canceled(topic string) {
 	if m != nil {
-		m.JobsCanceled.WithLabelValues(topic).Inc()
+		m.JobsCanceled.WithLabelValues(m.topics.Label(topic)).Inc()
 	}
 }
 
 func (m *Metrics) retried(topic string) {
 	if m != nil {
-		m.JobsRetried.WithLabelValues(topic).Inc()
+		m.JobsRetried.WithLabelValues(m.topics.Label(topic)).Inc()
 	}
 }
 
@@ -161,8 +180,8 @@ func (m *Metrics) submitted(topic string, duplicate bool) {
 		return
 	}
 	if duplicate {
-		m.SubmitDuplicates.WithLabelValues(topic).Inc()
+		m.SubmitDuplicates.WithLabelValues(m.topics.Label(topic)).Inc()
 		return
 	}
-	m.JobsSubmitted.WithLabelValues(topic).Inc()
+	m.JobsSubmitted.WithLabelValues(m.topics.Label(topic)).Inc()
 }

@@ -11,6 +11,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
+	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -76,6 +77,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
 		AdminAddr: cfg.HTTPAddr, AdminAddrVar: "PULSE_HTTP_ADDR", AdminAddrKey: "http_addr",
 		GRPCAddr: cfg.GRPCAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		Build: func(_ context.Context, s *service.Service) error { return build(cfg, s) },
 	}
 }
@@ -88,11 +90,15 @@ func build(cfg config.Config, s *service.Service) error {
 	}
 	sec.Warn(logger)
 	authn, tlsCfg := sec.Authenticator, sec.TLS
+	if cfg.MetricsAuth && authn == nil {
+		return serverconfig.Invalid("PULSE_METRICS_AUTH", "is true but authentication is off (PULSE_AUTH=none)")
+	}
 	store := jobstore.New(s.Pool())
 	m := api.NewMetrics(s.Registry())
 	authn.OnRefusal(m.AuthRefused)
 	// The store's read side (bun over the pool) closes after the handlers.
 	s.AddBackend("read_store", service.Funcs{StopFunc: func(context.Context) error { return store.Close() }})
+	m.BoundTopics(s.Topics(), cfg.MetricsMaxTopics)
 
 	coalescer := submit.NewCoalescer(store, submit.Options{
 		MaxBatch: cfg.SubmitCoalesceMax,
@@ -130,7 +136,11 @@ func build(cfg config.Config, s *service.Service) error {
 
 	admin := s.Admin()
 	// The dashboard answers its own refusals with a page; the API with JSON.
-	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(AccessPolicy()), dashboard.WriteAuthError))
+	policy := AccessPolicy()
+	if cfg.MetricsAuth {
+		policy["GET /metrics"] = auth.MetricsRoles
+	}
+	admin.Use(auth.Middleware(authn, auth.HTTPPolicy(policy), dashboard.WriteAuthError))
 	// Outermost: a browser's state-changing request from another origin is
 	// refused before anything else runs, on every route (the JSON API's as
 	// well as the dashboard's), so a foreign page cannot act with an

@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 )
@@ -51,6 +52,10 @@ const (
 	MigrateLockTimeoutMax = time.Minute
 	// MigrateLockRetriesMax bounds the retries.
 	MigrateLockRetriesMax = 1000
+	// MetricsMaxTopicsDefault and MetricsTopicIdleDefault bound the topic
+	// label of every metric (pkg/server/metrics).
+	MetricsMaxTopicsDefault = metrics.MaxTopicsDefault
+	MetricsTopicIdleDefault = metrics.TopicIdleDefault
 )
 
 // Config is everything control-api reads from its environment.
@@ -80,6 +85,9 @@ type Config struct {
 	UIRefresh          time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
 	MigrateLockTimeout time.Duration `envconfig:"MIGRATE_LOCK_TIMEOUT" desc:"migrate: lock_timeout of every migration statement; a migration waiting longer for a lock gives up (and is retried) instead of queueing the workload behind it"`
 	MigrateLockRetries int           `envconfig:"MIGRATE_LOCK_RETRIES" desc:"migrate: how many times a migration that gave up on PULSE_MIGRATE_LOCK_TIMEOUT is retried, with a doubling wait from 1s up to 30s"`
+	MetricsMaxTopics   int           `envconfig:"METRICS_MAX_TOPICS" desc:"most topic label values one metric carries, _other included; topics beyond it are counted under topic=\"_other\""`
+	MetricsTopicIdle   time.Duration `envconfig:"METRICS_TOPIC_IDLE" desc:"a topic no metric has counted for this long loses its series and its place under PULSE_METRICS_MAX_TOPICS"`
+	MetricsAuth        bool          `envconfig:"METRICS_AUTH" desc:"true: /metrics needs credentials of any role (not with PULSE_AUTH=none); false: /metrics is public"`
 }
 
 // Default returns a Config holding every default, the starting point Load
@@ -102,6 +110,8 @@ func Default() Config {
 		UIRefresh:          UIRefreshDefault,
 		MigrateLockTimeout: MigrateLockTimeoutDefault,
 		MigrateLockRetries: MigrateLockRetriesDefault,
+		MetricsMaxTopics:   MetricsMaxTopicsDefault,
+		MetricsTopicIdle:   MetricsTopicIdleDefault,
 	}
 }
 
@@ -167,6 +177,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MigrateLockRetries < 0 || c.MigrateLockRetries > MigrateLockRetriesMax {
 		return serverconfig.Invalid("PULSE_MIGRATE_LOCK_RETRIES", "must be 0 to %d, got %d", MigrateLockRetriesMax, c.MigrateLockRetries)
+	}
+	if err := metrics.ValidateTopicBounds(c.MetricsMaxTopics, c.MetricsTopicIdle); err != nil {
+		return err
 	}
 	// The security settings (Security) are checked when serving only:
 	// migrate needs none of them.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 
 // IntervalDefault is how often the depth is recounted (the app runs
@@ -27,12 +29,18 @@ type Store interface {
 	QueueDepths(ctx context.Context) ([]jobstore.QueueDepth, error)
 }
 
-// Gauge is where the counts go: pulse_queue_depth{topic,status}, and when
-// and in how long they were last counted.
+// Gauge is where the counts go: pulse_queue_depth{topic,status}, replaced
+// whole by each count (a metrics.TopicGauge: the topics beyond
+// PULSE_METRICS_MAX_TOPICS summed under _other, a topic with no live job
+// deleted), and when and in how long they were last counted.
 type Gauge interface {
-	SetQueueDepth(topic, status string, jobs float64)
+	ReplaceQueueDepth(samples []metrics.TopicSample)
 	QueueDepthCounted(at time.Time, took time.Duration)
 }
+
+// statuses are the live statuses: a topic the count finds has a series
+// for each, 0 for those it has no job in.
+var statuses = []string{string(pulsetype.StatusPending), string(pulsetype.StatusRetrying), string(pulsetype.StatusRunning)}
 
 // Refresher recounts the live jobs by topic and status, one Refresh per
 // tick of its loop (one at a time: it is not safe for concurrent use).
@@ -52,11 +60,12 @@ type Refresher struct {
 
 // New builds the refresher.
 func New(store Store, gauge Gauge) *Refresher {
-	return &Refresher{store: store, gauge: gauge, now: time.Now, seen: map[[2]string]bool{}}
+	return &Refresher{store: store, gauge: gauge, now: time.Now}
 }
 
-// Refresh counts once and sets the gauge; groups seen before and now empty
-// go to 0. It does nothing while the last count's cost rules it out
+// Refresh counts once and replaces the gauge: a topic with live jobs has
+// one series per live status (0 for a status it has none in), a topic
+// without any has none. It does nothing while the last count's cost rules it out
 // (MaxDuty).
 func (r *Refresher) Refresh(ctx context.Context) error {
 	start := r.now()
@@ -68,18 +77,24 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := make(map[[2]string]bool, len(depths))
+	jobs := make(map[[2]string]float64, len(depths))
+	var topics []string
 	for _, d := range depths {
-		k := [2]string{d.Topic, string(d.Status)}
-		now[k] = true
-		r.seen[k] = true
-		r.gauge.SetQueueDepth(d.Topic, string(d.Status), float64(d.Jobs))
+		if _, seen := jobs[[2]string{d.Topic, statuses[0]}]; !seen {
+			topics = append(topics, d.Topic)
+			for _, st := range statuses {
+				jobs[[2]string{d.Topic, st}] += 0
+			}
+		}
+		jobs[[2]string{d.Topic, string(d.Status)}] += float64(d.Jobs)
 	}
-	for k := range r.seen {
-		if !now[k] {
-			r.gauge.SetQueueDepth(k[0], k[1], 0)
+	samples := make([]metrics.TopicSample, 0, len(topics)*len(statuses))
+	for _, t := range topics {
+		for _, st := range statuses {
+			samples = append(samples, metrics.TopicSample{Topic: t, Labels: []string{st}, Value: jobs[[2]string{t, st}]})
 		}
 	}
+	r.gauge.ReplaceQueueDepth(samples)
 	r.gauge.QueueDepthCounted(start, r.took)
 	return nil
 }

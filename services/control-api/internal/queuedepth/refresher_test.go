@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 
 // fakeStore answers with depths after advancing clock by cost, the time the
@@ -40,13 +41,18 @@ type fakeGauge struct {
 	took   time.Duration
 }
 
-func (g *fakeGauge) SetQueueDepth(topic, status string, jobs float64) {
-	g.depths[[2]string{topic, status}] = jobs
+func (g *fakeGauge) ReplaceQueueDepth(samples []metrics.TopicSample) {
+	clear(g.depths)
+	for _, s := range samples {
+		g.depths[[2]string{s.Topic, s.Labels[0]}] = s.Value
+	}
 }
 
 func (g *fakeGauge) QueueDepthCounted(at time.Time, took time.Duration) { g.at, g.took = at, took }
 
-func TestRefreshZeroesEmptiedGroups(t *testing.T) {
+// TestRefreshZeroesEmptiedStatusesAndDropsEmptiedTopics: a topic with live
+// jobs has a series for each live status; a topic without any has none.
+func TestRefreshZeroesEmptiedStatusesAndDropsEmptiedTopics(t *testing.T) {
 	store := &fakeStore{depths: []jobstore.QueueDepth{
 		{Topic: "a", Status: pulsetype.StatusPending, Jobs: 3},
 		{Topic: "b", Status: pulsetype.StatusRunning, Jobs: 1},
@@ -57,13 +63,17 @@ func TestRefreshZeroesEmptiedGroups(t *testing.T) {
 	r := New(store, g)
 	r.now = clock.now
 	require.NoError(t, r.Refresh(context.Background()))
-	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 3, {"b", "RUNNING"}: 1}, g.depths)
+	require.Equal(t, map[[2]string]float64{
+		{"a", "PENDING"}: 3, {"a", "RETRYING"}: 0, {"a", "RUNNING"}: 0,
+		{"b", "PENDING"}: 0, {"b", "RETRYING"}: 0, {"b", "RUNNING"}: 1,
+	}, g.depths)
 
-	store.depths = []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusPending, Jobs: 5}}
+	store.depths = []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusRunning, Jobs: 5}}
 	clock.t = clock.t.Add(IntervalDefault)
 	require.NoError(t, r.Refresh(context.Background()))
 	require.Equal(t, 2, store.calls)
-	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 5, {"b", "RUNNING"}: 0}, g.depths)
+	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 0, {"a", "RETRYING"}: 0, {"a", "RUNNING"}: 5}, g.depths,
+		"b has no live job: its series are gone")
 }
 
 // TestRefreshBoundsTheCountsShareOfTime: a count that took d is not
@@ -119,5 +129,5 @@ func TestRefreshBoundsTheCountsShareOfTime(t *testing.T) {
 	require.Equal(t, lastGood, g.at)
 	tick(10 * time.Second)
 	require.Equal(t, 7, store.calls)
-	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 7}, g.depths)
+	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 7, {"a", "RETRYING"}: 0, {"a", "RUNNING"}: 0}, g.depths)
 }

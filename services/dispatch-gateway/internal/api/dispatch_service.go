@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -79,6 +80,19 @@ type Config struct {
 	// Presence records the streams in worker_presence and refuses a worker
 	// id another identity streams as; nil records none.
 	Presence *presence.Tracker
+	// MaxStreamsPerIdentity caps the StreamJobs streams one authenticated
+	// identity holds open on this gateway (PULSE_MAX_STREAMS_PER_IDENTITY);
+	// one more is refused with ResourceExhausted. 0: no cap. Applied only
+	// with authentication on (BindLeases): in open mode every caller is
+	// the one anonymous identity.
+	MaxStreamsPerIdentity int
+}
+
+// CreditObserver is told about credits refused because the stream does
+// not hold that many jobs (dispatch.Registry.Credit); an Observer that
+// implements it counts them.
+type CreditObserver interface {
+	ExcessCredits(n int)
 }
 
 // PauseState is the pause gate as the API reads it (pause.Gate).
@@ -100,12 +114,16 @@ type DispatchService struct {
 	draining  chan struct{}
 	drainOnce sync.Once
 	reports   *ReportBatcher
+
+	streamsMu sync.Mutex
+	streams   map[string]int // open streams by identity, when capped
 }
 
 // NewDispatchService builds the service on registry (the dispatcher's).
 func NewDispatchService(cfg Config, store Store, registry *dispatch.Registry, observer Observer, logger *slog.Logger) *DispatchService {
 	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger,
-		draining: make(chan struct{}), reports: NewReportBatcher(store, reportFlushers, reportBatchMax)}
+		draining: make(chan struct{}), reports: NewReportBatcher(store, reportFlushers, reportBatchMax),
+		streams: map[string]int{}}
 }
 
 // Drain ends every open stream so its worker reconnects to another
@@ -126,9 +144,14 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 	if err := validateOpen(open); err != nil {
 		return err
 	}
+	who := auth.IdentityFrom(stream.Context()).Name
+	release, err := s.holdStream(who)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Presence first: it refuses a worker id live under another identity,
 	// on any replica, before this stream is welcomed.
-	who := auth.IdentityFrom(stream.Context()).Name
 	session, err := s.cfg.Presence.Open(stream.Context(), open.GetWorkerId(), who, open.GetTopics())
 	if err != nil {
 		return err
@@ -143,7 +166,8 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 	}
 
 	// The registry's id is what the claim writes to locked_by.
-	w := s.registry.Add(s.leaseHolder(stream.Context(), open.GetWorkerId()), open.GetTopics(), int(open.GetConcurrency()-open.GetInFlight()))
+	w := s.registry.AddStream(s.leaseHolder(stream.Context(), open.GetWorkerId()), open.GetTopics(),
+		int(open.GetConcurrency()), int(open.GetInFlight()))
 	logger := s.logger.With("worker_id", open.GetWorkerId(), "principal", who)
 	logger.Debug("worker stream opened", "topics", w.Topics, "concurrency", open.GetConcurrency(), "in_flight", open.GetInFlight())
 	defer func() {
@@ -185,7 +209,14 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 					errc <- apierr.Invalid("credit.slots", "is %d; it must be between 0 and %d", c.GetSlots(), MaxConcurrency)
 					return
 				}
-				s.registry.Credit(w, int(c.GetSlots()))
+				if excess := s.registry.Credit(w, int(c.GetSlots())); excess > 0 {
+					// More slots than the stream holds jobs: refused, so
+					// the stream never has more than its concurrency.
+					if o, ok := s.observer.(CreditObserver); ok {
+						o.ExcessCredits(excess)
+					}
+					logger.Debug("credit beyond the jobs the stream holds refused", "slots", c.GetSlots(), "refused", excess)
+				}
 			}
 		}
 	}()
@@ -219,6 +250,31 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 			}
 		}
 	}
+}
+
+// holdStream counts a stream of identity who against
+// MaxStreamsPerIdentity, refusing it with ResourceExhausted when who holds
+// that many already; release uncounts it.
+func (s *DispatchService) holdStream(who string) (release func(), err error) {
+	limit := s.cfg.MaxStreamsPerIdentity
+	if limit <= 0 || !s.cfg.BindLeases {
+		return func() {}, nil
+	}
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams[who] >= limit {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"identity %q has %d job streams open on this gateway, the limit (PULSE_MAX_STREAMS_PER_IDENTITY); close one or use another credential",
+			who, limit)
+	}
+	s.streams[who]++
+	return func() {
+		s.streamsMu.Lock()
+		defer s.streamsMu.Unlock()
+		if s.streams[who]--; s.streams[who] <= 0 {
+			delete(s.streams, who)
+		}
+	}, nil
 }
 
 // sendOutbox sends the jobs claimed for w since the last send, if any.

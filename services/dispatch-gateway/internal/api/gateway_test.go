@@ -36,6 +36,10 @@ type gatewayOpts struct {
 	// withPause runs the pause gate's refresher too (polling only), as
 	// the app does.
 	withPause bool
+	// maxStreams is MaxStreamsPerIdentity (0: no cap); observer the
+	// service's observer (nil: none).
+	maxStreams int
+	observer   api.Observer
 }
 
 // gateway is a replica wired as the app wires it, serving gRPC on a local
@@ -43,11 +47,12 @@ type gatewayOpts struct {
 // bound to the identity when authn is set. Replicas started on the same
 // pool share one database, as a fleet does.
 type gateway struct {
-	store   *jobstore.Store
-	client  pulsev1.DispatchServiceClient
-	health  healthpb.HealthClient
-	tracker *presence.Tracker
-	stop    func()
+	store    *jobstore.Store
+	registry *dispatch.Registry
+	client   pulsev1.DispatchServiceClient
+	health   healthpb.HealthClient
+	tracker  *presence.Tracker
+	stop     func()
 }
 
 func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
@@ -60,7 +65,7 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: o.pollInterval, Batch: 100}, store, nil, logger)
 	tracker := presence.New(store, presence.Config{Gateway: o.id, Interval: o.presenceInterval, TTL: o.presenceTTL}, logger)
 	cfg := api.Config{GatewayID: o.id, LeaseTTL: time.Minute, HeartbeatInterval: 20 * time.Second,
-		BindLeases: o.authn != nil, Presence: tracker}
+		BindLeases: o.authn != nil, Presence: tracker, MaxStreamsPerIdentity: o.maxStreams}
 	var refresher *pause.Refresher
 	if o.withPause {
 		gate := pause.NewGate()
@@ -69,7 +74,7 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 		refresher = pause.NewRefresher(gate, store, pause.RefresherConfig{OnChange: d.JobsReady}, logger)
 		require.NoError(t, refresher.Prime(t.Context()))
 	}
-	svc := api.NewDispatchService(cfg, store, d.Registry(), nil, logger)
+	svc := api.NewDispatchService(cfg, store, d.Registry(), o.observer, logger)
 	srv := grpcserver.New(grpcserver.Options{
 		Logger: logger,
 		Admit:  auth.TapHandle(o.authn, api.AccessPolicy()),
@@ -112,6 +117,6 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 		<-presenceDone
 	}
 	t.Cleanup(stop)
-	return &gateway{store: store, client: pulsev1.NewDispatchServiceClient(conn), health: healthpb.NewHealthClient(conn),
+	return &gateway{store: store, registry: d.Registry(), client: pulsev1.NewDispatchServiceClient(conn), health: healthpb.NewHealthClient(conn),
 		tracker: tracker, stop: stop}
 }

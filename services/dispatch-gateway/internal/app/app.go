@@ -54,6 +54,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		Name: Service, Logger: logger,
 		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
 		AdminAddr: cfg.AdminAddr, GRPCAddr: cfg.GRPCAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"gateway_id", cfg.GatewayID, "lease_ttl", cfg.LeaseTTL, "poll_interval", cfg.PollInterval},
 		Build:      func(ctx context.Context, s *service.Service) error { return build(ctx, cfg, s) },
 	}
@@ -83,6 +84,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	}, store, nil, logger)
 	m := gwmetrics.New(s.Registry(), dispatcher.Registry().Stats)
 	authn.OnRefusal(m.AuthRefused)
+	m.BoundTopics(s.Topics())
 	dispatcher.SetObserver(m)
 
 	// Pause: the gate the dispatcher and the streams read, kept current by
@@ -108,6 +110,8 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		Pause:             gate,
 		BindLeases:        authn != nil,
 		Presence:          tracker,
+
+		MaxStreamsPerIdentity: cfg.MaxStreamsPerIdentity,
 	}, store, dispatcher.Registry(), m, logger)
 	grpcSrv := s.GRPC(grpcserver.Options{
 		Admit:             auth.TapHandle(authn, api.AccessPolicy()),
@@ -116,6 +120,9 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	})
 	pulsev1.RegisterDispatchServiceServer(grpcSrv.GRPC(), svc)
 	s.Admin().AddReadinessCheck("dispatch_gate", gate.ReadinessCheck)
+	// The admin port: probes public, /metrics public unless
+	// PULSE_METRICS_AUTH (then any role's credentials).
+	s.Admin().Use(auth.Middleware(authn, auth.HTTPPolicy(auth.AdminPolicy(cfg.MetricsAuth))))
 
 	// Workers, stopped last added first: the listener and the dispatcher
 	// stop claiming, the refresher stops, then the streams end.

@@ -10,6 +10,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
@@ -25,6 +26,11 @@ const (
 	ShutdownTimeoutDefault   = 20 * time.Second
 	// MinLeaseTTL keeps heartbeats from becoming a DoS of their own.
 	MinLeaseTTL = time.Second
+	// MaxStreamsPerIdentityDefault caps the job streams one authenticated
+	// identity holds open on one gateway.
+	MaxStreamsPerIdentityDefault = 64
+	// MaxStreamsPerIdentityLimit is the largest cap PULSE_MAX_STREAMS_PER_IDENTITY takes.
+	MaxStreamsPerIdentityLimit = 100000
 )
 
 // Config is every setting the gateway reads.
@@ -73,6 +79,16 @@ type Config struct {
 	TLSKey         string `envconfig:"TLS_KEY"`
 	TLSClientCA    string `envconfig:"TLS_CLIENT_CA"`
 	AllowPlaintext bool   `envconfig:"ALLOW_PLAINTEXT_CREDENTIALS"`
+	// MaxStreamsPerIdentity caps the StreamJobs streams one authenticated
+	// identity holds open on this gateway; one more is refused with
+	// ResourceExhausted. Not applied in open mode.
+	MaxStreamsPerIdentity int `envconfig:"MAX_STREAMS_PER_IDENTITY" default:"64"`
+	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
+	// gateway's metrics (pkg/server/metrics); MetricsAuth makes /metrics
+	// need credentials of any role.
+	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
+	MetricsTopicIdle time.Duration `envconfig:"METRICS_TOPIC_IDLE" default:"1h"`
+	MetricsAuth      bool          `envconfig:"METRICS_AUTH" default:"false"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
@@ -104,8 +120,18 @@ func (c *Config) Validate() error {
 	if err := retrypolicy.Validate(c.RetryBackoffUnit, c.RetryBackoffMax); err != nil {
 		return err
 	}
-	if _, err := c.Security(); err != nil {
+	if c.MaxStreamsPerIdentity < 1 || c.MaxStreamsPerIdentity > MaxStreamsPerIdentityLimit {
+		return config.Invalid("PULSE_MAX_STREAMS_PER_IDENTITY", "is %d; it must be between 1 and %d", c.MaxStreamsPerIdentity, MaxStreamsPerIdentityLimit)
+	}
+	if err := metrics.ValidateTopicBounds(c.MetricsMaxTopics, c.MetricsTopicIdle); err != nil {
 		return err
+	}
+	sec, err := c.Security()
+	if err != nil {
+		return err
+	}
+	if c.MetricsAuth && sec.Authenticator == nil {
+		return config.Invalid("PULSE_METRICS_AUTH", "is true but authentication is off (PULSE_AUTH=none)")
 	}
 	if c.GatewayID == "" {
 		host, _ := os.Hostname()

@@ -19,9 +19,14 @@ type Worker struct {
 	mu       sync.Mutex
 	free     int
 	reserved int // slots a claim in flight holds; Settle returns them
-	outbox   []pulsetype.Claimed
-	closed   bool
-	ready    chan struct{} // signalled when the outbox gains jobs
+	// held is the jobs the worker holds: delivered to it (sent or about to
+	// be) and not credited back, plus those it declared in flight when
+	// it opened. free + reserved + held is the concurrency it declared,
+	// whatever it credits: Credit clamps a credit to held.
+	held   int
+	outbox []pulsetype.Claimed
+	closed bool
+	ready  chan struct{} // signalled when the outbox gains jobs
 	// finishing is set by Finish: the worker takes no new reservations,
 	// and finished is closed once no claim in flight holds its slots.
 	finishing bool
@@ -71,12 +76,22 @@ func NewRegistry(onFree func(groupKey string)) *Registry {
 	return &Registry{workers: make(map[*Worker]struct{}), onFree: onFree}
 }
 
-// Add registers a stream with free slots.
+// Add registers a stream with free slots and nothing in flight.
 func (r *Registry) Add(id string, topics []string, free int) *Worker {
+	return r.AddStream(id, topics, free, 0)
+}
+
+// AddStream registers a stream that declared concurrency slots, inFlight
+// of them held by jobs from before it opened (0 <= inFlight <=
+// concurrency, which the caller validates). Its credits can never give it
+// more than concurrency slots in all (Credit).
+func (r *Registry) AddStream(id string, topics []string, concurrency, inFlight int) *Worker {
 	topics = slices.Clone(topics)
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
-	w := &Worker{ID: id, Topics: topics, groupKey: strings.Join(topics, "\x00"), free: free, ready: make(chan struct{}, 1)}
+	free := concurrency - inFlight
+	w := &Worker{ID: id, Topics: topics, groupKey: strings.Join(topics, "\x00"), free: free, held: inFlight,
+		ready: make(chan struct{}, 1)}
 	r.mu.Lock()
 	r.workers[w] = struct{}{}
 	r.mu.Unlock()
@@ -120,17 +135,23 @@ func (r *Registry) Finish(w *Worker) <-chan struct{} {
 	return w.finished
 }
 
-// Credit returns n slots to w.
-func (r *Registry) Credit(w *Worker, n int) {
+// Credit returns n slots to w, at most as many as it holds jobs (a
+// credit beyond those would let it be sent more jobs than the concurrency
+// it declared), and returns how many slots it refused (excess).
+func (r *Registry) Credit(w *Worker, n int) (excess int) {
 	if n <= 0 {
-		return
+		return 0
 	}
 	w.mu.Lock()
+	excess = max(n-w.held, 0)
+	n -= excess
+	w.held -= n
 	w.free += n
 	w.mu.Unlock()
-	if r.onFree != nil {
+	if n > 0 && r.onFree != nil {
 		r.onFree(w.groupKey)
 	}
+	return excess
 }
 
 // Group is one claim's worth of reserved slots: the topics to claim from
@@ -221,6 +242,7 @@ func (r *Registry) Settle(g Group, claimed []pulsetype.Claimed) (undeliverable [
 		w.mu.Lock()
 		w.free += reserved[w] - n
 		w.reserved -= reserved[w]
+		w.held += n
 		if w.finishing && w.reserved == 0 {
 			select {
 			case <-w.finished:

@@ -114,11 +114,38 @@ func TestRegistry(t *testing.T) {
 		t.Parallel()
 		var woke []string
 		r := dispatch.NewRegistry(func(k string) { woke = append(woke, k) })
-		w := r.Add("w", []string{"t"}, 0)
+		w := r.AddStream("w", []string{"t"}, 2, 2)
 		require.Empty(t, woke, "no free slots, nothing to wake for")
-		r.Credit(w, 2)
+		require.Zero(t, r.Credit(w, 2))
 		require.Len(t, woke, 1)
 		_, free := r.Stats()
 		require.Equal(t, 2, free)
+	})
+
+	// A stream's credits never give it more slots than the concurrency it
+	// declared: a credit for slots it does not hold is refused (clamped)
+	// and counted, and wakes nobody.
+	t.Run("CreditsAreCappedAtTheDeclaredConcurrency", func(t *testing.T) {
+		t.Parallel()
+		var woke int
+		r := dispatch.NewRegistry(func(string) { woke++ })
+		w := r.AddStream("w", []string{"t"}, 3, 1)
+		require.Equal(t, 1, woke)
+		require.Equal(t, 9999, r.Credit(w, 10000), "it holds only the job in flight at open: that slot comes back, the rest is refused")
+		_, free := r.Stats()
+		require.Equal(t, 3, free)
+		require.Equal(t, 2, woke)
+		require.Equal(t, 5, r.Credit(w, 5))
+		require.Equal(t, 2, woke, "a refused credit wakes nobody")
+
+		g := r.Reserve(nil, 10)[0]
+		require.Len(t, g.Slots, 3)
+		r.Settle(g, claimedFor("w", "w"))
+		require.Len(t, w.TakeOutbox(), 2)
+		_, free = r.Stats()
+		require.Equal(t, 1, free, "one slot unfilled, two held by the jobs sent")
+		require.Equal(t, 1, r.Credit(w, 3), "two held, so two come back")
+		_, free = r.Stats()
+		require.Equal(t, 3, free)
 	})
 }

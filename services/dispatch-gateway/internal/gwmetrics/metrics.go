@@ -10,6 +10,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
@@ -49,7 +50,20 @@ type Metrics struct {
 	// AuthRefusals counts calls refused before they were read, by
 	// auth.Refusal (missing, invalid, rate_limited, forbidden).
 	AuthRefusals *prometheus.CounterVec
+	// ExcessCredit counts credit slots refused because the stream did not
+	// hold that many jobs (a worker crediting beyond its concurrency).
+	ExcessCredit prometheus.Counter
 	now          func() time.Time
+	// topics bounds the topic label (BoundTopics); nil bounds nothing.
+	topics *metrics.Topics
+}
+
+// BoundTopics bounds the topic label of Dispatched, Settled, QueueWait and
+// RunDuration to topics (the service's: PULSE_METRICS_MAX_TOPICS, then
+// _other; a topic idle for PULSE_METRICS_TOPIC_IDLE loses its series).
+func (m *Metrics) BoundTopics(topics *metrics.Topics) {
+	m.topics = topics
+	topics.Bound(m.Dispatched, m.Settled, m.QueueWait, m.RunDuration)
 }
 
 // New registers the gateway metrics on reg. stats reports connected
@@ -118,11 +132,14 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		AuthRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_auth_refusals_total", Help: "Calls refused by authentication before their message was read, by reason (missing, invalid, rate_limited, forbidden).",
 		}, []string{"reason"}),
+		ExcessCredit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_gateway_excess_credits_total", Help: "Credit slots refused because the stream did not hold that many jobs: a stream never has more slots than the concurrency it opened with.",
+		}),
 		now: time.Now,
 	}
 	reg.MustRegister(m.AuthRefusals, m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims,
 		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
-		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors)
+		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors, m.ExcessCredit)
 	// Every reason and start from the start, so a rate over it is 0, not
 	// absent.
 	for _, r := range []string{dispatch.ClaimErrorData, dispatch.ClaimErrorUnavailable, dispatch.ClaimErrorOther} {
@@ -139,6 +156,9 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 
 // AuthRefused counts a call authentication refused.
 func (m *Metrics) AuthRefused(r auth.Refusal) { m.AuthRefusals.WithLabelValues(string(r)).Inc() }
+
+// ExcessCredits counts credit slots refused (api.CreditObserver).
+func (m *Metrics) ExcessCredits(n int) { m.ExcessCredit.Add(float64(n)) }
 
 // PresenceFailed counts a failed worker_presence statement.
 func (m *Metrics) PresenceFailed() { m.PresenceErrors.Inc() }
@@ -183,12 +203,12 @@ func (m *Metrics) Claimed(took time.Duration, from string, jobs []pulsetype.Clai
 	for i, j := range jobs {
 		if i == 0 || j.Topic != topic {
 			topic = j.Topic
-			dispatched, wait = m.Dispatched.WithLabelValues(topic), nil
+			dispatched, wait = m.Dispatched.WithLabelValues(m.topics.Label(topic)), nil
 		}
 		dispatched.Inc()
 		if j.Attempt == 1 { // retries wait on their backoff, not the queue
 			if wait == nil {
-				wait = m.QueueWait.WithLabelValues(topic)
+				wait = m.QueueWait.WithLabelValues(m.topics.Label(topic))
 			}
 			observeWithTrace(wait, now.Sub(j.SubmittedAt).Seconds(), j.TraceParent)
 		}
@@ -215,7 +235,8 @@ func (m *Metrics) Reported(acks []pulsetype.Ack) {
 		}
 		if o := outcomeLabel(a.Status); settled == nil || a.Topic != topic || o != outcome {
 			topic, outcome = a.Topic, o
-			settled, run = m.Settled.WithLabelValues(topic, outcome), m.RunDuration.WithLabelValues(topic, outcome)
+			label := m.topics.Label(topic)
+			settled, run = m.Settled.WithLabelValues(label, outcome), m.RunDuration.WithLabelValues(label, outcome)
 		}
 		settled.Inc()
 		if !a.StartedAt.IsZero() {

@@ -43,6 +43,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		Name: Service, Logger: logger,
 		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
 		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
 			"retention_interval", cfg.RetentionInterval, "reaper_id", cfg.ReaperID},
 		Build: func(ctx context.Context, s *service.Service) error {
@@ -56,6 +57,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				return err
 			}
 			m := reapmetrics.New(s.Registry())
+			m.BoundTopics(s.Topics())
 			sweeper := sweep.NewLeaseSweeper(sweep.Config{Batch: cfg.SweepBatch}, store, m, s.Logger())
 			cleaner := retention.NewJobCleaner(retention.Config{
 				CompletedAge:    cfg.RetentionCompleted,

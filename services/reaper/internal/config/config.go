@@ -10,6 +10,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
@@ -79,6 +80,10 @@ type Config struct {
 	// row; zero keeps the audit forever, and anything else is at least
 	// jobstore.AuditRetentionFloor (a day).
 	AuditRetention time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h"`
+	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
+	// reaper's metrics (pkg/server/metrics).
+	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
+	MetricsTopicIdle time.Duration `envconfig:"METRICS_TOPIC_IDLE" default:"1h"`
 	// ReaperID names this reaper where it writes: its rows in
 	// job_throughput. Empty: reaper-<hostname>-<pid>.
 	ReaperID        string        `envconfig:"REAPER_ID"`
@@ -119,6 +124,9 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the reaper needs at least 2 (the sweep and retention run side by side)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
+	}
+	if err := metrics.ValidateTopicBounds(c.MetricsMaxTopics, c.MetricsTopicIdle); err != nil {
+		return err
 	}
 	if c.ReaperID == "" {
 		host, _ := os.Hostname()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	pulseconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
 )
 
@@ -35,6 +36,8 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 		ThroughputRetention:   config.ThroughputRetentionDefault,
 		TopicSeenRetention:    config.TopicSeenRetentionDefault,
 		AuditRetention:        config.AuditRetentionDefault,
+		MetricsMaxTopics:      metrics.MaxTopicsDefault,
+		MetricsTopicIdle:      metrics.TopicIdleDefault,
 		DatabaseURL:           "postgres://localhost/pulse",
 		AdminAddr:             config.AdminAddrDefault,
 		LogLevel:              "info",

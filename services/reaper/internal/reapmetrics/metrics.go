@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
 )
 
@@ -38,6 +39,16 @@ type Metrics struct {
 	// RowsPruned counts rows the pruner deleted, by table
 	// (worker_presence, worker_topic_seen, control_events).
 	RowsPruned *prometheus.CounterVec
+	// topics bounds JobsReaped's topic label (BoundTopics); nil bounds
+	// nothing.
+	topics *metrics.Topics
+}
+
+// BoundTopics bounds the topic label of JobsReaped to topics (the
+// service's: PULSE_METRICS_MAX_TOPICS, then _other).
+func (m *Metrics) BoundTopics(topics *metrics.Topics) {
+	m.topics = topics
+	topics.Bound(m.JobsReaped)
 }
 
 // New registers the reaper metrics on reg.
@@ -83,7 +94,7 @@ func New(reg prometheus.Registerer) *Metrics {
 // Reaped counts the jobs one reap statement settled.
 func (m *Metrics) Reaped(jobs []jobstore.Reaped) {
 	for _, j := range jobs {
-		m.JobsReaped.WithLabelValues(j.Topic, Outcome(j.Status)).Inc()
+		m.JobsReaped.WithLabelValues(m.topics.Label(j.Topic), Outcome(j.Status)).Inc()
 	}
 }
 

@@ -36,13 +36,16 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		Name: Service, Logger: logger,
 		DatabaseURL: cfg.DatabaseURL, DBMaxConns: cfg.DBMaxConns, MinSchemaVersion: MinSchemaVersion,
 		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
+		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"reconcile", cfg.ScheduleReconcile},
 		Build: func(_ context.Context, s *service.Service) error {
 			store := jobstore.New(s.Pool())
 			// The read side closes last, after the loop using it.
 			s.AddBackend("store", service.Closer(store.Close))
+			m := fire.NewMetrics(s.Registry())
+			m.BoundTopics(s.Topics())
 			loop := fire.New(fire.Config{Batch: cfg.ScheduleBatch, Reconcile: cfg.ScheduleReconcile},
-				store, fire.NewMetrics(s.Registry()), s.Logger())
+				store, m, s.Logger())
 			s.Add("fire", service.Go(loop.Run))
 			// A change wakes the loop at once; after a reconnect, so does
 			// the resync (changes meanwhile went unnoticed).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 
 // Defaults, named so the operations guide and the code say the same thing.
@@ -31,6 +32,10 @@ type Config struct {
 	ScheduleBatch int `envconfig:"SCHEDULE_BATCH" default:"100"`
 	// ScheduleReconcile caps every sleep of the fire loop (at most 1s).
 	ScheduleReconcile time.Duration `envconfig:"SCHEDULE_RECONCILE" default:"1s"`
+	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
+	// scheduler's metrics (pkg/server/metrics).
+	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
+	MetricsTopicIdle time.Duration `envconfig:"METRICS_TOPIC_IDLE" default:"1h"`
 }
 
 // Validate checks ranges, naming the variable at fault.
@@ -48,5 +53,5 @@ func (c *Config) Validate() error {
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
 	}
-	return nil
+	return metrics.ValidateTopicBounds(c.MetricsMaxTopics, c.MetricsTopicIdle)
 }

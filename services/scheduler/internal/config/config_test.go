@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	pulseconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/config"
 )
 
@@ -38,6 +39,8 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 
 		ScheduleBatch:     config.ScheduleBatchDefault,
 		ScheduleReconcile: config.ScheduleReconcileDefault,
+		MetricsMaxTopics:  metrics.MaxTopicsDefault,
+		MetricsTopicIdle:  metrics.TopicIdleDefault,
 	}, c)
 }
 

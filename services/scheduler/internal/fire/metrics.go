@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 
 // Metrics is the scheduler's instrument set; it implements Observer.
@@ -18,6 +19,15 @@ type Metrics struct {
 	Fires     *prometheus.CounterVec
 	FireLag   prometheus.Histogram
 	Schedules *prometheus.GaugeVec
+	// topics bounds Fires' topic label (BoundTopics); nil bounds nothing.
+	topics *metrics.Topics
+}
+
+// BoundTopics bounds the topic label of Fires to topics (the service's:
+// PULSE_METRICS_MAX_TOPICS, then _other).
+func (m *Metrics) BoundTopics(topics *metrics.Topics) {
+	m.topics = topics
+	topics.Bound(m.Fires)
 }
 
 var lagBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
@@ -43,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Fired counts one fire.
 func (m *Metrics) Fired(topic string, lag time.Duration) {
-	m.Fires.WithLabelValues(topic).Inc()
+	m.Fires.WithLabelValues(m.topics.Label(topic)).Inc()
 	m.FireLag.Observe(lag.Seconds())
 }
 
