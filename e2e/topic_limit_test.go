@@ -82,7 +82,7 @@ func TestTopicLimitHoldsAcrossGateways(t *testing.T) {
 // TestTopicLimitFreedRoomIsUsedAtOnce: a limited topic whose jobs take
 // milliseconds, a backlog far above its limit, and gateways that poll once
 // a minute. A claim at the limit comes back short and the gateways treat
-// the topic as drained; what wakes them is the report that settles a job
+// the topic as exhausted; what wakes them is the report that settles a job
 // of the topic (a NOTIFY at its commit). Without it the backlog would wait
 // a poll tick per two jobs; with it the whole backlog runs, and the limit
 // holds at every claim's commit.

@@ -63,7 +63,7 @@ SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM s
 // wakeLimitedSQL notifies ReadyChannel once per limited topic among the
 // rows of the CTE settled, which left RUNNING (ADR-0024): the report's
 // and the reaper's. A topic at its limit leaves its claims short,
-// and a gateway treats a group whose claim came back short as drained
+// and a gateway treats a group whose claim came back short as exhausted
 // until something says jobs may be ready; without this, room freed by a
 // finishing job waited for the next insert or poll tick. NOTIFY is
 // delivered at commit, so the claim it wakes counts this statement's

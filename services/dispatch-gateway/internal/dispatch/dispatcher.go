@@ -130,10 +130,10 @@ type Dispatcher struct {
 	mu sync.Mutex
 	// epoch counts "jobs may be ready" events (NOTIFY, poll tick).
 	epoch uint64
-	// drained maps a group whose claim came back short to the epoch the
+	// exhausted maps a group whose claim came back short to the epoch the
 	// claim started in. The group is idle only while no newer event came:
 	// a NOTIFY that lands during a claim is never lost.
-	drained map[string]uint64
+	exhausted map[string]uint64
 	// backoff holds, per claim key, when claiming may resume after an
 	// error: a group's key, or a topic's name after a data error on that
 	// topic alone (a one-topic group's key is its topic). An entry stays
@@ -159,14 +159,14 @@ type claimBackoff struct {
 // NewDispatcher builds the loop; call Run to start it.
 func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, logger *slog.Logger) *Dispatcher {
 	d := &Dispatcher{
-		cfg:      cfg,
-		claimer:  claimer,
-		observer: observer,
-		logger:   logger.With("loop", "dispatcher"),
-		wake:     make(chan struct{}, 1),
-		drained:  map[string]uint64{},
-		backoff:  map[string]claimBackoff{},
-		cursors:  map[string]groupCursor{},
+		cfg:       cfg,
+		claimer:   claimer,
+		observer:  observer,
+		logger:    logger.With("loop", "dispatcher"),
+		wake:      make(chan struct{}, 1),
+		exhausted: map[string]uint64{},
+		backoff:   map[string]claimBackoff{},
+		cursors:   map[string]groupCursor{},
 	}
 	d.registry = NewRegistry(d.slotsFreed)
 	return d
@@ -186,11 +186,11 @@ func (d *Dispatcher) Registry() *Registry { return d.registry }
 // JobsReady says new jobs may be claimable (an insert NOTIFY, a missed
 // notification after a reconnect): every group may have work again.
 func (d *Dispatcher) JobsReady() {
-	d.forgetDrained()
+	d.forgetExhausted()
 	d.signal()
 }
 
-func (d *Dispatcher) forgetDrained() {
+func (d *Dispatcher) forgetExhausted() {
 	d.mu.Lock()
 	d.epoch++
 	d.mu.Unlock()
@@ -198,16 +198,16 @@ func (d *Dispatcher) forgetDrained() {
 
 func (d *Dispatcher) slotsFreed(groupKey string) {
 	d.mu.Lock()
-	idle := d.isDrained(groupKey)
+	idle := d.isExhausted(groupKey)
 	d.mu.Unlock()
 	if !idle {
 		d.signal()
 	}
 }
 
-// isDrained must be called with mu held.
-func (d *Dispatcher) isDrained(groupKey string) bool {
-	e, ok := d.drained[groupKey]
+// isExhausted must be called with mu held.
+func (d *Dispatcher) isExhausted(groupKey string) bool {
+	e, ok := d.exhausted[groupKey]
 	return ok && e == d.epoch
 }
 
@@ -227,7 +227,7 @@ func (d *Dispatcher) signal() {
 func (d *Dispatcher) mayHaveWork(groupKey string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.isDrained(groupKey) {
+	if d.isExhausted(groupKey) {
 		return false
 	}
 	if len(d.backoff) == 0 {
@@ -335,14 +335,14 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			return
 		case <-d.wake:
 		case <-ticker.C:
-			d.forgetDrained()
+			d.forgetExhausted()
 			d.forgetCursors()
 		case <-retry.C:
-			// A group may have been marked drained while one of its topics
+			// A group may have been marked exhausted while one of its topics
 			// was backed off: let every group look again.
-			d.forgetDrained()
+			d.forgetExhausted()
 		}
-		backlog := d.drain(ctx)
+		backlog := d.claimRound(ctx)
 		if next, ok := d.nextRetry(); ok {
 			retry.Reset(time.Until(next))
 		} else {
@@ -359,12 +359,15 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// drain claims for every group with free slots and possible work, again
-// while claims come back full and a pass's reservation was capped at one
-// batch. A group whose claim fails is
-// backed off and the pass goes on with the others. It reports whether a
-// claim came back full: the queue held more than the free slots took.
-func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
+// claimRound claims for every group with free slots and possible work: one
+// pass reserves slots and claims for each reserved group, and the round
+// runs another pass at once while claims come back full and the pass's
+// reservation was capped at one batch. A group whose claim comes back
+// short is marked exhausted until the next "jobs may be ready" event; a
+// group whose claim fails is backed off and the pass goes on with the
+// others. It reports whether a claim came back full: the queue held more
+// than the free slots took.
+func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 	for ctx.Err() == nil {
 		if d.gate != nil && d.gate.GloballyPaused() {
 			if d.observer != nil {
@@ -395,7 +398,7 @@ func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 				// and rest until the next change or tick.
 				d.registry.Settle(g, nil)
 				d.mu.Lock()
-				d.drained[g.Key] = epoch
+				d.exhausted[g.Key] = epoch
 				d.mu.Unlock()
 				continue
 			}
@@ -410,7 +413,7 @@ func (d *Dispatcher) drain(ctx context.Context) (backlog bool) {
 				// Short (or failed: then backed off, and the end of the
 				// backoff lets every group look again).
 				d.mu.Lock()
-				d.drained[g.Key] = epoch
+				d.exhausted[g.Key] = epoch
 				d.mu.Unlock()
 			} else {
 				full, backlog = true, true

@@ -10,7 +10,7 @@ import (
 
 // Worker is one connected StreamJobs stream. The dispatcher reserves its
 // free slots, claims jobs for them, and appends the claimed jobs to its
-// outbox; the stream goroutine drains the outbox onto the wire.
+// outbox; the stream goroutine takes the outbox and sends it (TakeOutbox).
 type Worker struct {
 	ID       string
 	Topics   []string // sorted
