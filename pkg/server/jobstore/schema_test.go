@@ -631,35 +631,12 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 // life through the store — insert, claim, heartbeat, each report outcome,
 // reap, cancel, retry, retention — and checks that no guard function was
 // called: the rules are CHECKs and WHEN clauses, so the happy path pays no
-// PL/pgSQL. Function calls are counted by track_functions (superuser only:
-// skipped against a server where the test may not set it).
+// PL/pgSQL. Function calls are counted by track_functions (see
+// guardCallCounter).
 func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1 // one backend: its counters are the ones flushed below
-	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		// track_functions is a superuser setting: a PULSE_TEST_DATABASE_URL
-		// of another role cannot count the calls.
-		msg := fmt.Sprintf("cannot count function calls (track_functions needs a superuser): %v", err)
-		if testtool.Skipped("superuser") {
-			t.Skip(msg + "; skipped because " + testtool.EnvSkip + " lists superuser")
-		}
-		t.Fatal(msg + "; test as a superuser, or set " + testtool.EnvSkip + "=superuser")
-	}
+	pool, guardCalls := guardCallCounter(t)
 	store := newStore(t, pool)
-	guardCalls := func() int64 {
-		t.Helper()
-		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var n int64
-		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname LIKE 'jobs\_guard\_%'`).Scan(&n))
-		return n
-	}
 
 	// Submit, including a schedule's fire (past run_at, schedule id) and a
 	// keyed job.
@@ -668,7 +645,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	jobs[1].IdempotencyKey = "key"
 	jobs[2].ScheduleID, jobs[2].RunAt = &sched, time.Now().Add(-time.Minute)
 	jobs[3].MaxAttempts = 1
-	_, err = store.Insert(ctx, []pulsetype.NewJob{jobs[0], jobs[3]}) // the plain INSERT
+	_, err := store.Insert(ctx, []pulsetype.NewJob{jobs[0], jobs[3]}) // the plain INSERT
 	require.NoError(t, err)
 	_, err = store.Insert(ctx, jobs[1:3]) // INSERT ... ON CONFLICT DO NOTHING
 	require.NoError(t, err)
@@ -784,4 +761,36 @@ func TestSchemaReadsRenderEveryAdmittedRow(t *testing.T) {
 	list, err := store.List(ctx, jobstore.ListFilter{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, list, 3)
+}
+
+// guardCallCounter opens a one-connection pool whose backend counts
+// PL/pgSQL calls (track_functions = pl), and returns it with a function
+// that reports how many calls of the jobs_guard_* functions that backend
+// made so far. track_functions is a superuser setting: against a
+// PULSE_TEST_DATABASE_URL of another role the test fails saying so,
+// unless the developer listed superuser in PULSE_TEST_SKIP_TOOLS.
+func guardCallCounter(t *testing.T) (*pgxpool.Pool, func() int64) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // one backend: its counters are the ones flushed below
+	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		msg := fmt.Sprintf("cannot count function calls (track_functions needs a superuser): %v", err)
+		if testtool.Skipped("superuser") {
+			t.Skip(msg + "; skipped because " + testtool.EnvSkip + " lists superuser")
+		}
+		t.Fatal(msg + "; test as a superuser, or set " + testtool.EnvSkip + "=superuser")
+	}
+	return pool, func() int64 {
+		t.Helper()
+		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname LIKE 'jobs\_guard\_%'`).Scan(&n))
+		return n
+	}
 }

@@ -347,28 +347,11 @@ func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 // call a guard function: the new rules are a CHECK and a table's keys.
 func TestUniqueAndTimeoutPathsNeverEnterPLpgSQL(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		t.Skipf("cannot count function calls here: %v", err)
-	}
+	pool, guardCalls := guardCallCounter(t)
 	store := newStore(t, pool)
-	guardCalls := func() int64 {
-		t.Helper()
-		_, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var n int64
-		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname LIKE 'jobs\_guard\_%'`).Scan(&n))
-		return n
-	}
 	timed := newJob("plpgsql.free", 5)
 	timed.Timeout = time.Minute
-	_, err = store.Insert(ctx, []pulsetype.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour), timed})
+	_, err := store.Insert(ctx, []pulsetype.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour), timed})
 	require.NoError(t, err)
 	res, err := store.Insert(ctx, []pulsetype.NewJob{uniqueJob("plpgsql.free", `{"a":1}`, time.Hour)})
 	require.NoError(t, err)
