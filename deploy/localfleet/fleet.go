@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -86,6 +87,11 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Logger receives progress lines; nil means slog.Default().
 	Logger *slog.Logger
+	// CAFile is the PEM CA the services' certificates chain to, when Env
+	// serves TLS (PULSE_TLS_CERT, PULSE_TLS_KEY): the fleet then reaches
+	// control-api at https:// and trusts this CA for its readiness checks.
+	// Env setting PULSE_TLS_CERT without it is an error.
+	CAFile string
 	// Binaries are prebuilt commands by name, as Build returns them; Up
 	// builds only the commands it needs that are missing here, so the
 	// fleets of one test run can share a single build.
@@ -94,7 +100,8 @@ type Options struct {
 
 // Fleet is a running local pulse system. Stop it with Down.
 type Fleet struct {
-	// ControlHTTP is control-api's HTTP base URL (http://127.0.0.1:port).
+	// ControlHTTP is control-api's HTTP base URL (http://127.0.0.1:port, or
+	// https:// when Options.Env serves TLS).
 	ControlHTTP string
 	// ControlGRPC is control-api's gRPC address (127.0.0.1:port).
 	ControlGRPC string
@@ -116,6 +123,7 @@ type Fleet struct {
 
 	opts           Options
 	logger         *slog.Logger
+	httpClient     *http.Client // the readiness checks'; trusts Options.CAFile
 	createdWorkDir bool
 	downOnce       sync.Once
 	downErr        error
@@ -142,7 +150,11 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
-	f := &Fleet{opts: opts, logger: opts.Logger, WorkDir: opts.WorkDir, AdminURLs: map[string]string{}}
+	httpClient, err := readinessClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{opts: opts, logger: opts.Logger, WorkDir: opts.WorkDir, AdminURLs: map[string]string{}, httpClient: httpClient}
 	if f.WorkDir == "" {
 		if f.WorkDir, err = os.MkdirTemp("", "pulse-fleet-"); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
@@ -246,7 +258,11 @@ func (f *Fleet) startServices(ctx context.Context, bins map[string]string) error
 	if err != nil {
 		return err
 	}
-	f.ControlHTTP, f.ControlGRPC = "http://"+httpAddr, grpcAddr
+	scheme := "http://"
+	if f.opts.Env["PULSE_TLS_CERT"] != "" {
+		scheme = "https://"
+	}
+	f.ControlHTTP, f.ControlGRPC = scheme+httpAddr, grpcAddr
 	if err := f.start(ctx, ControlAPI, bins[ControlAPI], f.ControlHTTP, map[string]string{
 		"PULSE_HTTP_ADDR": httpAddr, "PULSE_GRPC_ADDR": grpcAddr,
 	}); err != nil {
@@ -326,7 +342,7 @@ func (f *Fleet) waitReady(ctx context.Context, p *Process, url string) error {
 		case <-ctx.Done():
 		}
 	}()
-	if err := WaitHTTP(ctx, url); err != nil {
+	if err := waitHTTP(ctx, f.httpClient, url); err != nil {
 		if p.Exited() {
 			err = p.Wait(0)
 		}

@@ -16,7 +16,10 @@ const pollInterval = 100 * time.Millisecond
 // WaitHTTP polls url until it answers 200 or ctx is done; give ctx a
 // deadline.
 func WaitHTTP(ctx context.Context, url string) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+	return waitHTTP(ctx, &http.Client{Timeout: 2 * time.Second}, url)
+}
+
+func waitHTTP(ctx context.Context, client *http.Client, url string) error {
 	var last string
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

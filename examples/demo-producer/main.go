@@ -8,6 +8,7 @@
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
 //	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
 //	PULSE_PASSWORD          that user's password
+//	PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
 //
 // -h prints this environment list.
 package main
@@ -48,6 +49,7 @@ Environment:
   PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
   PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
   PULSE_PASSWORD          that user's password
+  PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
 `
 )
 
@@ -183,7 +185,11 @@ func credentials() []pulse.ClientOption {
 	if user == "" {
 		return nil
 	}
-	// The demo talks to a fleet on this machine or a private compose
-	// network: credentials may cross a plaintext connection there.
-	return []pulse.ClientOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
+	opts := []pulse.ClientOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
+	// Beyond loopback the SDK sends credentials over plaintext only when
+	// told to (docker-compose.yml's private network does).
+	if os.Getenv("PULSE_ALLOW_PLAINTEXT_CREDENTIALS") == "true" {
+		opts = append(opts, pulse.AllowPlaintextCredentials())
+	}
+	return opts
 }

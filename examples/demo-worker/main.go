@@ -8,6 +8,7 @@
 //	PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
 //	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
 //	PULSE_PASSWORD          that user's password
+//	PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
 //
 // An address may be a DNS name holding every gateway replica, as in
 // docker-compose.yml's dns:///dispatch-gateway:50052: the worker balances
@@ -58,6 +59,7 @@ Environment:
   PULSE_DEMO_TOPICS       comma-separated topics (default email.send,report.render,image.resize)
   PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
   PULSE_PASSWORD          that user's password
+  PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
 `
 )
 
@@ -157,7 +159,11 @@ func credentials() []pulse.WorkerOption {
 	if user == "" {
 		return nil
 	}
-	// The demo talks to a fleet on this machine or a private compose
-	// network: credentials may cross a plaintext connection there.
-	return []pulse.WorkerOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
+	opts := []pulse.WorkerOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))}
+	// Beyond loopback the SDK sends credentials over plaintext only when
+	// told to (docker-compose.yml's private network does).
+	if os.Getenv("PULSE_ALLOW_PLAINTEXT_CREDENTIALS") == "true" {
+		opts = append(opts, pulse.AllowPlaintextCredentials())
+	}
+	return opts
 }

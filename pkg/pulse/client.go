@@ -29,11 +29,16 @@ type Client struct {
 // NewClient creates a client for the control-api at target (for example
 // "localhost:9090" or "dns:///control-api:9090"). It does not connect until
 // the first call, so it succeeds while control-api is still starting.
-// Without options it uses a plaintext connection.
+// Without options it uses a plaintext connection; [WithTLS] or
+// [WithTLSFiles] make it TLS, and credentials ([WithUserPass]) to an address
+// that is not loopback need one of them ([ErrPlaintextCredentials]).
 func NewClient(target string, opts ...ClientOption) (*Client, error) {
 	var cfg clientConfig
 	for _, o := range opts {
 		o.applyClient(&cfg)
+	}
+	if err := cfg.conn.check(target); err != nil {
+		return nil, err
 	}
 	conn, err := grpc.NewClient(target, cfg.conn.grpcDialOptions(grpc.WithChainUnaryInterceptor(injectTraceContext))...)
 	if err != nil {

@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,13 +49,24 @@ type ConnOption interface {
 // connConfig is the connection configuration shared by clients and workers.
 type connConfig struct {
 	dialOptions []grpc.DialOption
+	// tls is WithTLS's or WithTLSFiles's configuration; nil is plaintext.
+	tls *tls.Config
+	// credentials is set by WithPerRPCCredentials (and WithUserPass), for
+	// the plaintext check (tls.go); allowPlaintextCredentials lifts it.
+	credentials               bool
+	allowPlaintextCredentials bool
+	errs                      []error
 }
 
-// grpcDialOptions returns the options for grpc.NewClient: insecure transport by
-// default, then the caller's options, which win because gRPC applies dial
-// options in order.
+// grpcDialOptions returns the options for grpc.NewClient: TLS when WithTLS
+// or WithTLSFiles set it, else insecure transport, then the caller's
+// options, which win because gRPC applies dial options in order.
 func (c *connConfig) grpcDialOptions(extra ...grpc.DialOption) []grpc.DialOption {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecureCredentials())}
+	transport := insecureCredentials()
+	if c.tls != nil {
+		transport = credentials.NewTLS(c.tls)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
 	opts = append(opts, extra...)
 	return append(opts, c.dialOptions...)
 }
@@ -64,10 +76,12 @@ type connOption func(*connConfig)
 func (o connOption) applyClient(c *clientConfig) { o(&c.conn) }
 func (o connOption) applyWorker(c *workerConfig) { o(&c.conn) }
 
-// WithDialOptions passes options to grpc.NewClient, for TLS
-// (grpc.WithTransportCredentials), tracing (grpc.WithStatsHandler with
-// otelgrpc) or anything else the SDK does not wrap. They are applied after
-// the SDK's defaults, so they override them.
+// WithDialOptions passes options to grpc.NewClient, for tracing
+// (grpc.WithStatsHandler with otelgrpc) or anything else the SDK does not
+// wrap. They are applied after the SDK's defaults, so they override them.
+// For TLS use [WithTLS] or [WithTLSFiles]: transport credentials set here
+// are invisible to the check that keeps credentials off plaintext
+// connections.
 func WithDialOptions(opts ...grpc.DialOption) ConnOption {
 	return connOption(func(c *connConfig) {
 		c.dialOptions = append(c.dialOptions, opts...)
@@ -75,15 +89,21 @@ func WithDialOptions(opts ...grpc.DialOption) ConnOption {
 }
 
 // WithPerRPCCredentials attaches credentials to every RPC, so any
-// authentication scheme the services accept can be plugged in.
+// authentication scheme the services accept can be plugged in. Over a
+// plaintext connection to an address that is not loopback, [NewClient] and
+// [NewWorker] refuse them ([ErrPlaintextCredentials]) unless
+// [AllowPlaintextCredentials] is given.
 func WithPerRPCCredentials(creds credentials.PerRPCCredentials) ConnOption {
-	return WithDialOptions(grpc.WithPerRPCCredentials(creds))
+	return connOption(func(c *connConfig) {
+		c.dialOptions = append(c.dialOptions, grpc.WithPerRPCCredentials(creds))
+		c.credentials = true
+	})
 }
 
 // WithUserPass authenticates every RPC with HTTP Basic credentials, the
 // scheme the pulse services accept for producers, workers and operators.
-// It works over plaintext connections too, so use TLS outside a trusted
-// network.
+// Outside loopback it needs TLS ([WithTLS], [WithTLSFiles]) or, on a
+// trusted network, [AllowPlaintextCredentials].
 func WithUserPass(user, pass string) ConnOption {
 	return WithPerRPCCredentials(basicAuth{user: user, pass: pass})
 }

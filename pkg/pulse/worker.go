@@ -73,6 +73,9 @@ func NewWorker(targets []string, opts ...WorkerOption) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.conn.check(targets...); err != nil {
+		return nil, err
+	}
 	if cfg.workerID == "" {
 		cfg.workerID = defaultWorkerID()
 	}

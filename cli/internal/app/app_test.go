@@ -50,7 +50,7 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(home)
 	os.Setenv("HOME", home)
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-	for _, k := range []string{"PULSE_SERVER", "PULSE_USER", "PULSE_PASSWORD", "PULSE_TOKEN"} {
+	for _, k := range []string{"PULSE_SERVER", "PULSE_USER", "PULSE_PASSWORD", "PULSE_TOKEN", envCAFile, envClientCert, envClientKey, envAllowPlaintext} {
 		os.Unsetenv(k)
 	}
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 )
@@ -82,7 +81,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	hc := c.http
 	if hc == nil {
-		hc = &http.Client{Timeout: 60 * time.Second}
+		hc = &http.Client{Timeout: httpTimeout}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

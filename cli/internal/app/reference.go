@@ -22,7 +22,13 @@ const referenceIntro = "`pulse` is the operator command line for pulse. It is a 
 	"else the config file saved by `pulse login` (`<user config dir>/pulse/config.json`, " +
 	"mode 0600); the server comes from the first source that names one, the " +
 	"credential (user and password, or token) as a whole from the first source " +
-	"that has one, and `pulse config` shows which source won. How to build it and " +
+	"that has one, and `pulse config` shows which source won. TLS: an `https://` " +
+	"server is verified against the system's roots or `--ca-file`'s, and " +
+	"`--client-cert`/`--client-key` present a client certificate to a server that " +
+	"requires one (environment `PULSE_CA_FILE`, `PULSE_CLIENT_CERT`, `PULSE_CLIENT_KEY`); " +
+	"credentials are never sent over plain `http://` to a host that is not loopback " +
+	"unless `--allow-plaintext-credentials` (`PULSE_ALLOW_PLAINTEXT_CREDENTIALS=true`) " +
+	"says the network is trusted. How to build it and " +
 	"a one-screen overview: [cli/README.md](../cli/README.md)."
 
 // referenceHeader says the file is generated, so nobody edits it by hand

@@ -54,6 +54,8 @@ type env struct {
 
 	// global flags
 	server, user, password, token string
+	caFile, clientCert, clientKey string
+	allowPlaintext                bool
 	output                        string
 }
 
@@ -111,6 +113,12 @@ PULSE_PASSWORD, PULSE_TOKEN), else the file saved by ` + "`pulse login`" + `
 (<user config dir>/pulse/config.json). The credential is taken as a whole
 from the first of those that has one.
 
+TLS: an https:// server is verified against the system's roots, or
+--ca-file's; --client-cert/--client-key present a client certificate
+(env PULSE_CA_FILE, PULSE_CLIENT_CERT, PULSE_CLIENT_KEY). Credentials are
+not sent over plain http to a host that is not loopback unless
+--allow-plaintext-credentials (env PULSE_ALLOW_PLAINTEXT_CREDENTIALS=true).
+
 ` + exitCodesHelp,
 		Example: `  pulse login --server http://localhost:8080 --user ops --password secret
   pulse submit email.send --args '{"to":"a@example.com"}'
@@ -134,6 +142,11 @@ from the first of those that has one.
 	pf.StringVar(&e.user, "user", "", "user name for Basic auth (env PULSE_USER)")
 	pf.StringVar(&e.password, "password", "", "password for Basic auth (env PULSE_PASSWORD)")
 	pf.StringVar(&e.token, "token", "", "bearer token (env PULSE_TOKEN)")
+	pf.StringVar(&e.caFile, "ca-file", "", "PEM CA bundle to trust for an https:// server instead of the system's (env PULSE_CA_FILE)")
+	pf.StringVar(&e.clientCert, "client-cert", "", "PEM client certificate, for a server that requires one (env PULSE_CLIENT_CERT)")
+	pf.StringVar(&e.clientKey, "client-key", "", "PEM key of --client-cert (env PULSE_CLIENT_KEY)")
+	pf.BoolVar(&e.allowPlaintext, "allow-plaintext-credentials", false,
+		"send credentials over plain http to a host that is not loopback (trusted networks only; env PULSE_ALLOW_PLAINTEXT_CREDENTIALS=true)")
 	pf.StringVarP(&e.output, "output", "o", "table", "output format: table or json (json prints the API's JSON)")
 	root.SetVersionTemplate("pulse {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -216,7 +229,11 @@ func (e *env) client() (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{base: c.Server, user: c.User, password: c.password, token: c.token}, nil
+	hc, err := e.tlsSettings().httpClient(c.Server, c.User != "" || c.token != "")
+	if err != nil {
+		return nil, err
+	}
+	return &client{base: c.Server, user: c.User, password: c.password, token: c.token, http: hc}, nil
 }
 
 // call sends one request with the resolved connection.

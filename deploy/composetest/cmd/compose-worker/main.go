@@ -83,12 +83,12 @@ func run(logger *slog.Logger) error {
 		errs = make(chan error, streams)
 	)
 	for i := range streams {
-		w, err := pulse.NewWorker(addrs,
+		w, err := pulse.NewWorker(addrs, append([]pulse.WorkerOption{
 			pulse.WithConcurrency(concurrency),
 			pulse.WithWorkerID(fmt.Sprintf("%s-%d", host, i)),
 			pulse.WithLogger(logger.With("worker", i)),
 			pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin)),
-			credentials())
+		}, credentials()...)...)
 		if err != nil {
 			return err
 		}
@@ -148,11 +148,13 @@ func positive(name string, def int) (int, error) {
 	return n, nil
 }
 
-// credentials authenticate as PULSE_USER with PULSE_PASSWORD; with no user
-// they add nothing.
-func credentials() pulse.WorkerOption {
-	if user := os.Getenv("PULSE_USER"); user != "" {
-		return pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD"))
+// credentials authenticate as PULSE_USER with PULSE_PASSWORD over the
+// compose network, which is private, so plaintext is allowed; with no user
+// they are nothing.
+func credentials() []pulse.WorkerOption {
+	user := os.Getenv("PULSE_USER")
+	if user == "" {
+		return nil
 	}
-	return pulse.WithDialOptions()
+	return []pulse.WorkerOption{pulse.WithUserPass(user, os.Getenv("PULSE_PASSWORD")), pulse.AllowPlaintextCredentials()}
 }

@@ -1,6 +1,15 @@
 package localfleet
 
-import "strings"
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
 
 // The development credentials a fleet runs with unless Options.Open is set
 // or Options.Env brings credentials of its own: one Basic user per role.
@@ -45,4 +54,26 @@ func (o Options) authEnv() map[string]string {
 // (so its demo processes and printed commands use them).
 func (f *Fleet) DevCredentials() bool {
 	return f.opts.authEnv()["PULSE_AUTH_USERS"] == DevUsers
+}
+
+// readinessClient is the HTTP client of the fleet's readiness checks: it
+// trusts opts.CAFile when the services serve TLS.
+func readinessClient(opts Options) (*http.Client, error) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	if opts.Env["PULSE_TLS_CERT"] == "" {
+		return c, nil
+	}
+	if opts.CAFile == "" {
+		return nil, errors.New("fleet: Env sets PULSE_TLS_CERT but Options.CAFile is empty: the fleet cannot check the services' readiness over TLS")
+	}
+	pem, err := os.ReadFile(opts.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: CAFile: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("fleet: CAFile %s holds no PEM certificate", opts.CAFile)
+	}
+	c.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return c, nil
 }
