@@ -293,6 +293,7 @@ func TestServicesRefuseInsecureStarts(t *testing.T) {
 	t.Parallel()
 	bins := binaries(t)
 	const db = "PULSE_DATABASE_URL=postgres://pulse@127.0.0.1:1/pulse"
+	cert, key, _ := authtest.SelfSignedCert(t)
 	cases := []struct {
 		name, bin string
 		env       []string
@@ -310,6 +311,11 @@ func TestServicesRefuseInsecureStarts(t *testing.T) {
 			"PULSE_AUTH_USERS: is set but PULSE_AUTH=none"},
 		{"GatewayCertsWithoutClientCA", localfleet.DispatchGateway, []string{db, "PULSE_AUTH_CERTS=wk:worker"},
 			"PULSE_AUTH_CERTS: is set but PULSE_TLS_CLIENT_CA is not"},
+		// gRPC is TLS, but /metrics credentials would cross the admin
+		// port, which is always plaintext.
+		{"GatewayMetricsCredentialsOnThePlaintextAdminPort", localfleet.DispatchGateway,
+			[]string{db, "PULSE_AUTH_TOKENS=wk:worker:hunter2", "PULSE_TLS_CERT=" + cert, "PULSE_TLS_KEY=" + key, "PULSE_METRICS_AUTH=true"},
+			`PULSE_ALLOW_PLAINTEXT_CREDENTIALS: is not true, and PULSE_ADMIN_ADDR=":9101" listens beyond loopback without TLS`},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)

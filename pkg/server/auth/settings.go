@@ -64,9 +64,12 @@ type Settings struct {
 }
 
 // Listener is an address a service serves authenticated calls on, with the
-// variable it came from, for the plaintext-credentials check.
+// variable it came from, for the plaintext-credentials check. Plaintext
+// marks a listener served without TLS even when the service has a keypair
+// (the gateway's admin port, when /metrics needs credentials).
 type Listener struct {
 	Var, Addr string
+	Plaintext bool
 }
 
 // Security is what Settings.Load yields: the Authenticator (nil in open
@@ -131,9 +134,9 @@ func (s Settings) Load(listeners ...Listener) (Security, error) {
 		sec.warnings = append(sec.warnings, openModeWarning)
 	}
 
-	if secrets && tlsCfg == nil {
+	if secrets {
 		for _, l := range listeners {
-			if loopback(l.Addr) {
+			if loopback(l.Addr) || (tlsCfg != nil && !l.Plaintext) {
 				continue
 			}
 			if !s.AllowPlaintextCredentials {

@@ -95,6 +95,19 @@ func TestSettings(t *testing.T) {
 		require.NotContains(t, logs.String(), "hunter2")
 	})
 
+	t.Run("APlaintextListenerOfATLSServiceIsCheckedToo", func(t *testing.T) {
+		t.Parallel()
+		cert, key, _ := authtest.SelfSignedCert(t)
+		s := auth.Settings{Tokens: "ci:operator:hunter2", TLSCert: cert, TLSKey: key}
+		admin := auth.Listener{Var: "PULSE_ADMIN_ADDR", Addr: ":9101", Plaintext: true}
+		refused(t, s, auth.AllowPlaintextCredentialsVar, `PULSE_ADMIN_ADDR=":9101"`, public, admin)
+		_, err := s.Load(public, auth.Listener{Var: "PULSE_ADMIN_ADDR", Addr: "127.0.0.1:9101", Plaintext: true})
+		require.NoError(t, err, "loopback")
+		s.AllowPlaintextCredentials = true
+		_, err = s.Load(public, admin)
+		require.NoError(t, err)
+	})
+
 	t.Run("CredentialsOverTLSNeedNoOptIn", func(t *testing.T) {
 		t.Parallel()
 		cert, key, _ := authtest.SelfSignedCert(t)

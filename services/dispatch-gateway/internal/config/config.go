@@ -153,5 +153,15 @@ func (c *Config) Security() (auth.Security, error) {
 		Mode: c.Auth, Users: c.AuthUsers, Tokens: c.AuthTokens, Certs: c.AuthCerts,
 		TLSCert: c.TLSCert, TLSKey: c.TLSKey, TLSClientCA: c.TLSClientCA,
 		AllowPlaintextCredentials: c.AllowPlaintext,
-	}.Load(auth.Listener{Var: "PULSE_GRPC_ADDR", Addr: c.GRPCAddr})
+	}.Load(c.credentialListeners()...)
+}
+
+// credentialListeners are the listeners credentials reach: gRPC, and the
+// admin port (always plaintext) when /metrics needs them.
+func (c *Config) credentialListeners() []auth.Listener {
+	ls := []auth.Listener{{Var: "PULSE_GRPC_ADDR", Addr: c.GRPCAddr}}
+	if c.MetricsAuth {
+		ls = append(ls, auth.Listener{Var: "PULSE_ADMIN_ADDR", Addr: c.AdminAddr, Plaintext: true})
+	}
+	return ls
 }
