@@ -62,12 +62,28 @@ func setup(t *testing.T, flushers int) *testBundle {
 
 func (b *testBundle) open() { close(b.gate.release) }
 
-// waitFor polls until the coalescer has accepted n submits (none of them
-// can finish while the gate is shut).
-func (b *testBundle) waitFor(t *testing.T, cond func(submit.Stats) bool) {
+// patience bounds every wait of these tests: a hang guard, not a timing
+// assertion.
+const patience = 30 * time.Second
+
+// waitFor polls the coalescer's counters until cond holds (no submit can
+// finish while the gate is shut), and fails the test naming what it
+// waited for if they do not get there within patience.
+func (b *testBundle) waitFor(t *testing.T, what string, cond func(submit.Stats) bool) {
 	t.Helper()
-	for !cond(b.coalescer.Stats()) {
-		time.Sleep(time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(patience)
+	for {
+		s := b.coalescer.Stats()
+		if cond(s) {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited %s for %s; the coalescer's stats are %+v", patience, what, s)
+		}
 	}
 }
 
@@ -150,7 +166,7 @@ func TestCoalescer(t *testing.T) {
 		results := submitAll(ctx, b.coalescer, jobs)
 		// At most 4 flushers hold a batch at the shut gate; everything else
 		// queues behind them and goes out in one more statement.
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == submitters })
+		b.waitFor(t, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
 		b.open()
 		for _, o := range <-results {
 			require.NoError(t, o.err)
@@ -170,7 +186,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob(fmt.Sprintf("key-%d", i%5))
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == submitters })
+		b.waitFor(t, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
 		b.open()
 		byKey := map[string]uuid.UUID{}
 		fresh := map[string]int{}
@@ -198,12 +214,12 @@ func TestCoalescer(t *testing.T) {
 		first := submitAll(ctx, b.coalescer, []pulsetype.NewJob{newJob("")})
 		// The only flusher now holds the first job at the gate; the next
 		// four queue up and will share one INSERT.
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
+		b.waitFor(t, "the first submit taken by a flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
 		bad := newJob("")
 		bad.Priority = 99 // bypasses validation; the CHECK refuses it
 		batch := []pulsetype.NewJob{newJob(""), bad, newJob(""), newJob("")}
 		rest := submitAll(ctx, b.coalescer, batch)
-		b.waitFor(t, func(s submit.Stats) bool { return s.Queued == len(batch) })
+		b.waitFor(t, "the batch queued", func(s submit.Stats) bool { return s.Queued == len(batch) })
 		b.open()
 
 		require.NoError(t, (<-first)[0].err)
@@ -226,7 +242,7 @@ func TestCoalescer(t *testing.T) {
 		b := setup(t, 1)
 		cctx, cancel := context.WithCancel(ctx)
 		res := submitAll(cctx, b.coalescer, []pulsetype.NewJob{newJob("")})
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 1 })
+		b.waitFor(t, "the submit accepted", func(s submit.Stats) bool { return s.Submits == 1 })
 		cancel()
 		require.ErrorIs(t, (<-res)[0].err, context.Canceled)
 	})
@@ -239,7 +255,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob("")
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 10 })
+		b.waitFor(t, "10 submits accepted", func(s submit.Stats) bool { return s.Submits == 10 })
 		closed := make(chan error, 1)
 		go func() { closed <- b.coalescer.Close(ctx) }()
 		b.open()
@@ -261,7 +277,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob("")
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, func(s submit.Stats) bool { return s.Submits == 5 })
+		b.waitFor(t, "5 submits accepted", func(s submit.Stats) bool { return s.Submits == 5 })
 		expired, cancel := context.WithCancel(ctx)
 		cancel()
 		require.ErrorIs(t, b.coalescer.Close(expired), context.Canceled)
