@@ -109,7 +109,7 @@ func build(cfg config.Config, s *service.Service) error {
 	// Handlers submit through it until both listeners have closed.
 	s.AddBackend("submit_coalescer", service.Funcs{StopFunc: func(ctx context.Context) error {
 		if err := coalescer.Close(ctx); err != nil {
-			return fmt.Errorf("drain submit coalescer: %w", err)
+			return fmt.Errorf("close submit coalescer: %w", err)
 		}
 		return nil
 	}})

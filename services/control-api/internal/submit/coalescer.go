@@ -69,11 +69,12 @@ type Coalescer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	queue   []*request
-	active  int  // flusher goroutines running
-	closed  bool // Close was called: no new submits
-	drained chan struct{}
+	mu     sync.Mutex
+	queue  []*request
+	active int  // flusher goroutines running
+	closed bool // Close was called: no new submits
+	// stopped is closed when the last flusher exits after Close.
+	stopped chan struct{}
 
 	submits    atomic.Int64
 	statements atomic.Int64
@@ -145,9 +146,9 @@ func (c *Coalescer) flusher() {
 		batch := c.take()
 		if batch == nil {
 			c.active--
-			if c.active == 0 && c.closed && c.drained != nil {
-				close(c.drained)
-				c.drained = nil
+			if c.active == 0 && c.closed && c.stopped != nil {
+				close(c.stopped)
+				c.stopped = nil
 			}
 			c.mu.Unlock()
 			return
@@ -269,18 +270,18 @@ func (c *Coalescer) Close(ctx context.Context) error {
 		c.cancel()
 		return nil
 	}
-	if c.drained == nil {
-		c.drained = make(chan struct{})
+	if c.stopped == nil {
+		c.stopped = make(chan struct{})
 	}
-	drained := c.drained
+	stopped := c.stopped
 	c.mu.Unlock()
 	select {
-	case <-drained:
+	case <-stopped:
 		c.cancel()
 		return nil
 	case <-ctx.Done():
 		c.cancel()
-		<-drained
+		<-stopped
 		return ctx.Err()
 	}
 }
