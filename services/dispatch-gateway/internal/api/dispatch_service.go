@@ -106,14 +106,14 @@ type PauseState interface {
 // DispatchService implements pulsev1.DispatchServiceServer.
 type DispatchService struct {
 	pulsev1.UnimplementedDispatchServiceServer
-	cfg       Config
-	store     Store
-	registry  *dispatch.Registry
-	observer  Observer
-	logger    *slog.Logger
-	draining  chan struct{}
-	drainOnce sync.Once
-	reports   *ReportBatcher
+	cfg          Config
+	store        Store
+	registry     *dispatch.Registry
+	observer     Observer
+	logger       *slog.Logger
+	shutdown     chan struct{} // closed by Shutdown
+	shutdownOnce sync.Once
+	reports      *ReportBatcher
 
 	streamsMu sync.Mutex
 	streams   map[string]int // open streams by identity, when capped
@@ -122,13 +122,13 @@ type DispatchService struct {
 // NewDispatchService builds the service on registry (the dispatcher's).
 func NewDispatchService(cfg Config, store Store, registry *dispatch.Registry, observer Observer, logger *slog.Logger) *DispatchService {
 	return &DispatchService{cfg: cfg, store: store, registry: registry, observer: observer, logger: logger,
-		draining: make(chan struct{}), reports: NewReportBatcher(store, reportFlushers, reportBatchMax),
+		shutdown: make(chan struct{}), reports: NewReportBatcher(store, reportFlushers, reportBatchMax),
 		streams: map[string]int{}}
 }
 
-// Drain ends every open stream so its worker reconnects to another
+// Shutdown ends every open stream so its worker reconnects to another
 // replica; used on SIGTERM before GracefulStop.
-func (s *DispatchService) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+func (s *DispatchService) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
 
 // StreamJobs registers the worker's free slots, then sends what the
 // dispatcher claims for it and takes credits back until either side ends.
@@ -229,7 +229,7 @@ func (s *DispatchService) StreamJobs(stream pulsev1.DispatchService_StreamJobsSe
 			if err := sendState(); err != nil {
 				return err
 			}
-		case <-s.draining:
+		case <-s.shutdown:
 			return apierr.Unavailable("gateway shutting down; reconnect to another replica", nil)
 		case <-session.Lost():
 			return &apierr.Error{Kind: apierr.KindAlreadyExists,

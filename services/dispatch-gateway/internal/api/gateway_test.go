@@ -108,7 +108,7 @@ func startGateway(t *testing.T, pool *pgxpool.Pool, o gatewayOpts) *gateway {
 		stopLoops()
 		<-loopsDone
 		<-loopsDone
-		svc.Drain()
+		svc.Shutdown()
 		stopCtx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
 		_ = srv.Stop(stopCtx)

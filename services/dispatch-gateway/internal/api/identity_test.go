@@ -247,7 +247,7 @@ func TestPresence(t *testing.T) {
 		_, _, err := openStream(t, gw, "", "w1", []string{"t"}, 1)
 		require.NoError(t, err)
 		require.True(t, served(t, gw, "t"))
-		gw.stop() // drains the streams, then deletes their rows
+		gw.stop() // ends the streams, then deletes their rows
 		var rows int
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_presence`).Scan(&rows))
 		require.Zero(t, rows)

@@ -57,7 +57,7 @@ func setupPaused(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		conn.Close()
-		svc.Drain()
+		svc.Shutdown()
 		stopCtx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
 		_ = srv.Stop(stopCtx)

@@ -126,7 +126,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 
 	// Workers, stopped last added first: the listener and the dispatcher
 	// stop claiming, the refresher stops, then the streams end.
-	s.Add("streams", service.Funcs{StopFunc: func(context.Context) error { svc.Drain(); return nil }})
+	s.Add("streams", service.Funcs{StopFunc: func(context.Context) error { svc.Shutdown(); return nil }})
 	// Boot is fail-safe: no gRPC until the pause state is known.
 	s.Add("pause_prime", service.Funcs{StartFunc: func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, pause.PrimeTimeoutDefault)
