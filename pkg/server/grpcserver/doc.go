@@ -5,5 +5,5 @@
 // reflection.
 //
 // Stop follows the shutdown order services use: health goes NOT_SERVING
-// first, so balancers and workers move away, then in-flight calls drain.
+// first, so balancers and workers move away, then in-flight calls finish.
 package grpcserver

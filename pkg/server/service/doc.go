@@ -23,7 +23,7 @@
 //     failure stops what started and exits 1;
 //  6. on SIGTERM or SIGINT, within Spec.ShutdownTimeout: readiness flips
 //     first (/healthz and /readyz answer 503, gRPC health NOT_SERVING) while
-//     both listeners still answer; then the drain: workers stop, last added
+//     both listeners still answer; then the wind-down: workers stop, last added
 //     first, each bounded by what is left of the timeout; then the listeners
 //     stop (gRPC graceful stop and HTTP shutdown, in-flight requests
 //     finishing, cut when the time is up); then backends stop, the pool

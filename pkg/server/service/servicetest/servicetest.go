@@ -33,7 +33,7 @@ type seen struct {
 
 // probe is a worker added before the service's own, so the runtime stops
 // it last of the workers: after readiness flipped and every other worker
-// drained, right before the listeners close.
+// stopped, right before the listeners close.
 type probe struct {
 	s    **service.Service
 	seen *seen
@@ -55,7 +55,7 @@ func (p probe) Stop(ctx context.Context) error {
 // RequireReadinessFlipsBeforeListenersClose builds spec (its addresses
 // should be 127.0.0.1:0), starts it, waits until /readyz answers 200 (and
 // gRPC health SERVING, when it serves gRPC), stops it, and requires that
-// when the drain ended the service answered /readyz with 503 and gRPC
+// when the wind-down ended the service answered /readyz with 503 and gRPC
 // health with NOT_SERVING, and that afterwards nothing listens on either
 // address.
 func RequireReadinessFlipsBeforeListenersClose(t *testing.T, spec service.Spec) {
@@ -90,12 +90,12 @@ func RequireReadinessFlipsBeforeListenersClose(t *testing.T, spec service.Spec) 
 
 	require.NoError(t, s.Stop(ctx))
 	require.True(t, got.stopped, "the probe was stopped")
-	require.NoError(t, got.readyzErr, "the HTTP listener still answered once the drain was done")
-	require.Equal(t, http.StatusServiceUnavailable, got.readyz, "/readyz during the drain")
+	require.NoError(t, got.readyzErr, "the HTTP listener still answered once the workers had stopped")
+	require.Equal(t, http.StatusServiceUnavailable, got.readyz, "/readyz during the wind-down")
 	if grpcAddr != "" {
 		require.True(t, got.grpcServed)
-		require.NoError(t, got.grpcErr, "the gRPC listener still answered once the drain was done")
-		require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, got.grpc, "gRPC health during the drain")
+		require.NoError(t, got.grpcErr, "the gRPC listener still answered once the workers had stopped")
+		require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, got.grpc, "gRPC health during the wind-down")
 	}
 
 	_, err = get(ctx, "http://"+admin+"/readyz")
