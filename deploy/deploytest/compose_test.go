@@ -230,7 +230,7 @@ func TestCompose(t *testing.T) {
 			test := []string(s.HealthCheck.Test)
 			require.Equal(t, []string{"CMD", probe, "http://127.0.0.1:" + composeAdminPort(t, s, command) + "/readyz"}, test,
 				"%s's healthcheck runs pulse-probe against its own /readyz", command)
-			require.NotNil(t, s.StopGracePeriod, "%s has time to drain", command)
+			require.NotNil(t, s.StopGracePeriod, "%s has time to shut down", command)
 		}
 		require.NotNil(t, service(t, p, "gateway-proxy").HealthCheck)
 	})

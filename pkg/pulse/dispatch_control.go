@@ -84,7 +84,7 @@ func (c *Client) PauseDispatch(ctx context.Context, req PauseRequest) (ScopeStat
 }
 
 // ResumeDispatch resumes dispatch (or one topic, when topic is not empty);
-// the backlog drains in priority order. It reports whether anything
+// the backlog is worked off in priority order. It reports whether anything
 // changed.
 func (c *Client) ResumeDispatch(ctx context.Context, topic string) (ScopeState, bool, error) {
 	resp, err := pulsev1.NewDispatchControlServiceClient(c.conn).ResumeDispatch(ctx, &pulsev1.ResumeDispatchRequest{Topic: topic})

@@ -51,7 +51,7 @@ type reporter struct {
 
 	mu      sync.Mutex
 	queue   []pendingResult
-	closing bool // stop requested: drain the queue, then exit
+	closing bool // stop requested: flush the queue, then exit
 	closed  bool // loop exited: later results are dropped
 	wake    chan struct{}
 	stopped chan struct{} // closed by stop

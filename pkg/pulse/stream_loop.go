@@ -58,7 +58,7 @@ func newStreamLoop(pool *gatewayPool, terms *leaseTerms, ledger *slotLedger, exe
 
 // run streams until ctx is done. Then the worker half-closes its stream,
 // which is how the gateway learns it takes no more work: the gateway sends
-// what it had already claimed for the worker (those jobs run in the drain)
+// what it had already claimed for the worker (those jobs run in the wind-down)
 // and ends the stream, so a worker that stops cleanly strands no lease.
 //
 // Until some gateway has welcomed the worker, a refusal (refused) from

@@ -176,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stream := newStreamLoop(pool, terms, ledger, exec, dispatch, w.cfg.workerID, topics, w.cfg.concurrency, log)
 
 	// The reporter and heartbeater outlive ctx: handlers keep running, and
-	// need their leases and results, while the worker drains.
+	// need their leases and results, while the worker winds down.
 	flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFlush()
 	hbCtx, stopHeartbeats := context.WithCancel(context.WithoutCancel(ctx))
@@ -188,7 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	log.Info("worker started", logKeyCount, len(topics))
 	runErr := stream.run(ctx)
 
-	w.drain(exec, running, log)
+	w.windDown(exec, running, log)
 	stopHeartbeats()
 	rep.stop()
 	flushDeadline := time.AfterFunc(flushTimeout, stopFlush)
@@ -231,9 +231,9 @@ func (w *Worker) start() (map[string]topicHandler, []string, error) {
 	return handlers, topics, nil
 }
 
-// drain waits for running handlers: up to the shutdown timeout, then
+// windDown waits for running handlers: up to the shutdown timeout, then
 // briefly more after canceling them.
-func (w *Worker) drain(exec *executor, running *runningJobs, log *slog.Logger) {
+func (w *Worker) windDown(exec *executor, running *runningJobs, log *slog.Logger) {
 	idle := exec.idle()
 	if n := running.len(); n > 0 {
 		log.Info("shutting down, waiting for running jobs", logKeyCount, n)
