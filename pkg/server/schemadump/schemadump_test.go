@@ -3,8 +3,10 @@ package schemadump_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,9 +33,48 @@ func TestSchemaSQLMatchesMigrations(t *testing.T) {
 		t.Logf("wrote %s", schemaFile)
 		return
 	}
-	require.Equal(t, migrations.Schema, got,
-		"migrations/schema.sql is not what the migrations produce; regenerate it with `make schema` "+
-			"(go test -count=1 -run '^TestSchemaSQLMatchesMigrations$' ./pkg/server/schemadump -update) and commit it")
+	if got != migrations.Schema {
+		t.Fatalf("migrations/schema.sql is not what the migrations produce; regenerate it with `make schema` "+
+			"(go test -count=1 -run '^TestSchemaSQLMatchesMigrations$' ./pkg/server/schemadump -update) and commit it.\n%s",
+			lineDiff(migrations.Schema, got))
+	}
+}
+
+// lineDiff shows the lines between the first and the last that differ,
+// "-" from want (schema.sql) and "+" from got (the migrations), with
+// their line numbers, at most 40 of each.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	first := 0
+	for first < len(w) && first < len(g) && w[first] == g[first] {
+		first++
+	}
+	lw, lg := len(w), len(g)
+	for lw > first && lg > first && w[lw-1] == g[lg-1] {
+		lw--
+		lg--
+	}
+	var b strings.Builder
+	show := func(sign string, lines []string, from int) {
+		for i, l := range lines {
+			if i == 40 {
+				fmt.Fprintf(&b, "%s ... %d more lines\n", sign, len(lines)-i)
+				return
+			}
+			fmt.Fprintf(&b, "%s%5d %s\n", sign, from+i+1, l)
+		}
+	}
+	fmt.Fprintf(&b, "--- migrations/schema.sql\n+++ what the migrations produce\n")
+	show("-", w[first:lw], first)
+	show("+", g[first:lg], first)
+	return b.String()
+}
+
+func TestLineDiffShowsOnlyWhatDiffers(t *testing.T) {
+	d := lineDiff("a\nb\nc\nd\n", "a\nB\nc\nd\ne\n")
+	require.Equal(t, "--- migrations/schema.sql\n+++ what the migrations produce\n"+
+		"-    2 b\n-    3 c\n-    4 d\n+    2 B\n+    3 c\n+    4 d\n+    5 e\n", d)
+	require.Equal(t, "--- migrations/schema.sql\n+++ what the migrations produce\n+    2 x\n", lineDiff("a\n", "a\nx\n"))
 }
 
 func TestNormaliseDropsWhatDiffersBetweenRuns(t *testing.T) {
