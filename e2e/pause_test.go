@@ -30,12 +30,12 @@ import (
 // gateways, real SDK workers, the database as the witness. No assertion is
 // about speed: every wait is a liveness bound on an event.
 
-// TestPauseStopsEveryGatewayAndResumeDrainsByPriority: two gateways with
+// TestPauseStopsEveryGatewayAndResumeWorksOffByPriority: two gateways with
 // busy workers; once POST /v1/dispatch/pause returns, no job starts on
 // either (no started_at after the pause), while submits land as PENDING,
 // running jobs finish, the reaper reaps and the gateways issue no claim
-// query at all; resume drains the backlog in priority order.
-func TestPauseStopsEveryGatewayAndResumeDrainsByPriority(t *testing.T) {
+// query at all; resume works off the backlog in priority order.
+func TestPauseStopsEveryGatewayAndResumeWorksOffByPriority(t *testing.T) {
 	t.Parallel()
 	f := upPauseFleet(t, localfleet.Options{Gateways: 2, Reaper: true, Env: map[string]string{
 		"PULSE_SWEEP_INTERVAL": "100ms", "PULSE_RETRY_BACKOFF_UNIT": "10ms",

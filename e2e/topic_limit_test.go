@@ -60,7 +60,7 @@ func TestTopicLimitHoldsAcrossGateways(t *testing.T) {
 
 	setLimit(9)
 	// Raised: more run at once, from the next claim (the change wakes the
-	// gateways), not after the backlog drains.
+	// gateways), not after the backlog is worked off.
 	require.Eventually(t, func() bool {
 		return f.count(`topic = $1 AND status = 'RUNNING'`, limited) > 3
 	}, 30*time.Second, 5*time.Millisecond)

@@ -39,7 +39,7 @@ type CompareParams struct {
 // Workloads of the river scenario.
 const (
 	WorkloadConcurrent = "concurrent" // N jobs submitted while the workers run
-	WorkloadBacklog    = "backlog"    // N jobs inserted first, then drained
+	WorkloadBacklog    = "backlog"    // N jobs inserted first, then worked off
 )
 
 // CompareRiver runs each workload through pulse, River and raw SQL, Reps
@@ -134,7 +134,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			backlog := workload == WorkloadBacklog
 			if err := one("pulse", workload, rep, pulseMeter, func(before func() error) (Result, error) {
 				if backlog {
-					return PulseDrain(ctx, t, tp, before)
+					return PulseBacklog(ctx, t, tp, before)
 				}
 				return Throughput(ctx, t, tp)
 			}); err != nil {
@@ -142,7 +142,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}
 			if err := one("river", workload, rep, riverMeter, func(before func() error) (Result, error) {
 				if backlog {
-					return rs.Drain(ctx, rp, before)
+					return rs.Backlog(ctx, rp, before)
 				}
 				return rs.Concurrent(ctx, rp)
 			}); err != nil {
@@ -220,9 +220,9 @@ func HoldSnapshot(ctx context.Context, databaseURL string) (release func(), err 
 	}, nil
 }
 
-// BacklogReady is what runs between a backlog's inserts and its drain:
+// BacklogReady is what runs between a backlog's inserts and its work-off:
 // wait settle, so the inserts' statistics are flushed before the meter
-// reads its starting point (see StatsSettle), CHECKPOINT, so every drain
+// reads its starting point (see StatsSettle), CHECKPOINT, so every work-off
 // starts from a clean checkpoint and pays the same full-page writes, then
 // start (the meter).
 func BacklogReady(ctx context.Context, databaseURL string, settle time.Duration, start func() error) func() error {

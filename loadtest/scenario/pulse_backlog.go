@@ -11,13 +11,13 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
-// PulseDrain submits Jobs through control-api while no worker serves
+// PulseBacklog submits Jobs through control-api while no worker serves
 // their topic (the same producers and batches as Throughput), then starts
-// the workers and measures the drain: workers starting to the database
+// the workers and measures the work-off: workers starting to the database
 // showing every job COMPLETED. It is the pulse side of the river
 // scenario's backlog workload. before, when set, runs between the inserts
-// and the drain (BacklogReady: settle, checkpoint, start the meter).
-func PulseDrain(ctx context.Context, t Target, p ThroughputParams, before func() error) (Result, error) {
+// and the work-off (BacklogReady: settle, checkpoint, start the meter).
+func PulseBacklog(ctx context.Context, t Target, p ThroughputParams, before func() error) (Result, error) {
 	pool, err := pgxpool.New(ctx, t.DatabaseURL)
 	if err != nil {
 		return Result{}, err

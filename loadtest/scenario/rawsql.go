@@ -18,13 +18,13 @@ import (
 type RawSQLParams struct {
 	Jobs, Producers, Batch int
 	// Claimers are the claim loops (each one claim of ClaimBatch in flight,
-	// like one gateway's drain loop); Completers the loops that settle what
+	// like one gateway's claim loop); Completers the loops that settle what
 	// was claimed, up to CompleteBatch jobs per statement (like a gateway's
 	// report flusher).
 	Claimers, ClaimBatch      int
 	Completers, CompleteBatch int
 	// Backlog inserts every job before the first claim and times only the
-	// drain; otherwise the inserts run concurrently with the claim loops
+	// work-off; otherwise the inserts run concurrently with the claim loops
 	// and the time is first insert to last completion.
 	Backlog bool
 }

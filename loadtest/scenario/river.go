@@ -324,11 +324,11 @@ func (r *RiverSide) Concurrent(ctx context.Context, p RiverParams) (Result, erro
 	}, nil
 }
 
-// Drain runs the backlog workload: producers InsertMany p.Jobs before the
+// Backlog runs the backlog workload: producers InsertMany p.Jobs before the
 // worker client starts, then before (BacklogReady: settle, checkpoint,
 // start the meter), then the client starts; elapsed is Start to the
 // database showing every job completed. Call Reset before.
-func (r *RiverSide) Drain(ctx context.Context, p RiverParams, before func() error) (Result, error) {
+func (r *RiverSide) Backlog(ctx context.Context, p RiverParams, before func() error) (Result, error) {
 	var started atomic.Int64
 	worker, inserter, closeAll, err := r.clients(ctx, p, &started)
 	if err != nil {

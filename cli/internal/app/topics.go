@@ -73,7 +73,7 @@ func newTopicLimitCmd(e *env) *cobra.Command {
 		Long: `Set how many jobs of TOPIC may run at once across every gateway, 0 to
 1000000 (0 starts nothing), or none to clear the limit. It holds from the next
 claim on every gateway; lowering it below what runs stops nothing, the topic
-starts nothing until it drains below the limit.`,
+starts nothing until its running jobs fall below the limit.`,
 		Example: `  pulse topics limit email.send 20
   pulse topics limit reports.build 0
   pulse topics limit email.send none`,

@@ -33,7 +33,7 @@ import (
 // And with that plan the only sane one, planning it again for every
 // execution buys nothing: the statements take their arrays and limits as
 // parameters, so Postgres's default (plan_cache_mode auto) kept comparing
-// custom plans against the generic one, and a profile of a backlog drain
+// custom plans against the generic one, and a profile of a backlog work-off
 // spent ~3 % of Postgres's CPU in the planner. force_generic_plan plans
 // each statement once per connection, under these same settings, since
 // every execution of it runs behind this statement.

@@ -204,7 +204,7 @@ WHERE $2::int IS NULL OR $2::int > old.max_running`
 // the claims in flight to commit (a few milliseconds) and holds new ones
 // until it commits; a claim therefore either committed before the change
 // or sees it. Lowering a limit below what runs stops no running job: the
-// topic starts nothing until it drains below the new limit.
+// topic starts nothing until its running jobs fall below the new limit.
 //
 // Callers validate the topic's format first (jobspec.ValidateTopic; the
 // API does); the schema's CHECK refuses what they miss, naming the topic.

@@ -111,7 +111,7 @@ func TestTopicLimit(t *testing.T) {
 		require.Len(t, claimTopics(t, b, []string{"lim"}, 10), 3)
 	})
 
-	t.Run("LoweringBelowRunningClaimsNothingUntilItDrains", func(t *testing.T) {
+	t.Run("LoweringBelowRunningClaimsNothingUntilRunningFallsBelow", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "lim", 5, 10)

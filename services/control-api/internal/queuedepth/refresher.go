@@ -15,7 +15,7 @@ const IntervalDefault = 5 * time.Second
 
 // MaxDuty is the largest share of time the count may keep a Postgres
 // backend busy. The count is O(live jobs): measured on a two-core machine,
-// 0.16 s with a 200,000-job backlog draining and about 0.4 s for a
+// 0.16 s while a 200,000-job backlog is worked off and about 0.4 s for a
 // million, which at a 5 s interval is a twelfth of a core spent on a
 // gauge, for as long as the backlog lasts. After a count that took d,
 // Refresh skips the ticks that come before d / MaxDuty has passed since

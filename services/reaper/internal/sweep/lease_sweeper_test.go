@@ -114,7 +114,7 @@ func TestLeaseSweeper(t *testing.T) {
 		require.Equal(t, []int64{2, 1}, []int64{failed, dead})
 	})
 
-	t.Run("DrainsMoreThanOneBatchInOneTick", func(t *testing.T) {
+	t.Run("ReapsMoreThanOneBatchInOneTick", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 10)
 		for range 35 {
@@ -126,7 +126,7 @@ func TestLeaseSweeper(t *testing.T) {
 		require.EqualValues(t, 35, countStatus(t, b.pool, pulsetype.StatusRetrying))
 		require.EqualValues(t, 4, b.reaper.calls.Load(), "each statement settles at most one batch: 10+10+10+5")
 
-		// The next backlog waits for the next tick, then drains the same way.
+		// The next backlog waits for the next tick, then is reaped the same way.
 		for range 12 {
 			fixture.Running(t, b.pool, fixture.RunningOpts{LeaseIn: -time.Second})
 		}
