@@ -149,8 +149,20 @@ func TestMigrationUnderLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { stopLoad(); wg.Wait() })
 
+	// reached: n reports have committed, or a goroutine failed (checked
+	// below, with what failed).
+	failedSoFar := func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), failures...)
+	}
+	failed := func() bool { return len(failedSoFar()) > 0 }
+	reached := func(n *atomic.Int64) func() bool {
+		return func() bool { return n.Load() >= 500 || failed() }
+	}
 	// The load runs before the migration starts...
-	waitFor(t, "claims to commit before the migration", func() bool { return reported[0].Load() >= 500 })
+	waitFor(t, "claims to commit before the migration", reached(&reported[0]))
+	require.Empty(t, failedSoFar(), "no submit, claim or report failed before the migration")
 	rec := &recorder{}
 	phase.Store(1)
 	migStart := time.Now()
@@ -160,7 +172,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(4), v)
 	// ... and after it ends.
-	waitFor(t, "claims to commit after the migration", func() bool { return reported[2].Load() >= 500 })
+	waitFor(t, "claims to commit after the migration", reached(&reported[2]))
 	stopLoad()
 	wg.Wait()
 
