@@ -13,12 +13,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // quiesceGateway answers heartbeats as a gateway whose scope may be
 // quiesced, and counts the beats it answered since the last flip.
 type quiesceGateway struct {
-	*fakeGateway
+	*fakegateway.Gateway
 	mu       sync.Mutex
 	quiesced bool
 	canceled bool
@@ -26,11 +27,11 @@ type quiesceGateway struct {
 }
 
 func newQuiesceGateway(t *testing.T, welcome *pulsev1.Welcome) *quiesceGateway {
-	g := &quiesceGateway{fakeGateway: newFakeGateway(t, "gw-1", welcome)}
-	g.setHeartbeatFn(func(req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
+	g := &quiesceGateway{Gateway: fakegateway.New(t, "gw-1", welcome)}
+	g.SetHeartbeatFn(func(req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		resp := holdAll(req)
+		resp := fakegateway.HoldAll(req)
 		for _, r := range resp.GetResults() {
 			r.Quiesced = g.quiesced
 			if g.canceled {
@@ -83,11 +84,11 @@ func TestCheckpoint(t *testing.T) {
 
 	t.Run("HoldsWhileQuiescedKeepsHeartbeatingAndReturnsOnResume", func(t *testing.T) {
 		t.Parallel()
-		gw := newQuiesceGateway(t, fastWelcome())
+		gw := newQuiesceGateway(t, fakegateway.FastWelcome())
 		gw.set(true, false)
 		h := newCheckpointHandler()
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		gw.nextStream(t).assign(assignment("j1", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
 		<-h.started
 		gw.applied(t)
 		close(h.proceed)
@@ -103,16 +104,16 @@ func TestCheckpoint(t *testing.T) {
 		case <-time.After(liveness):
 			t.Fatal("Checkpoint did not return on resume")
 		}
-		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.NextResult(t).GetOutcome())
 	})
 
 	t.Run("CancelWhileHeldReturnsTheCause", func(t *testing.T) {
 		t.Parallel()
-		gw := newQuiesceGateway(t, fastWelcome())
+		gw := newQuiesceGateway(t, fakegateway.FastWelcome())
 		gw.set(true, false)
 		h := newCheckpointHandler()
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		gw.nextStream(t).assign(assignment("j1", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
 		<-h.started
 		gw.applied(t)
 		close(h.proceed)
@@ -130,13 +131,13 @@ func TestCheckpoint(t *testing.T) {
 
 	t.Run("AStreamAnnouncementRefreshesQuiesceWithoutWaitingForTheInterval", func(t *testing.T) {
 		t.Parallel()
-		slow := fastWelcome()
+		slow := fakegateway.FastWelcome()
 		slow.HeartbeatInterval = durationpb.New(time.Hour) // only a poke beats
 		gw := newQuiesceGateway(t, slow)
 		h := newCheckpointHandler()
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		fs := gw.nextStream(t)
-		fs.assign(assignment("j1", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		fs := gw.NextStream(t)
+		fs.Assign(fakegateway.Assignment("j1", "t"))
 		<-h.started
 
 		announce := func(version int64, paused bool) {
@@ -144,7 +145,7 @@ func TestCheckpoint(t *testing.T) {
 			if paused {
 				st.PausedScopes = []*pulsev1.ScopeState{{Scope: "t", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_QUIESCE, Reason: "upgrade"}}
 			}
-			fs.out <- &pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_DispatchState{DispatchState: st}}
+			fs.Send(&pulsev1.StreamJobsResponse{Msg: &pulsev1.StreamJobsResponse_DispatchState{DispatchState: st}})
 		}
 		gw.set(true, false)
 		announce(5, true)

@@ -18,6 +18,19 @@
 // To enqueue inside the application's own database transaction, see
 // package pulsetx (module github.com/pulsequeue/pulse/pkg/pulsetx).
 //
+// [NewTopic] declares a topic with the type of its args, once, for the
+// producer ([Topic.Enqueue]) and the worker ([Topic.Register]);
+// [HandlerFor] adapts a function of typed args to a [Handler]. Args that
+// do not decode into the type fail the attempt permanently with an
+// [ArgsError]. The limits a job is held to (topic names, priority,
+// attempts, durations, key length) are pulsetype's, re-exported here
+// ([MinPriority] …) and checked before any request leaves the process.
+//
+// Package pulsetest tests an application's use of this package without a
+// fleet: it runs a handler through a real worker, records what a real
+// client enqueued, and runs the application's own worker against an
+// in-process gateway.
+//
 // The package depends only on gRPC, protobuf and the OpenTelemetry API, so
 // importing it never pulls in a server dependency.
 package pulse

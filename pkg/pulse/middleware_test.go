@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 func TestWorkerUse(t *testing.T) {
@@ -18,7 +19,7 @@ func TestWorkerUse(t *testing.T) {
 
 	t.Run("WrapsEveryHandlerOutermostFirst", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		var mu sync.Mutex
 		var trace []string
 		note := func(s string) {
@@ -37,28 +38,28 @@ func TestWorkerUse(t *testing.T) {
 				}
 			}
 		}
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Register("a", func(context.Context, *Job) error { note("handler"); return nil })
 			w.Use(named("outer"), named("middle"))
 			w.Use(named("inner"))
 			w.Register("b", func(context.Context, *Job) error { return errors.New("b failed") })
 		})
-		stream := gw.nextStream(t)
-		stream.assign(assignment("job-a", "a"))
-		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+		stream := gw.NextStream(t)
+		stream.Assign(fakegateway.Assignment("job-a", "a"))
+		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.NextResult(t).GetOutcome())
 		mu.Lock()
 		require.Equal(t, []string{"outer>a:true", "middle>a:true", "inner>a:true", "handler", "inner<", "middle<", "outer<"}, trace)
 		mu.Unlock()
 
-		stream.assign(assignment("job-b", "b"))
-		res := gw.nextResult(t)
+		stream.Assign(fakegateway.Assignment("job-b", "b"))
+		res := gw.NextResult(t)
 		require.Equal(t, "b failed", res.GetError())
 	})
 
 	t.Run("MiddlewareDecidesTheResultAndItsPanicIsRecovered", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Use(func(next Handler) Handler {
 				return func(ctx context.Context, job *Job) error {
 					switch job.ID {
@@ -72,13 +73,13 @@ func TestWorkerUse(t *testing.T) {
 			})
 			w.Register("t", func(context.Context, *Job) error { return errors.New("nope") })
 		})
-		stream := gw.nextStream(t)
-		stream.assign(assignment("job-panic", "t"))
-		res := gw.nextResult(t)
+		stream := gw.NextStream(t)
+		stream.Assign(fakegateway.Assignment("job-panic", "t"))
+		res := gw.NextResult(t)
 		require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL, res.GetOutcome())
 		require.Equal(t, "panic: middleware bug", res.GetError())
-		stream.assign(assignment("job-permanent", "t"))
-		res = gw.nextResult(t)
+		stream.Assign(fakegateway.Assignment("job-permanent", "t"))
+		res = gw.NextResult(t)
 		require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL_PERMANENT, res.GetOutcome())
 	})
 

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // refuseFirst refuses the first n opens with err, then lets the worker in.
@@ -29,12 +31,12 @@ func TestWorkerRefused(t *testing.T) {
 		for _, code := range []codes.Code{codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument, codes.AlreadyExists} {
 			t.Run(code.String(), func(t *testing.T) {
 				t.Parallel()
-				a := newFakeGateway(t, "gw-a", fastWelcome())
-				b := newFakeGateway(t, "gw-b", fastWelcome())
+				a := fakegateway.New(t, "gw-a", fakegateway.FastWelcome())
+				b := fakegateway.New(t, "gw-b", fakegateway.FastWelcome())
 				refusal := status.Error(code, "worker id \"w\" is refused for a reason the gateway names")
-				a.setOpenFn(func(int) error { return refusal })
-				b.setOpenFn(func(int) error { return refusal })
-				w, err := NewWorker([]string{a.addr, b.addr}, WithLogger(slog.New(slog.DiscardHandler)), WithWorkerID("w"))
+				a.SetOpenFn(func(int) error { return refusal })
+				b.SetOpenFn(func(int) error { return refusal })
+				w, err := NewWorker([]string{a.Addr(), b.Addr()}, WithLogger(slog.New(slog.DiscardHandler)), WithWorkerID("w"))
 				require.NoError(t, err)
 				w.Register("t", noop)
 
@@ -45,60 +47,60 @@ func TestWorkerRefused(t *testing.T) {
 				require.ErrorIs(t, err, ErrWorkerRefused)
 				require.Equal(t, code, status.Code(err), "the gateway's status survives the wrapping")
 				require.ErrorContains(t, err, "for a reason the gateway names")
-				require.Equal(t, 1, a.openCount(), "each gateway was asked once")
-				require.Equal(t, 1, b.openCount(), "each gateway was asked once")
+				require.Equal(t, 1, a.OpenCount(), "each gateway was asked once")
+				require.Equal(t, 1, b.OpenCount(), "each gateway was asked once")
 			})
 		}
 	})
 
 	t.Run("OneGatewayLettingItInIsEnough", func(t *testing.T) {
 		t.Parallel()
-		a := newFakeGateway(t, "gw-a", fastWelcome())
-		b := newFakeGateway(t, "gw-b", fastWelcome())
-		a.setOpenFn(func(int) error { return status.Error(codes.PermissionDenied, "not on this replica") })
-		startWorker(t, []string{a.addr, b.addr}, map[string]Handler{"t": noop})
-		fs := b.nextStream(t)
-		require.Equal(t, "worker-1", fs.open.GetWorkerId())
+		a := fakegateway.New(t, "gw-a", fakegateway.FastWelcome())
+		b := fakegateway.New(t, "gw-b", fakegateway.FastWelcome())
+		a.SetOpenFn(func(int) error { return status.Error(codes.PermissionDenied, "not on this replica") })
+		startWorker(t, []string{a.Addr(), b.Addr()}, map[string]Handler{"t": noop})
+		fs := b.NextStream(t)
+		require.Equal(t, "worker-1", fs.Open.GetWorkerId())
 	})
 
 	t.Run("OutagesAtStartAreRetriedNotRefusals", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		gw.setOpenFn(refuseFirst(3, status.Error(codes.Unavailable, "starting up")))
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop})
-		gw.nextStream(t)
-		require.Equal(t, 4, gw.openCount())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		gw.SetOpenFn(refuseFirst(3, status.Error(codes.Unavailable, "starting up")))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
+		gw.NextStream(t)
+		require.Equal(t, 4, gw.OpenCount())
 	})
 
 	t.Run("RefusalsInterruptedByAnOutageStartCountingAgain", func(t *testing.T) {
 		t.Parallel()
-		a := newFakeGateway(t, "gw-a", fastWelcome())
-		b := newFakeGateway(t, "gw-b", fastWelcome())
+		a := fakegateway.New(t, "gw-a", fakegateway.FastWelcome())
+		b := fakegateway.New(t, "gw-b", fakegateway.FastWelcome())
 		// a refuses, b is down, a refuses, b is down, then a lets it in:
 		// never two refusals in a row from both targets.
-		a.setOpenFn(refuseFirst(2, status.Error(codes.Unauthenticated, "token not yet known to this replica")))
-		b.setOpenFn(func(int) error { return status.Error(codes.Unavailable, "restarting") })
-		startWorker(t, []string{a.addr, b.addr}, map[string]Handler{"t": noop})
-		a.nextStream(t)
+		a.SetOpenFn(refuseFirst(2, status.Error(codes.Unauthenticated, "token not yet known to this replica")))
+		b.SetOpenFn(func(int) error { return status.Error(codes.Unavailable, "restarting") })
+		startWorker(t, []string{a.Addr(), b.Addr()}, map[string]Handler{"t": noop})
+		a.NextStream(t)
 	})
 
 	t.Run("AfterAWelcomeRefusalsAreRetried", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		gw.setOpenFn(func(nth int) error {
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		gw.SetOpenFn(func(nth int) error {
 			if nth == 2 || nth == 3 { // the reconnects after the first stream
 				return status.Error(codes.AlreadyExists, "worker id is streaming under another identity")
 			}
 			return nil
 		})
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop})
-		close(gw.nextStream(t).kill)
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
+		gw.NextStream(t).Kill()
 		select {
-		case fs := <-gw.streams:
-			require.Equal(t, "worker-1", fs.open.GetWorkerId())
+		case fs := <-gw.Streams():
+			require.Equal(t, "worker-1", fs.Open.GetWorkerId())
 		case <-time.After(liveness):
 			t.Fatal("the worker stopped reconnecting after refusals that came after a welcome")
 		}
-		require.Equal(t, 4, gw.openCount())
+		require.Equal(t, 4, gw.OpenCount())
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 func TestBackoffOptions(t *testing.T) {
@@ -120,11 +121,11 @@ func TestRetryAfter(t *testing.T) {
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				gw := newFakeGateway(t, "gw-1", fastWelcome())
-				startWorker(t, []string{gw.addr}, map[string]Handler{"t": c.handler})
-				fs := gw.nextStream(t)
-				fs.assign(assignment("job-1", "t"))
-				res := gw.nextResult(t)
+				gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+				startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": c.handler})
+				fs := gw.NextStream(t)
+				fs.Assign(fakegateway.Assignment("job-1", "t"))
+				res := gw.NextResult(t)
 				require.Equal(t, c.outcome, res.GetOutcome())
 				require.Equal(t, c.text, res.GetError())
 				if c.after == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // quietWindow is how long a test watches for a credit that must not come.
@@ -26,10 +27,10 @@ func ackAll(req *pulsev1.ReportResultRequest) *pulsev1.ReportResultResponse {
 }
 
 // noCreditFor fails if a credit arrives on fs within quietWindow.
-func (fs *fakeStream) noCreditFor(t *testing.T, why string) {
+func noCreditFor(t *testing.T, fs *fakegateway.Stream, why string) {
 	t.Helper()
 	select {
-	case n := <-fs.credits:
+	case n := <-fs.Credits():
 		t.Fatalf("%s: got a credit of %d", why, n)
 	case <-time.After(quietWindow):
 	}
@@ -57,18 +58,18 @@ func awaitFinished(t *testing.T, done <-chan string, n int) {
 // startHeldReports runs a worker with 2 slots and the given settle-behind
 // against a gateway that acknowledges no report until settle is closed.
 // done receives each job whose handler returned.
-func startHeldReports(t *testing.T, settleBehind int) (gw *fakeGateway, fs *fakeStream, done chan string, settle chan struct{}) {
+func startHeldReports(t *testing.T, settleBehind int) (gw *fakegateway.Gateway, fs *fakegateway.Stream, done chan string, settle chan struct{}) {
 	t.Helper()
-	gw = newFakeGateway(t, "gw-1", fastWelcome())
+	gw = fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 	settle = make(chan struct{})
-	gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+	gw.SetReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
 		<-settle
 		return ackAll(req), nil
 	})
 	done = make(chan string, 10)
-	startWorker(t, []string{gw.addr}, map[string]Handler{"t": finishedHandler(done)},
+	startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": finishedHandler(done)},
 		WithConcurrency(2), WithSettleBehind(settleBehind))
-	return gw, gw.nextStream(t), done, settle
+	return gw, gw.NextStream(t), done, settle
 }
 
 func TestSettleBehind(t *testing.T) {
@@ -79,24 +80,24 @@ func TestSettleBehind(t *testing.T) {
 		gw, fs, done, settle := startHeldReports(t, 3)
 
 		// Two jobs finish while no report settles: both slots come back.
-		fs.assign(assignment("j1", "t"), assignment("j2", "t"))
+		fs.Assign(fakegateway.Assignment("j1", "t"), fakegateway.Assignment("j2", "t"))
 		awaitFinished(t, done, 2)
-		fs.awaitCredits(t, 2)
+		fs.AwaitCredits(t, 2)
 
 		// Two more: one slot comes back, taking the last place behind;
 		// the other waits for results to settle.
-		fs.assign(assignment("j3", "t"), assignment("j4", "t"))
+		fs.Assign(fakegateway.Assignment("j3", "t"), fakegateway.Assignment("j4", "t"))
 		awaitFinished(t, done, 2)
-		fs.awaitCredits(t, 1)
-		fs.noCreditFor(t, "a fourth unsettled result got its slot back past the limit of 3")
+		fs.AwaitCredits(t, 1)
+		noCreditFor(t, fs, "a fourth unsettled result got its slot back past the limit of 3")
 
 		// Reports settle: the held slot comes back, and every result is
 		// reported once.
 		close(settle)
-		fs.awaitCredits(t, 1)
+		fs.AwaitCredits(t, 1)
 		got := map[string]bool{}
 		for range 4 {
-			got[gw.nextResult(t).GetJobId()] = true
+			got[gw.NextResult(t).GetJobId()] = true
 		}
 		require.Len(t, got, 4)
 	})
@@ -105,17 +106,17 @@ func TestSettleBehind(t *testing.T) {
 		t.Parallel()
 		_, fs, done, settle := startHeldReports(t, 0)
 
-		fs.assign(assignment("j1", "t"), assignment("j2", "t"))
+		fs.Assign(fakegateway.Assignment("j1", "t"), fakegateway.Assignment("j2", "t"))
 		awaitFinished(t, done, 2)
-		fs.noCreditFor(t, "a slot came back before its result settled")
+		noCreditFor(t, fs, "a slot came back before its result settled")
 		close(settle)
-		fs.awaitCredits(t, 2)
+		fs.AwaitCredits(t, 2)
 	})
 
 	t.Run("RejectedResultsGiveTheirPlaceBack", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		gw.SetReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
 			resp := &pulsev1.ReportResultResponse{}
 			for _, r := range req.GetResults() {
 				resp.Acks = append(resp.Acks, &pulsev1.ResultAck{JobId: r.GetJobId(), Attempt: r.GetAttempt(), Code: 9, Message: "lease lost"})
@@ -123,17 +124,17 @@ func TestSettleBehind(t *testing.T) {
 			return resp, nil
 		})
 		done := make(chan string, 10)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": finishedHandler(done)},
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": finishedHandler(done)},
 			WithConcurrency(1), WithSettleBehind(1))
-		fs := gw.nextStream(t)
+		fs := gw.NextStream(t)
 
 		// One at a time, each after the previous result was rejected: were
 		// a rejected result to keep its place, the second slot would wait.
 		for i := range 5 {
-			fs.assign(assignment(fmt.Sprintf("j%d", i), "t"))
+			fs.Assign(fakegateway.Assignment(fmt.Sprintf("j%d", i), "t"))
 			awaitFinished(t, done, 1)
-			gw.nextResult(t)
-			fs.awaitCredits(t, 1)
+			gw.NextResult(t)
+			fs.AwaitCredits(t, 1)
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed: when Run's
@@ -16,23 +17,23 @@ import (
 // runs in the drain and is reported: no lease is left to lapse.
 func TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed(t *testing.T) {
 	t.Parallel()
-	gw := newFakeGateway(t, "gw-1", fastWelcome())
-	gw.holdHalfClosed = true
+	gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+	gw.HoldHalfClosed()
 	ran := make(chan string, 1)
-	w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": func(_ context.Context, job *Job) error {
+	w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": func(_ context.Context, job *Job) error {
 		ran <- job.ID
 		return nil
 	}})
-	fs := gw.nextStream(t)
+	fs := gw.NextStream(t)
 
 	w.cancel()
 	select {
-	case <-fs.gone: // the worker half-closed; the stream is still open
+	case <-fs.Gone(): // the worker half-closed; the stream is still open
 	case <-time.After(liveness):
 		t.Fatal("the stopping worker never half-closed its stream")
 	}
-	fs.assign(assignment("claimed-in-the-last-instant", "t"))
-	close(fs.end)
+	fs.Assign(fakegateway.Assignment("claimed-in-the-last-instant", "t"))
+	fs.End()
 
 	select {
 	case id := <-ran:
@@ -41,7 +42,7 @@ func TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed(t *testing.T) {
 		t.Fatal("the job sent after the half-close never ran")
 	}
 	require.NoError(t, w.stop(t))
-	r := gw.nextResult(t)
+	r := gw.NextResult(t)
 	require.Equal(t, "claimed-in-the-last-instant", r.GetJobId())
 	require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, r.GetOutcome())
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // registerWorker is startWorker for handlers registered with options.
@@ -28,7 +29,7 @@ func registerWorker(t *testing.T, targets []string, register func(w *Worker), op
 }
 
 func timedAssignment(id string, timeout time.Duration) *pulsev1.Assignment {
-	a := assignment(id, "t")
+	a := fakegateway.Assignment(id, "t")
 	if timeout > 0 {
 		a.Timeout = durationpb.New(timeout)
 	}
@@ -40,7 +41,7 @@ func TestTimeout(t *testing.T) {
 
 	t.Run("TheHandlerSeesTheDeadlineAndAnOverrunFailsTheAttempt", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		type seen struct {
 			timeout  time.Duration
 			left     time.Duration
@@ -49,7 +50,7 @@ func TestTimeout(t *testing.T) {
 			returned time.Time
 		}
 		seenCh := make(chan seen, 1)
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Register("t", func(ctx context.Context, job *Job) error {
 				dl, ok := ctx.Deadline()
 				s := seen{timeout: job.Timeout, left: time.Until(dl), hasDL: ok}
@@ -60,8 +61,8 @@ func TestTimeout(t *testing.T) {
 			})
 		})
 		start := time.Now()
-		gw.nextStream(t).assign(timedAssignment("job-1", 100*time.Millisecond))
-		res := gw.nextResult(t)
+		gw.NextStream(t).Assign(timedAssignment("job-1", 100*time.Millisecond))
+		res := gw.NextResult(t)
 		s := <-seenCh
 		require.True(t, s.hasDL)
 		require.Equal(t, 100*time.Millisecond, s.timeout)
@@ -74,8 +75,8 @@ func TestTimeout(t *testing.T) {
 
 	t.Run("AHandlerThatFinishesLateStillFailsAndSaysWhatItReturned", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Register("t", func(ctx context.Context, job *Job) error {
 				<-ctx.Done()
 				if job.ID == "job-nil" {
@@ -84,79 +85,79 @@ func TestTimeout(t *testing.T) {
 				return errors.New("smtp: connection reset")
 			})
 		})
-		stream := gw.nextStream(t)
-		stream.assign(timedAssignment("job-nil", 20*time.Millisecond))
-		res := gw.nextResult(t)
+		stream := gw.NextStream(t)
+		stream.Assign(timedAssignment("job-nil", 20*time.Millisecond))
+		res := gw.NextResult(t)
 		require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL, res.GetOutcome())
 		require.Equal(t, "timed out after 20ms", res.GetError())
-		stream.assign(timedAssignment("job-err", 20*time.Millisecond))
-		res = gw.nextResult(t)
+		stream.Assign(timedAssignment("job-err", 20*time.Millisecond))
+		res = gw.NextResult(t)
 		require.Equal(t, "timed out after 20ms: smtp: connection reset", res.GetError())
 	})
 
 	t.Run("AHandlerThatIgnoresItsContextFailsAfterTheGraceAndKeepsItsSlot", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		release := make(chan struct{})
 		returned := make(chan time.Time, 1)
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Register("t", func(context.Context, *Job) error {
 				<-release // ignores its context
 				returned <- time.Now()
 				return nil
 			})
 		}, WithConcurrency(1))
-		stream := gw.nextStream(t)
+		stream := gw.NextStream(t)
 		start := time.Now()
-		stream.assign(timedAssignment("job-stuck", 50*time.Millisecond))
-		res := gw.nextResult(t)
+		stream.Assign(timedAssignment("job-stuck", 50*time.Millisecond))
+		res := gw.NextResult(t)
 		require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL, res.GetOutcome())
 		require.Equal(t, "timed out after 50ms", res.GetError())
 		require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond+timeoutGrace)
 
 		// Reported, but the handler still runs: no credit until it returns.
 		select {
-		case n := <-stream.credits:
+		case n := <-stream.Credits():
 			t.Fatalf("credited %d slot(s) while the handler still runs", n)
 		case <-time.After(100 * time.Millisecond):
 		}
 		close(release)
 		<-returned
-		stream.awaitCredits(t, 1)
+		stream.AwaitCredits(t, 1)
 	})
 
 	t.Run("TheTopicDefaultAppliesUnlessTheJobHasItsOwn", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		seen := make(chan time.Duration, 2)
-		registerWorker(t, []string{gw.addr}, func(w *Worker) {
+		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
 			w.Register("t", func(ctx context.Context, job *Job) error {
 				seen <- job.Timeout
 				return nil
 			}, WithTimeout(time.Minute))
 		})
-		stream := gw.nextStream(t)
-		stream.assign(timedAssignment("job-default", 0))
+		stream := gw.NextStream(t)
+		stream.Assign(timedAssignment("job-default", 0))
 		require.Equal(t, time.Minute, <-seen)
-		stream.assign(timedAssignment("job-own", 2*time.Second))
+		stream.Assign(timedAssignment("job-own", 2*time.Second))
 		require.Equal(t, 2*time.Second, <-seen)
 		for range 2 {
-			require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+			require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.NextResult(t).GetOutcome())
 		}
 	})
 
 	t.Run("WithoutATimeoutNothingChanges", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		hasDeadline := make(chan bool, 1)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": func(ctx context.Context, job *Job) error {
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": func(ctx context.Context, job *Job) error {
 			_, ok := ctx.Deadline()
 			hasDeadline <- ok
 			return nil
 		}})
-		gw.nextStream(t).assign(timedAssignment("job-1", 0))
+		gw.NextStream(t).Assign(timedAssignment("job-1", 0))
 		require.False(t, <-hasDeadline)
-		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.NextResult(t).GetOutcome())
 	})
 
 	t.Run("RegisterRefusesATimeoutOutOfRange", func(t *testing.T) {

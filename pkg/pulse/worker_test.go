@@ -19,6 +19,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/errtext"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // runningWorker is a worker whose Run is in progress in the background.
@@ -117,11 +118,11 @@ func TestWorker(t *testing.T) {
 
 	t.Run("OpensTheStreamWithItsTopicsAndConcurrency", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		startWorker(t, []string{gw.addr}, map[string]Handler{"sms.send": noop, "email.send": noop, "a.first": noop},
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"sms.send": noop, "email.send": noop, "a.first": noop},
 			WithConcurrency(7))
 
-		open := gw.nextStream(t).open
+		open := gw.NextStream(t).Open
 		require.Equal(t, "worker-1", open.GetWorkerId())
 		require.Equal(t, []string{"a.first", "email.send", "sms.send"}, open.GetTopics())
 		require.Equal(t, int32(7), open.GetConcurrency())
@@ -130,11 +131,11 @@ func TestWorker(t *testing.T) {
 
 	t.Run("SendsBasicAuthOnTheStream", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop}, WithUserPass("worker", "pw"))
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop}, WithUserPass("worker", "pw"))
 
 		want := "Basic " + base64.StdEncoding.EncodeToString([]byte("worker:pw"))
-		require.Equal(t, []string{want}, gw.nextStream(t).md.Get("authorization"))
+		require.Equal(t, []string{want}, gw.NextStream(t).MD.Get("authorization"))
 	})
 
 	t.Run("ReportsEachOutcome", func(t *testing.T) {
@@ -160,24 +161,24 @@ func TestWorker(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				gw := newFakeGateway(t, "gw-1", fastWelcome())
-				startWorker(t, []string{gw.addr}, map[string]Handler{"t": c.handler})
-				fs := gw.nextStream(t)
-				fs.assign(assignment("job-1", "t"))
+				gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+				startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": c.handler})
+				fs := gw.NextStream(t)
+				fs.Assign(fakegateway.Assignment("job-1", "t"))
 
-				res := gw.nextResult(t)
+				res := gw.NextResult(t)
 				require.Equal(t, "job-1", res.GetJobId())
 				require.Equal(t, int32(1), res.GetAttempt())
 				require.Equal(t, c.wantOutcome, res.GetOutcome())
 				require.Equal(t, c.wantError, res.GetError())
-				fs.awaitCredits(t, 1)
+				fs.AwaitCredits(t, 1)
 			})
 		}
 	})
 
 	t.Run("HandlerSeesTheJobItsArgsAndItsTraceContext", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		type seen struct {
 			job     *Job
 			fromCtx *Job
@@ -185,7 +186,7 @@ func TestWorker(t *testing.T) {
 			traceID string
 		}
 		seenCh := make(chan seen, 1)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": func(ctx context.Context, job *Job) error {
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": func(ctx context.Context, job *Job) error {
 			var s seen
 			s.job = job
 			s.fromCtx, _ = JobFromContext(ctx)
@@ -196,10 +197,10 @@ func TestWorker(t *testing.T) {
 			seenCh <- s
 			return nil
 		}})
-		a := assignment("job-7", "t")
+		a := fakegateway.Assignment("job-7", "t")
 		a.Attempt, a.Priority, a.Args = 3, 8, []byte(`{"n":42}`)
 		a.Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-		gw.nextStream(t).assign(a)
+		gw.NextStream(t).Assign(a)
 
 		s := <-seenCh
 		require.Equal(t, &Job{
@@ -213,11 +214,11 @@ func TestWorker(t *testing.T) {
 
 	t.Run("CreditsMatchFinishedJobsAndConcurrencyHoldsWhenTheGatewayOversends", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		var current, peak atomic.Int32
 		release := make(chan struct{})
 		started := make(chan struct{}, 10)
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": func(ctx context.Context, _ *Job) error {
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": func(ctx context.Context, _ *Job) error {
 			n := current.Add(1)
 			defer current.Add(-1)
 			for {
@@ -230,9 +231,9 @@ func TestWorker(t *testing.T) {
 			<-release
 			return nil
 		}}, WithConcurrency(2))
-		fs := gw.nextStream(t)
-		fs.assign(assignment("j1", "t"), assignment("j2", "t"), assignment("j3", "t"))
-		fs.assign(assignment("j4", "t"), assignment("j5", "t"))
+		fs := gw.NextStream(t)
+		fs.Assign(fakegateway.Assignment("j1", "t"), fakegateway.Assignment("j2", "t"), fakegateway.Assignment("j3", "t"))
+		fs.Assign(fakegateway.Assignment("j4", "t"), fakegateway.Assignment("j5", "t"))
 
 		for range 2 {
 			select {
@@ -244,28 +245,28 @@ func TestWorker(t *testing.T) {
 		close(release)
 		got := map[string]pulsev1.Outcome{}
 		for range 5 {
-			r := gw.nextResult(t)
+			r := gw.NextResult(t)
 			got[r.GetJobId()] = r.GetOutcome()
 		}
 		for _, id := range []string{"j1", "j2", "j3", "j4", "j5"} {
 			require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, got[id], id)
 		}
 		require.Equal(t, int32(2), peak.Load())
-		fs.awaitCredits(t, 5)
+		fs.AwaitCredits(t, 5)
 	})
 
 	t.Run("HeartbeatsCarryEveryRunningJob", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		h := newBlockingHandler()
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		fs := gw.nextStream(t)
-		fs.assign(assignment("j1", "t"), assignment("j2", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		fs := gw.NextStream(t)
+		fs.Assign(fakegateway.Assignment("j1", "t"), fakegateway.Assignment("j2", "t"))
 		h.awaitStart(t)
 		h.awaitStart(t)
 
 		require.Eventually(t, func() bool {
-			hb := gw.lastHeartbeat()
+			hb := gw.LastHeartbeat()
 			if hb == nil || hb.GetWorkerId() != "worker-1" || len(hb.GetJobs()) != 2 {
 				return false
 			}
@@ -276,8 +277,8 @@ func TestWorker(t *testing.T) {
 			return ids["j1"] == 1 && ids["j2"] == 1
 		}, liveness, tick)
 		close(h.release)
-		gw.nextResult(t)
-		gw.nextResult(t)
+		gw.NextResult(t)
+		gw.NextResult(t)
 	})
 
 	t.Run("HeartbeatAnswersCancelHandlersWithTheRightCause", func(t *testing.T) {
@@ -293,16 +294,16 @@ func TestWorker(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				gw := newFakeGateway(t, "gw-1", fastWelcome())
+				gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 				h := newBlockingHandler()
-				startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-				fs := gw.nextStream(t)
-				fs.assign(assignment("doomed", "t"), assignment("fine", "t"))
+				startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+				fs := gw.NextStream(t)
+				fs.Assign(fakegateway.Assignment("doomed", "t"), fakegateway.Assignment("fine", "t"))
 				h.awaitStart(t)
 				h.awaitStart(t)
 
-				gw.setHeartbeatFn(func(req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
-					resp := holdAll(req)
+				gw.SetHeartbeatFn(func(req *pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
+					resp := fakegateway.HoldAll(req)
 					for _, r := range resp.GetResults() {
 						if r.GetJobId() == "doomed" {
 							r.LeaseHeld, r.Canceled = false, c.canceled
@@ -311,27 +312,27 @@ func TestWorker(t *testing.T) {
 					return resp, nil
 				})
 				require.ErrorIs(t, h.awaitCause(t), c.wantCause)
-				res := gw.nextResult(t)
+				res := gw.NextResult(t)
 				require.Equal(t, "doomed", res.GetJobId())
 				require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL, res.GetOutcome())
 
 				close(h.release)
-				require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.nextResult(t).GetOutcome())
+				require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, gw.NextResult(t).GetOutcome())
 			})
 		}
 	})
 
 	t.Run("FailingHeartbeatsLoseTheLeaseAfterTheTTL", func(t *testing.T) {
 		t.Parallel()
-		welcome := fastWelcome()
+		welcome := fakegateway.FastWelcome()
 		welcome.LeaseTtl = durationpb.New(100 * time.Millisecond)
-		gw := newFakeGateway(t, "gw-1", welcome)
-		gw.setHeartbeatFn(func(*pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
+		gw := fakegateway.New(t, "gw-1", welcome)
+		gw.SetHeartbeatFn(func(*pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error) {
 			return nil, status.Error(codes.Unavailable, "database down")
 		})
 		h := newBlockingHandler()
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		gw.nextStream(t).assign(assignment("j1", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
 		h.awaitStart(t)
 
 		require.ErrorIs(t, h.awaitCause(t), ErrLeaseLost)
@@ -339,50 +340,50 @@ func TestWorker(t *testing.T) {
 
 	t.Run("ReconnectsToTheNextGatewayAndStillReportsResults", func(t *testing.T) {
 		t.Parallel()
-		gwA := newFakeGateway(t, "gw-a", fastWelcome())
-		gwB := newFakeGateway(t, "gw-b", fastWelcome())
+		gwA := fakegateway.New(t, "gw-a", fakegateway.FastWelcome())
+		gwB := fakegateway.New(t, "gw-b", fakegateway.FastWelcome())
 		h := newBlockingHandler()
-		startWorker(t, []string{gwA.addr, gwB.addr}, map[string]Handler{"t": h.handle})
-		fsA := gwA.nextStream(t)
-		fsA.assign(assignment("j1", "t"))
+		startWorker(t, []string{gwA.Addr(), gwB.Addr()}, map[string]Handler{"t": h.handle})
+		fsA := gwA.NextStream(t)
+		fsA.Assign(fakegateway.Assignment("j1", "t"))
 		h.awaitStart(t)
 
-		close(fsA.kill)
-		fsB := gwB.nextStream(t)
-		require.Equal(t, int32(1), fsB.open.GetInFlight())
+		fsA.Kill()
+		fsB := gwB.NextStream(t)
+		require.Equal(t, int32(1), fsB.Open.GetInFlight())
 
 		close(h.release)
-		res := gwB.nextResult(t)
+		res := gwB.NextResult(t)
 		require.Equal(t, "j1", res.GetJobId())
 		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, res.GetOutcome())
-		fsB.awaitCredits(t, 1)
+		fsB.AwaitCredits(t, 1)
 
-		fsB.assign(assignment("j2", "t"))
+		fsB.Assign(fakegateway.Assignment("j2", "t"))
 		require.Equal(t, "j2", h.awaitStart(t))
-		require.Equal(t, "j2", gwB.nextResult(t).GetJobId())
+		require.Equal(t, "j2", gwB.NextResult(t).GetJobId())
 	})
 
 	t.Run("RetriesResultsWhileTheGatewayIsUnavailable", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		var failures atomic.Int32
-		gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+		gw.SetReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
 			if failures.Add(1) <= 3 {
 				return nil, status.Error(codes.Unavailable, "restarting")
 			}
 			return &pulsev1.ReportResultResponse{}, nil
 		})
-		startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop})
-		gw.nextStream(t).assign(assignment("j1", "t"))
+		startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
 
-		require.Equal(t, "j1", gw.nextResult(t).GetJobId())
-		require.Equal(t, 4, gw.reports())
+		require.Equal(t, "j1", gw.NextResult(t).GetJobId())
+		require.Equal(t, 4, gw.Reports())
 	})
 
 	t.Run("DoesNotRetryARejectedResult", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		gw.setReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		gw.SetReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
 			resp := &pulsev1.ReportResultResponse{}
 			for _, r := range req.GetResults() {
 				resp.Acks = append(resp.Acks, &pulsev1.ResultAck{
@@ -392,26 +393,26 @@ func TestWorker(t *testing.T) {
 			}
 			return resp, nil
 		})
-		w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop})
-		gw.nextStream(t).assign(assignment("j1", "t"))
-		gw.nextResult(t)
+		w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
+		gw.NextResult(t)
 
 		require.NoError(t, w.stop(t))
-		require.Equal(t, 1, gw.reports())
+		require.Equal(t, 1, gw.Reports())
 	})
 
 	t.Run("ShutdownWaitsForRunningJobsAndFlushesTheirResults", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		h := newBlockingHandler()
-		w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle})
-		fs := gw.nextStream(t)
-		fs.assign(assignment("j1", "t"))
+		w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle})
+		fs := gw.NextStream(t)
+		fs.Assign(fakegateway.Assignment("j1", "t"))
 		h.awaitStart(t)
 
 		w.cancel()
 		select {
-		case <-fs.gone:
+		case <-fs.Gone():
 		case <-time.After(liveness):
 			t.Fatal("gateway did not see the worker leave")
 		}
@@ -423,22 +424,22 @@ func TestWorker(t *testing.T) {
 		close(h.release)
 		require.NoError(t, w.stop(t))
 
-		res := gw.nextResult(t)
+		res := gw.NextResult(t)
 		require.Equal(t, "j1", res.GetJobId())
 		require.Equal(t, pulsev1.Outcome_OUTCOME_COMPLETE, res.GetOutcome())
 	})
 
 	t.Run("ShutdownTimeoutCancelsHandlersThatRunOn", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		h := newBlockingHandler()
-		w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": h.handle}, WithShutdownTimeout(0))
-		gw.nextStream(t).assign(assignment("j1", "t"))
+		w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": h.handle}, WithShutdownTimeout(0))
+		gw.NextStream(t).Assign(fakegateway.Assignment("j1", "t"))
 		h.awaitStart(t)
 
 		require.NoError(t, w.stop(t))
 		require.ErrorIs(t, h.awaitCause(t), ErrWorkerShutdown)
-		res := gw.nextResult(t)
+		res := gw.NextResult(t)
 		require.Equal(t, pulsev1.Outcome_OUTCOME_FAIL, res.GetOutcome())
 	})
 }
@@ -455,9 +456,9 @@ func TestWorkerMisuse(t *testing.T) {
 
 	t.Run("RunTwiceFails", func(t *testing.T) {
 		t.Parallel()
-		gw := newFakeGateway(t, "gw-1", fastWelcome())
-		w := startWorker(t, []string{gw.addr}, map[string]Handler{"t": noop})
-		gw.nextStream(t)
+		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+		w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
+		gw.NextStream(t)
 		require.ErrorIs(t, w.Run(context.Background()), ErrWorkerStarted)
 	})
 
