@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,8 @@ func interpretError(op string, err error) error {
 			// at the edge; this is the backstop): the caller's data, not a
 			// server fault.
 			return withCause(apierr.Invalid(pgErr.ColumnName, "%s: %s", op, pgErr.Message), pgErr)
+		case pgErr.Code == "57014" && strings.Contains(pgErr.Message, "statement timeout"):
+			return fmt.Errorf("%s: %w", op, ErrStatementTimeout)
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown), insufficient resources
 			return apierr.Unavailable(op, err)
@@ -100,6 +103,22 @@ func interpretError(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// ErrStatementTimeout is a statement Postgres canceled at its
+// statement_timeout: a read or operator statement of control-api past
+// PULSE_READ_TIMEOUT, or a claim past ClaimStatementTimeout. It is
+// context.DeadlineExceeded to errors.Is, so it answers DeadlineExceeded on
+// gRPC and 504 on HTTP, with its text: it says what to change, and holds
+// nothing of the database.
+var ErrStatementTimeout error = statementTimeout{}
+
+type statementTimeout struct{}
+
+func (statementTimeout) Error() string {
+	return "the statement ran past its statement timeout and Postgres canceled it; narrow the query (a topic, a status, a shorter range) or raise PULSE_READ_TIMEOUT"
+}
+
+func (statementTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // unstorable reports whether code is Postgres refusing a value it cannot
 // store: 22021 invalid byte sequence (bad UTF-8, NUL in text), 22P05

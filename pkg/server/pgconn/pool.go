@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,11 @@ type Options struct {
 	MaxConns int32
 	// Logger receives a WARN line per failed connection attempt.
 	Logger *slog.Logger
+	// StatementTimeout, when positive, is every session's
+	// statement_timeout (a startup parameter, so Postgres itself cancels a
+	// statement that runs longer, whether or not the client still waits);
+	// it overrides one the URL sets. Zero leaves the URL's or the server's.
+	StatementTimeout time.Duration
 }
 
 // Open returns a pool once the database answers and its schema is at least
@@ -69,6 +75,9 @@ func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 	// jit_above_cost (jobstore/queue_head.go). A URL that sets jit wins.
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	if opts.StatementTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(opts.StatementTimeout.Milliseconds(), 1), 10)
 	}
 	cfg.MaxConns = opts.MaxConns
 	if cfg.MaxConns <= 0 {

@@ -29,6 +29,7 @@ type Store interface {
 	Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error)
 	Get(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
+	ListWindow(ctx context.Context, f jobstore.ListFilter, window int) ([]*jobstore.Job, *jobstore.ListCursor, error)
 	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	Retry(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	ExplainWait(ctx context.Context, job *jobstore.Job) (*jobstore.JobWait, error)

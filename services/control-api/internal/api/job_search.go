@@ -80,20 +80,42 @@ func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.L
 		}
 		f.Before, f.BeforeFinished = &before, finished
 	}
-	jobs, err := s.store.List(ctx, f)
+	var jobs []*jobstore.Job
+	var resume *jobstore.ListCursor
+	if f.Args != nil {
+		// No index serves an args containment: the page walks at most
+		// ArgsSearchWindow jobs and says where to go on (ADR-0034).
+		jobs, resume, err = s.store.ListWindow(ctx, f, ArgsSearchWindow)
+	} else {
+		jobs, err = s.store.List(ctx, f)
+	}
 	if err != nil {
 		return nil, err
 	}
 	out := &pulsev1.ListJobsResponse{}
-	if len(jobs) > limit {
+	switch {
+	case len(jobs) > limit:
 		jobs = jobs[:limit]
 		out.NextPageToken = encodeListToken(jobs[limit-1], f.ByFinished)
+	case resume != nil:
+		out.NextPageToken = encodeCursorToken(*resume, f.ByFinished)
 	}
 	out.Jobs = make([]*pulsev1.Job, len(jobs))
 	for i, j := range jobs {
 		out.Jobs[i] = JobToWire(j)
 	}
 	return out, nil
+}
+
+// ArgsSearchWindow is the most jobs one page of an args search walks: a
+// page holds the matches among them (up to its limit) and, when the
+// window ended first, a page token to go on from there, even with no job.
+// So a search's cost per page is bounded whatever it matches.
+const ArgsSearchWindow = 10000
+
+// encodeCursorToken is the page token that goes on after c.
+func encodeCursorToken(c jobstore.ListCursor, byFinished bool) string {
+	return encodeListToken(&jobstore.Job{ID: c.ID, FinishedAt: c.Finished}, byFinished)
 }
 
 // encodeListToken is the page token after j: its id (encodePageToken), or

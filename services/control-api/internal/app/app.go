@@ -16,6 +16,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/loop"
+	"github.com/pulsequeue/pulse/pkg/server/pgconn"
 	"github.com/pulsequeue/pulse/pkg/server/service"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
@@ -78,11 +79,11 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		AdminAddr: cfg.HTTPAddr, AdminAddrVar: "PULSE_HTTP_ADDR", AdminAddrKey: "http_addr",
 		GRPCAddr: cfg.GRPCAddr, ShutdownTimeout: cfg.ShutdownTimeout,
 		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
-		Build: func(_ context.Context, s *service.Service) error { return build(cfg, s) },
+		Build: func(ctx context.Context, s *service.Service) error { return build(ctx, cfg, s) },
 	}
 }
 
-func build(cfg config.Config, s *service.Service) error {
+func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	logger := s.Logger()
 	sec, err := cfg.Security()
 	if err != nil {
@@ -100,6 +101,21 @@ func build(cfg config.Config, s *service.Service) error {
 	s.AddBackend("read_store", service.Funcs{StopFunc: func(context.Context) error { return store.Close() }})
 	m.BoundTopics(s.Topics(), cfg.MetricsMaxTopics)
 
+	// Reads and operator statements run on a pool of their own, each
+	// statement under PULSE_READ_TIMEOUT in Postgres itself (ADR-0034): a
+	// slow search holds a read connection for at most that long, and never
+	// one of the connections submits insert on.
+	readPool, err := pgconn.Open(ctx, pgconn.Options{
+		URL: cfg.DatabaseURL, Service: Service + "-reads", MinSchemaVersion: MinSchemaVersion,
+		MaxConns: cfg.DBReadMaxConns, Logger: logger, StatementTimeout: cfg.ReadTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("open the read pool: %w", err)
+	}
+	s.AddBackend("read_pool", service.Funcs{StopFunc: func(context.Context) error { readPool.Close(); return nil }})
+	reads := jobstore.New(readPool)
+	s.AddBackend("read_pool_store", service.Funcs{StopFunc: func(context.Context) error { return reads.Close() }})
+
 	coalescer := submit.NewCoalescer(store, submit.Options{
 		MaxBatch: cfg.SubmitCoalesceMax,
 		Flushers: cfg.SubmitFlushers,
@@ -113,7 +129,7 @@ func build(cfg config.Config, s *service.Service) error {
 		}
 		return nil
 	}})
-	svc := api.NewControlService(store, coalescer, api.Options{
+	svc := api.NewControlService(splitStore{Store: reads, writes: store}, coalescer, api.Options{
 		Limits:       jobspec.Limits{MaxArgsBytes: cfg.MaxArgsBytes},
 		MaxBatchJobs: cfg.MaxBatchJobs,
 		Metrics:      m,
@@ -123,13 +139,13 @@ func build(cfg config.Config, s *service.Service) error {
 		MaxArgsBytes: cfg.MaxArgsBytes,
 		Logger:       logger,
 	})
-	dispatchSvc := api.NewDispatchControl(store, api.DispatchOptions{Metrics: m, Logger: logger})
-	scheduleSvc := api.NewSchedules(store, nil, logger)
-	bulkSvc := api.NewBulkJobs(store, api.BulkOptions{Logger: logger})
-	topicSvc := api.NewTopicService(store, logger)
+	dispatchSvc := api.NewDispatchControl(reads, api.DispatchOptions{Metrics: m, Logger: logger})
+	scheduleSvc := api.NewSchedules(reads, nil, logger)
+	bulkSvc := api.NewBulkJobs(reads, api.BulkOptions{Logger: logger})
+	topicSvc := api.NewTopicService(reads, logger)
 	dashboard := ui.New(svc, dispatchSvc, scheduleSvc, ui.Options{
 		TraceURL: cfg.UITraceURL, Refresh: cfg.UIRefresh, Logger: logger,
-		Throughput: api.NewThroughput(store),
+		Throughput: api.NewThroughput(reads),
 		Topics:     topicSvc,
 		Bulk:       bulkSvc,
 	})
@@ -177,6 +193,19 @@ func build(cfg config.Config, s *service.Service) error {
 	depth := queuedepth.New(store, m)
 	s.Every(loop.Config{Name: "queue_depth", Interval: cfg.DepthInterval, Immediate: true}, depth.Refresh)
 	return nil
+}
+
+// splitStore is the ControlService's store: submits (Insert) on the main
+// pool, with no statement timeout, and everything else — lookups,
+// listings, searches, cancel, retry — on the read pool's store, under
+// PULSE_READ_TIMEOUT.
+type splitStore struct {
+	*jobstore.Store
+	writes *jobstore.Store
+}
+
+func (s splitStore) Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error) {
+	return s.writes.Insert(ctx, jobs)
 }
 
 // AccessPolicy is who may call each route of the HTTP port: the JSON API's

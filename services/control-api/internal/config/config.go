@@ -54,6 +54,13 @@ const (
 	MigrateLockRetriesMax = 1000
 	// MetricsMaxTopicsDefault and MetricsTopicIdleDefault bound the topic
 	// label of every metric (pkg/server/metrics).
+	// ReadTimeoutDefault is the statement_timeout of every read and
+	// operator statement; ReadTimeoutMax keeps a typo from removing it.
+	ReadTimeoutDefault = 5 * time.Second
+	ReadTimeoutMax     = 10 * time.Minute
+	// DBReadMaxConnsDefault is the read pool's size, beside
+	// PULSE_DB_MAX_CONNS.
+	DBReadMaxConnsDefault   = 5
 	MetricsMaxTopicsDefault = metrics.MaxTopicsDefault
 	MetricsTopicIdleDefault = metrics.TopicIdleDefault
 )
@@ -85,6 +92,8 @@ type Config struct {
 	UIRefresh          time.Duration `envconfig:"UI_REFRESH" desc:"how often open dashboard pages refresh the banner and drain panel"`
 	MigrateLockTimeout time.Duration `envconfig:"MIGRATE_LOCK_TIMEOUT" desc:"migrate: lock_timeout of every migration statement; a migration waiting longer for a lock gives up (and is retried) instead of queueing the workload behind it"`
 	MigrateLockRetries int           `envconfig:"MIGRATE_LOCK_RETRIES" desc:"migrate: how many times a migration that gave up on PULSE_MIGRATE_LOCK_TIMEOUT is retried, with a doubling wait from 1s up to 30s"`
+	ReadTimeout        time.Duration `envconfig:"READ_TIMEOUT" desc:"statement_timeout of every read and operator statement (job lookups and listings, searches, the dashboard, cancel, retry, bulk actions, pause, schedules, topics): Postgres cancels one that runs longer, and the call answers 503 / Unavailable naming it"`
+	DBReadMaxConns     int32         `envconfig:"DB_READ_MAX_CONNS" desc:"size of the read pool those statements run on, beside PULSE_DB_MAX_CONNS (submits): slow reads never take a submit's connection"`
 	MetricsMaxTopics   int           `envconfig:"METRICS_MAX_TOPICS" desc:"most topic label values one metric carries, _other included; topics beyond it are counted under topic=\"_other\""`
 	MetricsTopicIdle   time.Duration `envconfig:"METRICS_TOPIC_IDLE" desc:"a topic no metric has counted for this long loses its series and its place under PULSE_METRICS_MAX_TOPICS"`
 	MetricsAuth        bool          `envconfig:"METRICS_AUTH" desc:"true: /metrics needs credentials of any role (not with PULSE_AUTH=none); false: /metrics is public"`
@@ -110,6 +119,8 @@ func Default() Config {
 		UIRefresh:          UIRefreshDefault,
 		MigrateLockTimeout: MigrateLockTimeoutDefault,
 		MigrateLockRetries: MigrateLockRetriesDefault,
+		ReadTimeout:        ReadTimeoutDefault,
+		DBReadMaxConns:     DBReadMaxConnsDefault,
 		MetricsMaxTopics:   MetricsMaxTopicsDefault,
 		MetricsTopicIdle:   MetricsTopicIdleDefault,
 	}
@@ -177,6 +188,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MigrateLockRetries < 0 || c.MigrateLockRetries > MigrateLockRetriesMax {
 		return serverconfig.Invalid("PULSE_MIGRATE_LOCK_RETRIES", "must be 0 to %d, got %d", MigrateLockRetriesMax, c.MigrateLockRetries)
+	}
+	if c.ReadTimeout < time.Millisecond || c.ReadTimeout > ReadTimeoutMax {
+		return serverconfig.Invalid("PULSE_READ_TIMEOUT", "must be between 1ms and %s, got %s", ReadTimeoutMax, c.ReadTimeout)
+	}
+	if c.DBReadMaxConns < 1 {
+		return serverconfig.Invalid("PULSE_DB_READ_MAX_CONNS", "must be at least 1, got %d", c.DBReadMaxConns)
 	}
 	if err := metrics.ValidateTopicBounds(c.MetricsMaxTopics, c.MetricsTopicIdle); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 
@@ -358,9 +359,10 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 			body.Code = se.code
 		}
 	}
-	if code >= 500 {
+	if code >= 500 && !errors.Is(err, jobstore.ErrStatementTimeout) {
 		// The details stay in the log: a server-side failure's text may
-		// name the database, its user or host.
+		// name the database, its user or host. A statement timeout's text
+		// holds none of it and says what to change.
 		id := apierr.CorrelationID()
 		body.Message = apierr.PublicMessage(err, id)
 		h.logger.Log(r.Context(), slog.LevelError, "http request failed",

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pausewire"
 	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 
@@ -123,8 +125,11 @@ type jobListView struct {
 	// such page.
 	NextURL  string
 	FirstURL string
-	Error    string
-	Field    string
+	// Window is how many jobs one page of an args search looks at
+	// (api.ArgsSearchWindow): a page may hold no match and still go on.
+	Window int
+	Error  string
+	Field  string
 }
 
 func (d *Dashboard) jobList(w http.ResponseWriter, r *http.Request) error {
@@ -152,7 +157,7 @@ var cancelable = map[string]bool{"PENDING": true, "RETRYING": true, "RUNNING": t
 // listJobs reads one page of jobs for a list page at path. A filter the
 // API refuses is shown on the page, naming the field, with no rows.
 func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobListView, int, error) {
-	view := jobListView{Filter: f, Statuses: statuses}
+	view := jobListView{Filter: f, Statuses: statuses, Window: api.ArgsSearchWindow}
 	order := f.Order
 	if order == "submitted" { // the form's name for the API's default
 		order = ""
@@ -169,7 +174,9 @@ func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobList
 	}
 	resp, err := d.jobs.SearchJobs(r.Context(), req)
 	if err != nil {
-		if !isClientError(err) {
+		// A search past PULSE_READ_TIMEOUT is shown on the page, saying
+		// how to narrow it, like a refused filter.
+		if !isClientError(err) && !errors.Is(err, jobstore.ErrStatementTimeout) {
 			return view, 0, err
 		}
 		view.Error, view.Field = err.Error(), apierr.FieldOf(err)

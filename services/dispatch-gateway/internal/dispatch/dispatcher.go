@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -45,7 +46,8 @@ func ClaimErrorReason(err error) string {
 	switch {
 	case jobstore.IsDataError(err):
 		return ClaimErrorData
-	case apierr.KindOf(err) == apierr.KindUnavailable:
+	case apierr.KindOf(err) == apierr.KindUnavailable, errors.Is(err, jobstore.ErrStatementTimeout):
+		// A claim past its statement timeout: the database is too slow.
 		return ClaimErrorUnavailable
 	}
 	return ClaimErrorOther
