@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/pulsequeue/pulse/deploy/localfleet v0.1.0
 	github.com/pulsequeue/pulse/pkg v0.1.0
+	github.com/pulsequeue/pulse/pkg/server v0.1.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1
@@ -20,7 +21,6 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	github.com/pulsequeue/pulse/pkg/server v0.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect

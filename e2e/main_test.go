@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
 // upFleet starts a fresh fleet for one test and stops it when the test ends,
@@ -24,7 +24,9 @@ func upFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
 		// Pause exactness is judged by commit time (claimwitness).
 		opts.PostgresSettings = map[string]string{"track_commit_timestamp": "on"}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// Up builds what it lacks, starts Postgres and waits for each service:
+	// several waits, each bounded by the shared patience.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*proctest.Patience)
 	defer cancel()
 	f, err := localfleet.Up(ctx, opts)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
 // TestSchedulerReplicasFireEachOccurrenceOnce runs three real scheduler
@@ -60,27 +61,44 @@ func TestSchedulerReplicasFireEachOccurrenceOnce(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE schedule_id = $1`, id).Scan(&n))
 		return n
 	}
-	require.Eventually(t, func() bool { return fired() >= 3 }, 10*time.Second, 50*time.Millisecond, "the schedule never fired")
+	proctest.WaitFor(t, "the schedule to fire 3 times", func() bool { return fired() >= 3 })
 
 	// kill -9 one replica mid-run, and bring it back.
 	victim := f.Processes[len(f.Processes)-2]
 	require.Equal(t, names[1], victim.Name)
 	require.NoError(t, victim.Kill())
-	require.ErrorContains(t, victim.Wait(10*time.Second), "killed")
-	require.Eventually(t, func() bool { return fired() >= 5 }, 10*time.Second, 50*time.Millisecond, "firing stopped with a replica down")
+	require.ErrorContains(t, victim.Wait(proctest.Patience), "killed")
+	proctest.WaitFor(t, "firing to go on with a replica down", func() bool { return fired() >= 5 })
 	_, err = f.Restart(ctx, names[1])
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return fired() >= 9 }, 10*time.Second, 50*time.Millisecond, "firing stopped after the restart")
+	proctest.WaitFor(t, "firing to go on after the restart", func() bool { return fired() >= 9 })
 
 	resp, err = http.Post(f.ControlHTTP+"/v1/schedules/"+id+"/disable", "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	// One fire may have been in flight when the disable committed.
-	time.Sleep(300 * time.Millisecond)
-	after := fired()
-	time.Sleep(1200 * time.Millisecond)
-	require.Equal(t, after, fired(), "a disabled schedule kept firing")
+	var disabledAt time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&disabledAt))
+	// A replica has seen the disable once a pass of its own counted no
+	// enabled schedule (pulse_schedules, set at the end of every pass):
+	// every pass after that starts after the disable committed. One fire
+	// may have been in flight when it did, for an occurrence already due.
+	for _, name := range names {
+		proctest.WaitFor(t, name+" to count the schedule disabled", func() bool {
+			_, body := proctest.Get(f.AdminURLs[name] + "/metrics")
+			return strings.Contains(body, "\npulse_schedules{state=\"enabled\"} 0\n")
+		})
+	}
+	// Two more occurrences have come due since: a schedule that kept
+	// firing would have inserted them.
+	proctest.WaitFor(t, "two occurrences to come due after the disable", func() bool {
+		var past bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT now() > $1::timestamptz + interval '2 seconds'`, disabledAt).Scan(&past))
+		return past
+	})
+	var latest time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(next_run_at) FROM jobs WHERE schedule_id = $1`, id).Scan(&latest))
+	require.False(t, latest.After(disabledAt), "a disabled schedule fired the occurrence at %s, after the disable at %s", latest, disabledAt)
 
 	rows, err := pool.Query(ctx, `SELECT id::text, next_run_at FROM jobs WHERE schedule_id = $1 ORDER BY next_run_at`, id)
 	require.NoError(t, err)

@@ -27,11 +27,8 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulse"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
-
-// tlsPatience bounds each wait of these tests: a hang guard, not a
-// measurement.
-const tlsPatience = time.Minute
 
 // cliBinary is the pulse CLI, built once from cli/cmd/pulse.
 var cliBinary = sync.OnceValues(func() (string, error) {
@@ -61,7 +58,7 @@ func runCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	bin, err := cliBinary()
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Patience)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	home := t.TempDir()
@@ -93,7 +90,7 @@ func tlsFleet(t *testing.T, ca *authtest.CA, env map[string]string) *localfleet.
 // its handler ran, read from the database.
 func runOne(t *testing.T, f *localfleet.Fleet, producer *pulse.Client, topic string, opts ...pulse.WorkerOption) (lockedBy string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Patience)
 	defer cancel()
 	running := make(chan string, 1)
 	release := make(chan struct{})
@@ -131,10 +128,10 @@ func runOne(t *testing.T, f *localfleet.Fleet, producer *pulse.Client, topic str
 	defer db.Close(ctx)
 	require.NoError(t, db.QueryRow(ctx, `SELECT locked_by FROM jobs WHERE id = $1`, sub.ID).Scan(&lockedBy))
 	close(release)
-	require.Eventually(t, func() bool {
+	proctest.WaitFor(t, "job "+sub.ID+" to complete", func() bool {
 		j, err := producer.Get(ctx, sub.ID)
 		return err == nil && j.Status == "COMPLETED"
-	}, tlsPatience, 20*time.Millisecond, "job %s never completed", sub.ID)
+	})
 	return lockedBy
 }
 
@@ -147,7 +144,7 @@ func TestTLSCarriesPasswordsToTheRealServices(t *testing.T) {
 	t.Parallel()
 	ca := authtest.NewCA(t, "pulse e2e CA")
 	f := tlsFleet(t, ca, map[string]string{"PULSE_AUTH_USERS": "ops:operator:ops-pw,pat:producer:pat-pw,wk:worker:wk-pw"})
-	ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Patience)
 	defer cancel()
 	require.True(t, strings.HasPrefix(f.ControlHTTP, "https://"), f.ControlHTTP)
 
@@ -207,7 +204,7 @@ func TestMutualTLSIdentifiesCallersByCertificate(t *testing.T) {
 		"PULSE_TLS_CLIENT_CA": ca.File,
 		"PULSE_AUTH_CERTS":    "billing-worker:worker,billing-api:producer,oncall:operator",
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)
+	ctx, cancel := context.WithTimeout(context.Background(), proctest.Patience)
 	defer cancel()
 	cert := func(name string) pulse.ConnOption {
 		c, k := ca.Issue(t, name)
@@ -318,7 +315,7 @@ func TestServicesRefuseInsecureStarts(t *testing.T) {
 			`PULSE_ALLOW_PLAINTEXT_CREDENTIALS: is not true, and PULSE_ADMIN_ADDR=":9101" listens beyond loopback without TLS`},
 	}
 	for _, c := range cases {
-		ctx, cancel := context.WithTimeout(context.Background(), tlsPatience)
+		ctx, cancel := context.WithTimeout(context.Background(), proctest.Patience)
 		cmd := exec.CommandContext(ctx, bins[c.bin])
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, c.env...)
 		var stderr bytes.Buffer

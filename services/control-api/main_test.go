@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,13 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,22 +28,13 @@ import (
 	serverconfig "github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	binDir    string
-)
-
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m)
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -57,59 +44,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binary builds the real control-api once per test run.
-func binary(t *testing.T) string {
+// runToEnd runs the binary to completion with env (and no PULSE_ or
+// OTEL_ variable of the machine's).
+func runToEnd(t *testing.T, bin string, env []string, args ...string) proctest.Result {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "control-api-e2e-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "control-api")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binPath
-}
-
-// environ is the test's environment without any PULSE_* or OTEL_*
-// setting of its own, plus env.
-func environ(env ...string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PULSE_") && !strings.HasPrefix(kv, "OTEL_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, env...)
-}
-
-type result struct {
-	code   int
-	stdout string
-	stderr string
-}
-
-// runToEnd runs the binary to completion.
-func runToEnd(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	cmd.Env = environ(env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	return proctest.Run(t, bin, proctest.Env(env...), args...)
 }
 
 // freeAddr returns a loopback address nothing listens on right now.
@@ -124,12 +63,13 @@ func freeAddr(t *testing.T) string {
 
 func TestBinary(t *testing.T) {
 	t.Parallel()
+	bin := proctest.Build(t, ".", "control-api")
 
 	t.Run("MigrateThenServeThenStopCleanlyOnSIGTERM", func(t *testing.T) {
 		t.Parallel()
 		dbURL := pgtest.EmptyURL(t)
-		res := runToEnd(t, []string{"PULSE_DATABASE_URL=" + dbURL}, "migrate")
-		require.Equal(t, 0, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+		res := runToEnd(t, bin, []string{"PULSE_DATABASE_URL=" + dbURL}, "migrate")
+		require.Equal(t, 0, res.Code, "stdout: %s\nstderr: %s", res.Stdout, res.Stderr)
 		conn, err := pgx.Connect(context.Background(), dbURL)
 		require.NoError(t, err)
 		v, err := migrate.Version(context.Background(), conn)
@@ -141,23 +81,11 @@ func TestBinary(t *testing.T) {
 		require.NotNil(t, jobsTable, "migrate created the jobs table")
 
 		httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-		cmd := exec.Command(binary(t))
-		cmd.Env = environ("PULSE_DATABASE_URL="+dbURL, "PULSE_HTTP_ADDR="+httpAddr,
-			"PULSE_GRPC_ADDR="+grpcAddr, "PULSE_SHUTDOWN_TIMEOUT=10s", "PULSE_AUTH=none")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Start())
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
+		p := proctest.Start(t, bin, proctest.Env("PULSE_DATABASE_URL="+dbURL, "PULSE_HTTP_ADDR="+httpAddr,
+			"PULSE_GRPC_ADDR="+grpcAddr, "PULSE_SHUTDOWN_TIMEOUT=10s", "PULSE_AUTH=none"))
 
 		base := "http://" + httpAddr
-		waitHealthy(t, base+"/healthz", exited, &stderr)
+		p.WaitHTTP(t, base+"/healthz", http.StatusOK)
 		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 			resp, err := http.Get(base + path)
 			require.NoError(t, err)
@@ -187,20 +115,15 @@ func TestBinary(t *testing.T) {
 		require.Contains(t, string(metricsText), `pulse_build_info{service="control-api",version=`)
 		require.Contains(t, string(metricsText), `pulse_loop_errors_total{loop="queue_depth"} 0`)
 		// The queue depth was counted at start (Immediate), and says when.
-		require.Eventually(t, func() bool {
-			resp, err := http.Get(base + "/metrics")
-			if err != nil {
-				return false
-			}
-			text, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			m := regexp.MustCompile(`(?m)^pulse_queue_depth_counted_timestamp_seconds (\S+)$`).FindSubmatch(text)
+		proctest.WaitFor(t, "pulse_queue_depth_counted_timestamp_seconds to be set by the first count", func() bool {
+			_, text := proctest.Get(base + "/metrics")
+			m := regexp.MustCompile(`(?m)^pulse_queue_depth_counted_timestamp_seconds (\S+)$`).FindStringSubmatch(text)
 			if m == nil {
 				return false
 			}
-			at, err := strconv.ParseFloat(string(m[1]), 64)
+			at, err := strconv.ParseFloat(m[1], 64)
 			return err == nil && time.Since(time.Unix(int64(at), 0)) < time.Hour
-		}, 10*time.Second, 50*time.Millisecond, "pulse_queue_depth_counted_timestamp_seconds is set by the first count")
+		})
 
 		conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
@@ -213,9 +136,8 @@ func TestBinary(t *testing.T) {
 		require.Equal(t, "e2e.http", got.GetJob().GetTopic())
 		require.NoError(t, conn2.Close())
 
-		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-		require.NoError(t, <-exited, "exit 0 on SIGTERM\nstderr: %s", stderr.String())
-		require.Contains(t, stdout.String(), "stopped cleanly")
+		p.Stop(t)
+		require.Contains(t, p.Stdout.String(), "stopped cleanly")
 	})
 
 	t.Run("TwoMigrateRunsAtOnceBothSucceedAndApplyOnce", func(t *testing.T) {
@@ -226,13 +148,12 @@ func TestBinary(t *testing.T) {
 			err error
 		}
 		runs := make(chan run, 2)
-		bin := binary(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		for range 2 {
 			go func() {
 				cmd := exec.CommandContext(ctx, bin, "migrate")
-				cmd.Env = environ("PULSE_DATABASE_URL=" + dbURL)
+				cmd.Env = proctest.Env("PULSE_DATABASE_URL=" + dbURL)
 				out, err := cmd.CombinedOutput()
 				runs <- run{out, err}
 			}()
@@ -253,12 +174,12 @@ func TestBinary(t *testing.T) {
 
 	t.Run("ServeRefusesAnUnmigratedDatabaseNamingTheVersion", func(t *testing.T) {
 		t.Parallel()
-		res := runToEnd(t, []string{
+		res := runToEnd(t, bin, []string{
 			"PULSE_DATABASE_URL=" + pgtest.EmptyURL(t),
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0", "PULSE_AUTH=none",
 		})
-		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, "needs version 1 or newer") // migrations.VersionBaseline
+		require.NotEqual(t, 0, res.Code)
+		require.Contains(t, res.Stderr, "needs version 1 or newer") // migrations.VersionBaseline
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {
@@ -302,51 +223,28 @@ func TestBinary(t *testing.T) {
 			{"MigrateLockRetriesHuge", []string{db, "PULSE_MIGRATE_LOCK_RETRIES=99999999999999999999"}, "PULSE_MIGRATE_LOCK_RETRIES"},
 		}
 		for _, tc := range cases {
-			res := runToEnd(t, tc.env)
-			require.NotEqual(t, 0, res.code, tc.name)
-			require.Contains(t, res.stderr, tc.want, tc.name)
-			require.Equal(t, 1, strings.Count(strings.TrimSpace(res.stderr), "\n")+1, "%s: one line: %q", tc.name, res.stderr)
-			require.NotContains(t, res.stderr, "hunter2", "%s: secrets stay out of errors", tc.name)
+			res := runToEnd(t, bin, tc.env)
+			require.NotEqual(t, 0, res.Code, tc.name)
+			require.Contains(t, res.Stderr, tc.want, tc.name)
+			require.Equal(t, 1, strings.Count(strings.TrimSpace(res.Stderr), "\n")+1, "%s: one line: %q", tc.name, res.Stderr)
+			require.NotContains(t, res.Stderr, "hunter2", "%s: secrets stay out of errors", tc.name)
 		}
 	})
 
 	t.Run("HelpListsSubcommandsAndEveryVariable", func(t *testing.T) {
 		t.Parallel()
-		res := runToEnd(t, nil, "--help")
-		require.Equal(t, 0, res.code)
-		require.Contains(t, res.stdout, "migrate")
+		res := runToEnd(t, bin, nil, "--help")
+		require.Equal(t, 0, res.Code)
+		require.Contains(t, res.Stdout, "migrate")
 		vars, err := serverconfig.Vars(config.Config{})
 		require.NoError(t, err)
 		require.Len(t, vars, reflect.TypeOf(config.Config{}).NumField(), "every field of Config is a variable")
 		for _, v := range vars {
-			require.Contains(t, res.stdout, v)
+			require.Contains(t, res.Stdout, v)
 		}
 
-		res = runToEnd(t, nil, "frobnicate")
-		require.NotEqual(t, 0, res.code)
-		require.Contains(t, res.stderr, `unknown subcommand "frobnicate"`)
+		res = runToEnd(t, bin, nil, "frobnicate")
+		require.NotEqual(t, 0, res.Code)
+		require.Contains(t, res.Stderr, `unknown subcommand "frobnicate"`)
 	})
-}
-
-// waitHealthy polls url until it answers 200, failing if the process
-// exits first. It waits for start-up; it asserts nothing about speed.
-func waitHealthy(t *testing.T, url string, exited <-chan error, stderr *bytes.Buffer) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			t.Fatalf("control-api exited during start-up: %v\nstderr: %s", err, stderr.String())
-		default:
-		}
-		resp, err := http.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("control-api never became healthy at %s\nstderr: %s", url, stderr.String())
 }

@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 	pulsesdk "github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
@@ -504,7 +506,7 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	select {
 	case got := <-started:
 		require.Equal(t, id, got)
-	case <-time.After(30 * time.Second):
+	case <-time.After(proctest.Patience):
 		t.Fatal("job never started")
 	}
 	var j job
@@ -516,11 +518,21 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	assert.Contains(t, failLine(t, r), "timed out")
 	assert.Contains(t, r.stdout, topic+" running=1")
 
+	// The job finishes once this drain has seen it running, not after some
+	// time: the drain then has both a running and a drained poll to print.
+	out := &watchWriter{want: topic + " running=1", seen: make(chan struct{})}
 	go func() {
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-out.seen:
+		case <-time.After(proctest.Patience):
+		}
 		close(release)
 	}()
-	r = pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms")...)
+	var errb bytes.Buffer
+	drainCtx, drainCancel := context.WithTimeout(context.Background(), proctest.Patience)
+	defer drainCancel()
+	code := Run(drainCtx, ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms"), strings.NewReader(""), out, &errb)
+	r = result{code: code, stdout: out.String(), stderr: errb.String()}
 	require.Equal(t, 0, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
 	assert.Contains(t, r.stdout, "already paused")
 	assert.Contains(t, r.stdout, topic+" running=1")
@@ -587,4 +599,29 @@ func TestGroupHelpStillSucceeds(t *testing.T) {
 	require.Equal(t, ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "pulse jobs [command]")
 	require.NotContains(t, r.stdout, "pulse jobs [flags]")
+}
+
+// watchWriter collects output and closes seen once it contains want.
+type watchWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

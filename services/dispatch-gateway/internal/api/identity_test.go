@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
 var (
@@ -226,8 +227,15 @@ func TestPresence(t *testing.T) {
 		require.Equal(t, "alice", principal)
 		require.Equal(t, "gw-1", gateway)
 
-		// Several TTLs later the refresh has kept the row alive.
-		time.Sleep(time.Second)
+		// The refresh keeps the row alive: its expiry moves on past two
+		// whole TTLs beyond the first one, and the topic stays served.
+		var first time.Time
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT expires_at FROM worker_presence WHERE worker_id = 'w1'`).Scan(&first))
+		proctest.WaitFor(t, "the presence row to be refreshed past two TTLs", func() bool {
+			var now time.Time
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT expires_at FROM worker_presence WHERE worker_id = 'w1'`).Scan(&now))
+			return now.After(first.Add(2 * 300 * time.Millisecond))
+		})
 		require.True(t, served(t, gw, "mail"), "refreshed, not expired")
 
 		cancel()
@@ -311,7 +319,12 @@ func TestIdleWorkersCostTheDatabaseLittle(t *testing.T) {
 		_, _, err := openStream(t, gw, "", fmt.Sprintf("idle-%d", i), []string{"idle.topic"}, 4)
 		require.NoError(t, err)
 	}
-	time.Sleep(1500 * time.Millisecond) // let the opens and the first claims settle
+	// The opens have settled once every stream is present.
+	proctest.WaitFor(t, "every stream to be present", func() bool {
+		var live int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM worker_presence WHERE expires_at > now()`).Scan(&live))
+		return live == workers
+	})
 	const window = 5 * time.Second
 	start := counter.n.Load()
 	time.Sleep(window)
