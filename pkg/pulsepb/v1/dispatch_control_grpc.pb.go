@@ -40,8 +40,8 @@ type DispatchControlServiceClient interface {
 	// PauseDispatch pauses the global scope, or one topic. Asking for the
 	// pause a scope already has changes nothing and records nothing.
 	PauseDispatch(ctx context.Context, in *PauseDispatchRequest, opts ...grpc.CallOption) (*PauseDispatchResponse, error)
-	// ResumeDispatch resumes the global scope, or one topic; the backlog
-	// drains through the ordinary claim, in priority order.
+	// ResumeDispatch resumes the global scope, or one topic; the backlog is
+	// worked off through the ordinary claim, in priority order.
 	ResumeDispatch(ctx context.Context, in *ResumeDispatchRequest, opts ...grpc.CallOption) (*ResumeDispatchResponse, error)
 	// ListDispatchEvents pages the audit log of pauses and resumes, newest
 	// first.
@@ -111,8 +111,8 @@ type DispatchControlServiceServer interface {
 	// PauseDispatch pauses the global scope, or one topic. Asking for the
 	// pause a scope already has changes nothing and records nothing.
 	PauseDispatch(context.Context, *PauseDispatchRequest) (*PauseDispatchResponse, error)
-	// ResumeDispatch resumes the global scope, or one topic; the backlog
-	// drains through the ordinary claim, in priority order.
+	// ResumeDispatch resumes the global scope, or one topic; the backlog is
+	// worked off through the ordinary claim, in priority order.
 	ResumeDispatch(context.Context, *ResumeDispatchRequest) (*ResumeDispatchResponse, error)
 	// ListDispatchEvents pages the audit log of pauses and resumes, newest
 	// first.
