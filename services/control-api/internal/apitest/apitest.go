@@ -39,7 +39,8 @@ type Bundle struct {
 }
 
 // New wires a service on a fresh migrated database; the coalescer is
-// drained and the pool closed when the test ends.
+// closed (every accepted submit inserted) and the pool closed when the
+// test ends.
 func New(t testing.TB, opts Options) *Bundle {
 	t.Helper()
 	if opts.MaxArgsBytes == 0 {

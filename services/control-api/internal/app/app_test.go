@@ -53,7 +53,7 @@ func TestApp(t *testing.T) {
 		for range 20 {
 			wg.Go(func() {
 				for {
-					res, err := client.SubmitJob(ctx, &pulsev1.SubmitJobRequest{Job: &pulsev1.JobSpec{Topic: "drain.test"}})
+					res, err := client.SubmitJob(ctx, &pulsev1.SubmitJobRequest{Job: &pulsev1.JobSpec{Topic: "shutdown.test"}})
 					if err != nil {
 						return
 					}
