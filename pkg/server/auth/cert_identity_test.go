@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -186,7 +187,7 @@ func TestCertIdentityOverGRPC(t *testing.T) {
 	require.Contains(t, msg, "PULSE_AUTH_CERTS")
 
 	// A name that only differs by case, or carries a slash, is not a match.
-	for _, cn := range []string{"WK-1", "wk-1/evil", "wk-1\x00", ""} {
+	for _, cn := range []string{"WK-1", "wk-1/evil", "wk-1\x00", "", "wk-1 ", "\xffwk-1", strings.Repeat("wk-1", 10000)} {
 		_, code, _ = call(withPeerCert(t.Context(), cn), streamMethod, "")
 		require.Equal(t, codes.Unauthenticated, code, "%q", cn)
 	}
