@@ -17,6 +17,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
+	"github.com/pulsequeue/pulse/services/control-api/internal/submit/submittest"
 )
 
 // poisonedSpecs are submits with one value Postgres cannot store, each
@@ -53,17 +54,8 @@ func lineUp(t *testing.T, b *testBundle) <-chan error {
 		_, err := b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: spec("first")})
 		first <- err
 	}()
-	waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
+	submittest.Wait(t, b.Coalescer, "the first submit taken by the flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
 	return first
-}
-
-func waitStats(t *testing.T, c *submit.Coalescer, cond func(submit.Stats) bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond(c.Stats()) {
-		require.True(t, time.Now().Before(deadline), "coalescer never reached the state: %+v", c.Stats())
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestOnePoisonedSubmitNeverHarmsItsBatch: 50 concurrent SubmitJob calls,
@@ -75,7 +67,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatch(t *testing.T) {
 	for _, p := range poisonedSpecs {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			gate := apitest.NewGate()
+			gate := submittest.NewGate()
 			b := setupWith(t, apitest.Options{Flushers: 1, Inserter: gate.Wrap})
 			first := lineUp(t, b)
 
@@ -102,7 +94,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatch(t *testing.T) {
 					ids[i] = res.GetResult().GetId()
 				})
 			}
-			waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Queued == n-1 })
+			submittest.Wait(t, b.Coalescer, "every valid submit queued", func(s submit.Stats) bool { return s.Queued == n-1 })
 			gate.Open()
 			wg.Wait()
 			require.NoError(t, <-first)
@@ -133,7 +125,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatch(t *testing.T) {
 // store splits it, and only the poisoned submit fails, naming its field.
 func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 	t.Parallel()
-	gate := apitest.NewGate()
+	gate := submittest.NewGate()
 	b := setupWith(t, apitest.Options{Flushers: 1, Inserter: gate.Wrap})
 	b.PoisonArgs(t)
 	first := lineUp(t, b)
@@ -150,7 +142,7 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 			_, errs[i] = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
 		})
 	}
-	waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Queued == n })
+	submittest.Wait(t, b.Coalescer, "every submit queued", func(s submit.Stats) bool { return s.Queued == n })
 	gate.Open()
 	wg.Wait()
 	require.NoError(t, <-first)

@@ -5,7 +5,6 @@ package apitest
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -107,30 +106,4 @@ func (b *Bundle) PoisonArgs(t testing.TB) {
 	_, err := b.Pool.Exec(context.Background(), `ALTER TABLE jobs
 		ADD CONSTRAINT jobs_args_object CHECK (NOT args ? 'poison')`)
 	require.NoError(t, err)
-}
-
-// Gate holds the coalescer's first INSERT until Open, so a test can line
-// submits up behind it into one batch without relying on timing.
-type Gate struct {
-	inner  submit.Inserter
-	opened chan struct{}
-	once   sync.Once
-}
-
-// NewGate returns a shut gate; pass its Wrap as Options.Inserter.
-func NewGate() *Gate { return &Gate{opened: make(chan struct{})} }
-
-// Wrap is an Options.Inserter.
-func (g *Gate) Wrap(inner submit.Inserter) submit.Inserter {
-	g.inner = inner
-	return g
-}
-
-// Open lets every INSERT through, now and from now on.
-func (g *Gate) Open() { g.once.Do(func() { close(g.opened) }) }
-
-// InsertEach waits for Open, then inserts.
-func (g *Gate) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error) {
-	<-g.opened
-	return g.inner.InsertEach(ctx, jobs)
 }

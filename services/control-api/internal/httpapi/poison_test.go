@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
+	"github.com/pulsequeue/pulse/services/control-api/internal/submit/submittest"
 )
 
 // fullBundle serves every JSON route (jobs, dispatch, schedules) on a
@@ -99,17 +99,8 @@ func lineUpHTTP(t *testing.T, b *fullBundle) <-chan response {
 		r, _ := b.post("/v1/jobs", []byte(`{"topic":"first"}`))
 		first <- r
 	}()
-	waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
+	submittest.Wait(t, b.Coalescer, "the first submit taken by the flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
 	return first
-}
-
-func waitStats(t *testing.T, c *submit.Coalescer, cond func(submit.Stats) bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond(c.Stats()) {
-		require.True(t, time.Now().Before(deadline), "coalescer never reached the state: %+v", c.Stats())
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestOnePoisonedSubmitNeverHarmsItsBatchOverHTTP: 50 concurrent POST
@@ -120,7 +111,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatchOverHTTP(t *testing.T) {
 	for _, p := range poisonedBodies {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			gate := apitest.NewGate()
+			gate := submittest.NewGate()
 			b := setupAll(t, apitest.Options{Flushers: 1, Inserter: gate.Wrap})
 			first := lineUpHTTP(t, b)
 
@@ -140,7 +131,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatchOverHTTP(t *testing.T) {
 					got[i] = r
 				})
 			}
-			waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Queued == n-1 })
+			submittest.Wait(t, b.Coalescer, "every valid submit queued", func(s submit.Stats) bool { return s.Queued == n-1 })
 			gate.Open()
 			wg.Wait()
 			require.Equal(t, http.StatusCreated, (<-first).status)
@@ -162,7 +153,7 @@ func TestOnePoisonedSubmitNeverHarmsItsBatchOverHTTP(t *testing.T) {
 // batch of 50: only the poisoned submit fails, with a 400 naming args.
 func TestADataErrorPastValidationFailsOnlyItsSubmitterOverHTTP(t *testing.T) {
 	t.Parallel()
-	gate := apitest.NewGate()
+	gate := submittest.NewGate()
 	b := setupAll(t, apitest.Options{Flushers: 1, Inserter: gate.Wrap})
 	b.PoisonArgs(t)
 	first := lineUpHTTP(t, b)
@@ -179,7 +170,7 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitterOverHTTP(t *testing.T) {
 			got[i], _ = b.post("/v1/jobs", []byte(body))
 		})
 	}
-	waitStats(t, b.Coalescer, func(s submit.Stats) bool { return s.Queued == n })
+	submittest.Wait(t, b.Coalescer, "every submit queued", func(s submit.Stats) bool { return s.Queued == n })
 	gate.Open()
 	wg.Wait()
 	require.Equal(t, http.StatusCreated, (<-first).status)

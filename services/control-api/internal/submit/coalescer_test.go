@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -16,76 +15,28 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
+	"github.com/pulsequeue/pulse/services/control-api/internal/submit/submittest"
 )
-
-// gatedStore holds every INSERT until release is closed, so a test can
-// line up submits behind busy flushers without relying on timing.
-type gatedStore struct {
-	inner   submit.Inserter
-	release chan struct{}
-}
-
-func (g *gatedStore) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, []error) {
-	select {
-	case <-g.release:
-		return g.inner.InsertEach(ctx, jobs)
-	case <-ctx.Done(): // as the database would on a canceled query
-		errs := make([]error, len(jobs))
-		for i := range errs {
-			errs[i] = fmt.Errorf("insert jobs: %w", ctx.Err())
-		}
-		return make([]pulsetype.Inserted, len(jobs)), errs
-	}
-}
 
 type testBundle struct {
 	store     *jobstore.Store
-	gate      *gatedStore
+	gate      *submittest.Gate
 	coalescer *submit.Coalescer
 }
 
 func setup(t *testing.T, flushers int) *testBundle {
 	t.Helper()
 	store := jobstore.New(pgtest.Pool(t))
-	gate := &gatedStore{inner: store, release: make(chan struct{})}
-	c := submit.NewCoalescer(gate, submit.Options{MaxBatch: 1000, Flushers: flushers})
+	gate := submittest.NewGate()
+	c := submit.NewCoalescer(gate.Wrap(store), submit.Options{MaxBatch: 1000, Flushers: flushers})
 	t.Cleanup(func() {
-		select {
-		case <-gate.release:
-		default:
-			close(gate.release)
-		}
+		gate.Open()
 		require.NoError(t, c.Close(context.Background()))
 	})
 	return &testBundle{store: store, gate: gate, coalescer: c}
 }
 
-func (b *testBundle) open() { close(b.gate.release) }
-
-// patience bounds every wait of these tests: a hang guard, not a timing
-// assertion.
-const patience = 30 * time.Second
-
-// waitFor polls the coalescer's counters until cond holds (no submit can
-// finish while the gate is shut), and fails the test naming what it
-// waited for if they do not get there within patience.
-func (b *testBundle) waitFor(t *testing.T, what string, cond func(submit.Stats) bool) {
-	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(patience)
-	for {
-		s := b.coalescer.Stats()
-		if cond(s) {
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("waited %s for %s; the coalescer's stats are %+v", patience, what, s)
-		}
-	}
-}
+func (b *testBundle) open() { b.gate.Open() }
 
 func (b *testBundle) countJobs(t *testing.T) int {
 	t.Helper()
@@ -166,7 +117,7 @@ func TestCoalescer(t *testing.T) {
 		results := submitAll(ctx, b.coalescer, jobs)
 		// At most 4 flushers hold a batch at the shut gate; everything else
 		// queues behind them and goes out in one more statement.
-		b.waitFor(t, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
+		submittest.Wait(t, b.coalescer, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
 		b.open()
 		for _, o := range <-results {
 			require.NoError(t, o.err)
@@ -186,7 +137,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob(fmt.Sprintf("key-%d", i%5))
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
+		submittest.Wait(t, b.coalescer, "every submitter accepted", func(s submit.Stats) bool { return s.Submits == submitters })
 		b.open()
 		byKey := map[string]uuid.UUID{}
 		fresh := map[string]int{}
@@ -214,12 +165,12 @@ func TestCoalescer(t *testing.T) {
 		first := submitAll(ctx, b.coalescer, []pulsetype.NewJob{newJob("")})
 		// The only flusher now holds the first job at the gate; the next
 		// four queue up and will share one INSERT.
-		b.waitFor(t, "the first submit taken by a flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
+		submittest.Wait(t, b.coalescer, "the first submit taken by a flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
 		bad := newJob("")
 		bad.Priority = 99 // bypasses validation; the CHECK refuses it
 		batch := []pulsetype.NewJob{newJob(""), bad, newJob(""), newJob("")}
 		rest := submitAll(ctx, b.coalescer, batch)
-		b.waitFor(t, "the batch queued", func(s submit.Stats) bool { return s.Queued == len(batch) })
+		submittest.Wait(t, b.coalescer, "the batch queued", func(s submit.Stats) bool { return s.Queued == len(batch) })
 		b.open()
 
 		require.NoError(t, (<-first)[0].err)
@@ -242,7 +193,7 @@ func TestCoalescer(t *testing.T) {
 		b := setup(t, 1)
 		cctx, cancel := context.WithCancel(ctx)
 		res := submitAll(cctx, b.coalescer, []pulsetype.NewJob{newJob("")})
-		b.waitFor(t, "the submit accepted", func(s submit.Stats) bool { return s.Submits == 1 })
+		submittest.Wait(t, b.coalescer, "the submit accepted", func(s submit.Stats) bool { return s.Submits == 1 })
 		cancel()
 		require.ErrorIs(t, (<-res)[0].err, context.Canceled)
 	})
@@ -255,7 +206,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob("")
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, "10 submits accepted", func(s submit.Stats) bool { return s.Submits == 10 })
+		submittest.Wait(t, b.coalescer, "10 submits accepted", func(s submit.Stats) bool { return s.Submits == 10 })
 		closed := make(chan error, 1)
 		go func() { closed <- b.coalescer.Close(ctx) }()
 		b.open()
@@ -277,7 +228,7 @@ func TestCoalescer(t *testing.T) {
 			jobs[i] = newJob("")
 		}
 		results := submitAll(ctx, b.coalescer, jobs)
-		b.waitFor(t, "5 submits accepted", func(s submit.Stats) bool { return s.Submits == 5 })
+		submittest.Wait(t, b.coalescer, "5 submits accepted", func(s submit.Stats) bool { return s.Submits == 5 })
 		expired, cancel := context.WithCancel(ctx)
 		cancel()
 		require.ErrorIs(t, b.coalescer.Close(expired), context.Canceled)
