@@ -7,38 +7,24 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry/telemetrytest"
 )
 
 // TestDispatchSpanJoinsTheJobsTrace proves the receive span is the child of
 // the context stored at submit, linked to the stream's span, and that the
 // assignment carries the receive span's context, not the submit's.
 func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() {
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
-
-	submitCtx, submit := tp.Tracer("test").Start(context.Background(), "submit")
-	submit.End()
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(submitCtx, carrier)
+	rec, tp := telemetrytest.Record(t)
+	submit, traceParent := telemetrytest.Submitted(tp)
 	streamCtx, stream := tp.Tracer("test").Start(context.Background(), "stream")
 	defer stream.End()
 
-	job := pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 2, TraceParent: carrier.Get("traceparent")}
+	job := pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 2, TraceParent: traceParent}
 	a, span := tracedAssignment(streamCtx, job)
 	endDispatchSpans([]trace.Span{span}, errors.New("stream closed"))
 
@@ -46,10 +32,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	got := spans[len(spans)-1]
 	require.Equal(t, "receive t", got.Name())
 	require.Equal(t, trace.SpanKindConsumer, got.SpanKind())
-	require.Equal(t, submit.SpanContext().TraceID(), got.SpanContext().TraceID())
-	require.Equal(t, submit.SpanContext().SpanID(), got.Parent().SpanID())
-	require.Len(t, got.Links(), 1)
-	require.Equal(t, stream.SpanContext().SpanID(), got.Links()[0].SpanContext.SpanID())
+	telemetrytest.RequireJoinsJob(t, got, submit, stream.SpanContext())
 	require.Equal(t, codes.Error, got.Status().Code)
 
 	want := propagation.MapCarrier{}

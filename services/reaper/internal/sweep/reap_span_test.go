@@ -7,35 +7,21 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry/telemetrytest"
 )
 
 // TestReapSpanJoinsTheJobsTrace proves a reaped job's span is in the job's
 // own trace (child of the context stored at submit) and linked to the sweep.
 func TestReapSpanJoinsTheJobsTrace(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() {
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
-
-	submitCtx, submit := tp.Tracer("test").Start(context.Background(), "submit")
-	submit.End()
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(submitCtx, carrier)
+	rec, tp := telemetrytest.Record(t)
+	submit, traceParent := telemetrytest.Submitted(tp)
 	sweepCtx, sweep := tp.Tracer("test").Start(context.Background(), "sweep")
 	traceReaped(sweepCtx, time.Now(), []jobstore.Reaped{{
-		ID: uuid.New(), Topic: "t", Status: pulsetype.StatusRetrying, Attempt: 1, TraceParent: carrier.Get("traceparent"),
+		ID: uuid.New(), Topic: "t", Status: pulsetype.StatusRetrying, Attempt: 1, TraceParent: traceParent,
 	}})
 	sweep.End()
 
@@ -46,8 +32,5 @@ func TestReapSpanJoinsTheJobsTrace(t *testing.T) {
 		}
 	}
 	require.NotNil(t, reap)
-	require.Equal(t, submit.SpanContext().TraceID(), reap.SpanContext().TraceID())
-	require.Equal(t, submit.SpanContext().SpanID(), reap.Parent().SpanID())
-	require.Len(t, reap.Links(), 1)
-	require.Equal(t, sweep.SpanContext().SpanID(), reap.Links()[0].SpanContext.SpanID())
+	telemetrytest.RequireJoinsJob(t, reap, submit, sweep.SpanContext())
 }
