@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // Client enqueues and manages jobs through control-api. It is safe for
@@ -161,8 +162,9 @@ func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
 // newest jobs of every topic and status.
 type ListOptions struct {
 	Topic string
-	// Status is one of the JobInfo.Status names, or empty for any.
-	Status string
+	// Status is one of the JobInfo.Status names, in any case, or empty
+	// for any.
+	Status pulsetype.Status
 	// Limit is 1..500; 0 means the server default (50).
 	Limit int
 	// PageToken continues a previous List; empty starts from the newest.

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
-	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // JobInfo is the stored state of a job as control-api reports it, in plain
@@ -18,8 +20,8 @@ type JobInfo struct {
 	Args     json.RawMessage
 	Priority int
 	// Status is PENDING, RUNNING, RETRYING, COMPLETED, DEAD_LETTERED or
-	// CANCELED.
-	Status      string
+	// CANCELED (pulsetype.StatusPending …).
+	Status      pulsetype.Status
 	Attempts    int
 	MaxAttempts int
 	// Errors is the per-attempt failure history, oldest first.
@@ -62,19 +64,23 @@ type AttemptError struct {
 
 const statusPrefix = "JOB_STATUS_"
 
-func statusName(s pulsev1.JobStatus) string {
-	return strings.TrimPrefix(s.String(), statusPrefix)
+func statusName(s pulsev1.JobStatus) pulsetype.Status {
+	return pulsetype.Status(strings.TrimPrefix(s.String(), statusPrefix))
 }
 
-// parseStatus accepts the names statusName produces, case-insensitively;
-// the empty string means no filter.
-func parseStatus(s string) (pulsev1.JobStatus, error) {
+// parseStatus accepts the names statusName produces, case-insensitively
+// (pulsetype.ParseStatus); the empty string means no filter.
+func parseStatus(s pulsetype.Status) (pulsev1.JobStatus, error) {
 	if s == "" {
 		return pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED, nil
 	}
-	v, ok := pulsev1.JobStatus_value[statusPrefix+strings.ToUpper(s)]
-	if !ok || v == int32(pulsev1.JobStatus_JOB_STATUS_UNSPECIFIED) {
-		return 0, fmt.Errorf("pulse: unknown job status %q", s)
+	st, err := pulsetype.ParseStatus(string(s))
+	if err != nil {
+		return 0, err
+	}
+	v, ok := pulsev1.JobStatus_value[statusPrefix+st.String()]
+	if !ok {
+		return 0, fmt.Errorf("pulse: job status %s has no wire form", st)
 	}
 	return pulsev1.JobStatus(v), nil
 }
