@@ -8,101 +8,86 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/config/configtest"
 	gwconfig "github.com/pulsequeue/pulse/services/dispatch-gateway/internal/config"
 )
 
-func TestPresenceSettings(t *testing.T) {
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-	t.Setenv("PULSE_AUTH", "none")
+// These tests set environment variables, so they cannot run in parallel.
 
+// env leaves the gateway a database, open auth and the pairs given, and
+// nothing else the machine's environment holds.
+func env(t *testing.T, pairs ...string) {
+	t.Helper()
+	configtest.Env(t, gwconfig.Config{}, append([]string{
+		"PULSE_DATABASE_URL", "postgres://localhost/pulse", "PULSE_AUTH", "none"}, pairs...)...)
+}
+
+func load(t *testing.T) gwconfig.Config {
+	t.Helper()
+	var cfg gwconfig.Config
+	require.NoError(t, config.Load(&cfg))
+	return cfg
+}
+
+func TestPresenceSettings(t *testing.T) {
 	t.Run("DefaultsAreTenAndThirtySeconds", func(t *testing.T) {
-		var cfg gwconfig.Config
-		require.NoError(t, config.Load(&cfg))
+		env(t)
+		cfg := load(t)
 		require.Equal(t, 10*time.Second, cfg.PresenceInterval)
 		require.Equal(t, 30*time.Second, cfg.PresenceTTL)
 	})
 
 	t.Run("RefusesValuesNamingTheVariable", func(t *testing.T) {
-		for _, c := range []struct{ interval, ttl, bad string }{
-			{"5ms", "1s", "PULSE_PRESENCE_INTERVAL"},
-			{"6m", "1h", "PULSE_PRESENCE_INTERVAL"},
-			{"10s", "15s", "PULSE_PRESENCE_TTL"},
-			{"10s", "2h", "PULSE_PRESENCE_TTL"},
+		for _, c := range []struct{ other, otherValue, bad, badValue string }{
+			{"PULSE_PRESENCE_TTL", "1s", "PULSE_PRESENCE_INTERVAL", "5ms"},
+			{"PULSE_PRESENCE_TTL", "1h", "PULSE_PRESENCE_INTERVAL", "6m"},
+			{"PULSE_PRESENCE_INTERVAL", "10s", "PULSE_PRESENCE_TTL", "15s"},
+			{"PULSE_PRESENCE_INTERVAL", "10s", "PULSE_PRESENCE_TTL", "2h"},
 		} {
-			t.Setenv("PULSE_PRESENCE_INTERVAL", c.interval)
-			t.Setenv("PULSE_PRESENCE_TTL", c.ttl)
-			var cfg gwconfig.Config
-			err := config.Load(&cfg)
-			var ce *config.Error
-			require.ErrorAs(t, err, &ce, "%+v", c)
-			require.Equal(t, c.bad, ce.Var, "%+v", c)
+			env(t, c.other, c.otherValue)
+			configtest.RequireRefused(t, gwconfig.Config{}, c.bad, c.badValue)
 		}
-		t.Setenv("PULSE_PRESENCE_INTERVAL", "50ms")
-		t.Setenv("PULSE_PRESENCE_TTL", "100ms")
-		var cfg gwconfig.Config
-		require.NoError(t, config.Load(&cfg), "twice the interval is enough")
+		env(t, "PULSE_PRESENCE_INTERVAL", "50ms", "PULSE_PRESENCE_TTL", "100ms")
+		load(t) // twice the interval is enough
 	})
 }
 
 // The gateway id names its rows in job_throughput: one the table would
 // refuse fails the start, naming the variable.
 func TestGatewayID(t *testing.T) {
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-	t.Setenv("PULSE_AUTH", "none")
+	env(t)
 	for _, bad := range []string{strings.Repeat("g", 201), "gw\xff"} {
-		t.Setenv("PULSE_GATEWAY_ID", bad)
-		var cfg gwconfig.Config
-		var ce *config.Error
-		require.ErrorAs(t, config.Load(&cfg), &ce, "%q", bad)
-		require.Equal(t, "PULSE_GATEWAY_ID", ce.Var)
+		configtest.RequireRefused(t, gwconfig.Config{}, "PULSE_GATEWAY_ID", bad)
 	}
-	t.Setenv("PULSE_GATEWAY_ID", strings.Repeat("g", 200))
-	var cfg gwconfig.Config
-	require.NoError(t, config.Load(&cfg))
-	t.Setenv("PULSE_GATEWAY_ID", "")
-	require.NoError(t, config.Load(&cfg))
-	require.NotEmpty(t, cfg.GatewayID, "hostname-pid by default")
+	env(t, "PULSE_GATEWAY_ID", strings.Repeat("g", 200))
+	load(t)
+	env(t)
+	require.NotEmpty(t, load(t).GatewayID, "hostname-pid by default")
 }
 
-// PULSE_CLAIM_COOLDOWN: 5ms by default, 0 turns it off, and a negative or
-// over-long value fails the start naming the variable.
-func TestClaimCooldown(t *testing.T) {
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-	t.Setenv("PULSE_AUTH", "none")
-	var cfg gwconfig.Config
-	require.NoError(t, config.Load(&cfg))
-	require.Equal(t, 5*time.Millisecond, cfg.ClaimCooldown)
-	t.Setenv("PULSE_CLAIM_COOLDOWN", "0s")
-	cfg = gwconfig.Config{}
-	require.NoError(t, config.Load(&cfg))
-	require.Zero(t, cfg.ClaimCooldown)
-	for _, bad := range []string{"-1ms", "2s", "soon", "1e1000000h"} {
-		t.Setenv("PULSE_CLAIM_COOLDOWN", bad)
-		cfg = gwconfig.Config{}
-		err := config.Load(&cfg)
-		require.Error(t, err, bad)
-		require.Contains(t, err.Error(), "PULSE_CLAIM_COOLDOWN", bad)
-	}
-}
-
-// PULSE_CLAIM_RESCAN_INTERVAL: 100ms by default, 0 makes every claim start
-// from the head, and a negative or over-long value fails the start naming
-// the variable.
-func TestClaimRescanInterval(t *testing.T) {
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-	t.Setenv("PULSE_AUTH", "none")
-	var cfg gwconfig.Config
-	require.NoError(t, config.Load(&cfg))
-	require.Equal(t, 100*time.Millisecond, cfg.ClaimRescanInterval)
-	t.Setenv("PULSE_CLAIM_RESCAN_INTERVAL", "0s")
-	cfg = gwconfig.Config{}
-	require.NoError(t, config.Load(&cfg))
-	require.Zero(t, cfg.ClaimRescanInterval)
-	for _, bad := range []string{"-1ms", "2m", "often", "1e1000000h"} {
-		t.Setenv("PULSE_CLAIM_RESCAN_INTERVAL", bad)
-		cfg = gwconfig.Config{}
-		err := config.Load(&cfg)
-		require.Error(t, err, bad)
-		require.Contains(t, err.Error(), "PULSE_CLAIM_RESCAN_INTERVAL", bad)
+// PULSE_CLAIM_COOLDOWN (5ms by default) and PULSE_CLAIM_RESCAN_INTERVAL
+// (100ms): 0 turns either off (no rest; every claim from the head), and a
+// negative or over-long value fails the start naming the variable.
+func TestClaimDurations(t *testing.T) {
+	for _, tc := range []struct {
+		envVar string
+		def    time.Duration
+		get    func(gwconfig.Config) time.Duration
+		bad    []string
+	}{
+		{"PULSE_CLAIM_COOLDOWN", 5 * time.Millisecond,
+			func(c gwconfig.Config) time.Duration { return c.ClaimCooldown }, []string{"-1ms", "2s", "soon", "1e1000000h"}},
+		{"PULSE_CLAIM_RESCAN_INTERVAL", 100 * time.Millisecond,
+			func(c gwconfig.Config) time.Duration { return c.ClaimRescanInterval }, []string{"-1ms", "2m", "often", "1e1000000h"}},
+	} {
+		t.Run(tc.envVar, func(t *testing.T) {
+			env(t)
+			require.Equal(t, tc.def, tc.get(load(t)))
+			env(t, tc.envVar, "0s")
+			require.Zero(t, tc.get(load(t)))
+			for _, bad := range tc.bad {
+				configtest.RequireRefused(t, gwconfig.Config{}, tc.envVar, bad)
+			}
+		})
 	}
 }

@@ -1,33 +1,21 @@
 package config_test
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	pulseconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/config/configtest"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
 )
 
-// clearEnv unsets every variable the reaper reads, so the test sees the
-// defaults whatever the machine's environment holds. t.Setenv restores them.
-func clearEnv(t *testing.T) {
-	vars, err := pulseconfig.Vars(config.Config{})
-	require.NoError(t, err)
-	for _, v := range vars {
-		t.Setenv(v, "")
-		require.NoError(t, os.Unsetenv(v))
-	}
-}
-
 // These tests set environment variables, so they cannot run in parallel.
 
 func TestDefaultsAreTheNamedConstants(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
 	require.True(t, strings.HasPrefix(c.ReaperID, "reaper-"), "reaper-<hostname>-<pid> by default, got %q", c.ReaperID)
@@ -78,24 +66,14 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_LOG_LEVEL", "loud"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			clearEnv(t)
-			t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-			if tc.value == "" {
-				require.NoError(t, os.Unsetenv(tc.name))
-			} else {
-				t.Setenv(tc.name, tc.value)
-			}
-			var c config.Config
-			err := pulseconfig.Load(&c)
-			require.Error(t, err)
-			require.True(t, strings.Contains(err.Error(), tc.name), "error %q does not name %s", err, tc.name)
+			configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
+			configtest.RequireRefused(t, config.Config{}, tc.name, tc.value)
 		})
 	}
 }
 
 func TestAZeroRetentionAgeIsAllowed(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	t.Setenv("PULSE_RETENTION_COMPLETED", "0s")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))

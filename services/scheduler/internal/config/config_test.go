@@ -1,13 +1,13 @@
 package config_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	pulseconfig "github.com/pulsequeue/pulse/pkg/server/config"
+	"github.com/pulsequeue/pulse/pkg/server/config/configtest"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/config"
 )
@@ -16,18 +16,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // These tests set environment variables, so they cannot run in parallel.
 
-func clearEnv(t *testing.T) {
-	vars, err := pulseconfig.Vars(config.Config{})
-	require.NoError(t, err)
-	for _, v := range vars {
-		t.Setenv(v, "")
-		require.NoError(t, os.Unsetenv(v))
-	}
-}
-
 func TestDefaultsAreTheNamedConstants(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
 	require.Equal(t, config.Config{
@@ -53,11 +43,8 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_SCHEDULE_RECONCILE", "5s"},
 	} {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
-			clearEnv(t)
-			t.Setenv("PULSE_DATABASE_URL", "postgres://localhost/pulse")
-			t.Setenv(tc.name, tc.value)
-			var c config.Config
-			require.ErrorContains(t, pulseconfig.Load(&c), tc.name)
+			configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
+			configtest.RequireRefused(t, config.Config{}, tc.name, tc.value)
 		})
 	}
 }
