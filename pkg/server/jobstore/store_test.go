@@ -46,6 +46,22 @@ func expireLease(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 	require.NoError(t, err)
 }
 
+// reclaimAfterLapse lets id's lease lapse, has the reaper take it back with
+// no backoff, and claims it again for worker with leaseTTL: the job's next
+// attempt, while the previous holder may still be running the last one.
+func reclaimAfterLapse(t *testing.T, b *testBundle, id uuid.UUID, worker string, leaseTTL time.Duration) pulsetype.Claimed {
+	t.Helper()
+	expireLease(t, b.pool, id)
+	setRetryPolicy(t, b.store, 0, 0)
+	reaped, err := b.store.Reap(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, reaped, 1)
+	claimed, err := b.store.Claim(ctx, []string{"test.topic"}, slots(worker, 1), leaseTTL)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	return claimed[0]
+}
+
 // makeDue makes a RETRYING job claimable now instead of after its backoff.
 func makeDue(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 	t.Helper()
@@ -333,12 +349,7 @@ func TestReport(t *testing.T) {
 		b := setup(t)
 		id := insertRow(t, b.pool, rowOpts{})
 		old := claimOne(t, b, "w1")
-		expireLease(t, b.pool, id)
-		setRetryPolicy(t, b.store, 0, 0)
-		reaped, err := b.store.Reap(ctx, 10)
-		require.NoError(t, err)
-		require.Len(t, reaped, 1)
-		current := claimOne(t, b, "w2")
+		current := reclaimAfterLapse(t, b, id, "w2", ttl)
 		require.EqualValues(t, 2, current.Attempt)
 
 		acks, err := b.store.Report(ctx, "w1", []pulsetype.Result{{Ref: ref(old), Outcome: pulsetype.OutcomeComplete}})
@@ -384,13 +395,7 @@ func TestFencing(t *testing.T) {
 		id := insertRow(t, b.pool, rowOpts{})
 		c1, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w1", 1), ttl)
 		require.NoError(t, err)
-		expireLease(t, b.pool, id)
-		setRetryPolicy(t, b.store, 0, 0)
-		_, err = b.store.Reap(ctx, 10)
-		require.NoError(t, err)
-		c2, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w2", 1), time.Second)
-		require.NoError(t, err)
-		require.Len(t, c2, 1)
+		c2 := reclaimAfterLapse(t, b, id, "w2", time.Second)
 
 		beats, err := b.store.Heartbeat(ctx, "w1", []pulsetype.AttemptRef{{ID: id, Attempt: c1[0].Attempt}}, time.Hour)
 		require.NoError(t, err)
@@ -398,12 +403,12 @@ func TestFencing(t *testing.T) {
 		job, err := b.store.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, "w2", job.LockedBy)
-		require.WithinDuration(t, c2[0].LeaseUntil, *job.LeaseUntil, 0, "the zombie's beat must not extend the new owner's lease")
+		require.WithinDuration(t, c2.LeaseUntil, *job.LeaseUntil, 0, "the zombie's beat must not extend the new owner's lease")
 
-		beats, err = b.store.Heartbeat(ctx, "w2", []pulsetype.AttemptRef{{ID: id, Attempt: c2[0].Attempt}}, time.Hour)
+		beats, err = b.store.Heartbeat(ctx, "w2", []pulsetype.AttemptRef{{ID: id, Attempt: c2.Attempt}}, time.Hour)
 		require.NoError(t, err)
 		require.True(t, beats[0].LeaseHeld)
-		require.True(t, beats[0].LeaseUntil.After(c2[0].LeaseUntil))
+		require.True(t, beats[0].LeaseUntil.After(c2.LeaseUntil))
 	})
 
 	// The self-zombie: the same worker re-claims the job
@@ -415,14 +420,8 @@ func TestFencing(t *testing.T) {
 		id := insertRow(t, b.pool, rowOpts{})
 		first, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
 		require.NoError(t, err)
-		expireLease(t, b.pool, id)
-		setRetryPolicy(t, b.store, 0, 0)
-		_, err = b.store.Reap(ctx, 10)
-		require.NoError(t, err)
-		second, err := b.store.Claim(ctx, []string{"test.topic"}, slots("w", 1), ttl)
-		require.NoError(t, err)
-		require.Len(t, second, 1)
-		require.EqualValues(t, 2, second[0].Attempt)
+		second := reclaimAfterLapse(t, b, id, "w", ttl)
+		require.EqualValues(t, 2, second.Attempt)
 
 		stale := pulsetype.AttemptRef{ID: id, Attempt: first[0].Attempt}
 		beats, err := b.store.Heartbeat(ctx, "w", []pulsetype.AttemptRef{stale}, time.Hour)
