@@ -169,6 +169,11 @@ type ListOptions struct {
 	Limit int
 	// PageToken continues a previous List; empty starts from the newest.
 	PageToken string
+	// IncludeArgs lists the jobs with their args; without it each
+	// JobInfo's Args is empty (Get has them). Either way a page may end
+	// before Limit, with a next page token, once its jobs' args and error
+	// histories reach 4 MiB.
+	IncludeArgs bool
 }
 
 // List returns one page of jobs, newest first, and the token for the next
@@ -183,6 +188,8 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]*JobInfo, string
 		Status:    status,
 		Limit:     int32(opts.Limit),
 		PageToken: opts.PageToken,
+
+		IncludeArgs: opts.IncludeArgs,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("pulse: list jobs: %w", err)

@@ -62,9 +62,11 @@ type BatchResult struct {
 
 // Job is a job as GET /v1/jobs and the job routes show it.
 type Job struct {
-	ID             string          `json:"id"`
-	Topic          string          `json:"topic"`
-	Args           json.RawMessage `json:"args"`
+	ID    string `json:"id"`
+	Topic string `json:"topic"`
+	// Args is left out of a listing (GET /v1/jobs) unless it asks for it
+	// with include=args; a single job always has it.
+	Args           json.RawMessage `json:"args,omitempty"`
 	Priority       int32           `json:"priority"`
 	Status         string          `json:"status"`
 	Attempts       int32           `json:"attempts"`

@@ -54,12 +54,15 @@ func newJobsCmd(e *env) *cobra.Command {
 func newJobsListCmd(e *env) *cobra.Command {
 	var topic, status, pageToken string
 	var limit int
+	var includeArgs bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs, newest first",
 		Long: "List jobs, newest first, filtered by topic and status (" + strings.Join(jobStatuses, ", ") + `).
 When more jobs match than --limit, the table ends with the token for the next
-page (json: next_page_token); pass it back with --page-token.`,
+page (json: next_page_token); pass it back with --page-token. Jobs are listed
+without their args unless --include-args (json: args); a page also ends early,
+with a next page token, once its jobs' error histories and args reach 4 MiB.`,
 		Example: `  pulse jobs list
   pulse jobs list --topic email.send --status dead_lettered --limit 20
   pulse jobs list --page-token "$(pulse jobs list -o json | jq -r .next_page_token)"`,
@@ -71,6 +74,9 @@ page (json: next_page_token); pass it back with --page-token.`,
 			}
 			if limit != 0 {
 				q["limit"] = strconv.Itoa(limit)
+			}
+			if includeArgs {
+				q["include"] = "args"
 			}
 			raw, err := e.call(cmd, "GET", "/v1/jobs", q, nil)
 			if err != nil {
@@ -91,6 +97,7 @@ page (json: next_page_token); pass it back with --page-token.`,
 	f.StringVar(&status, "status", "", "only jobs in this status: "+strings.Join(jobStatuses, ", "))
 	f.IntVar(&limit, "limit", 0, "most jobs per page (server default when 0)")
 	f.StringVar(&pageToken, "page-token", "", "next_page_token of the previous page")
+	f.BoolVar(&includeArgs, "include-args", false, "list the jobs with their args (-o json)")
 	return cmd
 }
 

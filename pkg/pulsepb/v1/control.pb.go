@@ -514,8 +514,14 @@ type ListJobsRequest struct {
 	Topic  string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Status JobStatus              `protobuf:"varint,2,opt,name=status,proto3,enum=pulse.v1.JobStatus" json:"status,omitempty"`
 	// 1..500, default 50.
-	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Limit     int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// false (the default): the listed jobs carry no args (Job.args is
+	// empty; GetJob has them). true: they do. Either way a page is bounded
+	// in bytes, not only in jobs: it ends early, with a next_page_token,
+	// once its jobs' error histories and (when included) args reach 4 MiB,
+	// always holding at least one job.
+	IncludeArgs   bool `protobuf:"varint,5,opt,name=include_args,json=includeArgs,proto3" json:"include_args,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +582,13 @@ func (x *ListJobsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetIncludeArgs() bool {
+	if x != nil {
+		return x.IncludeArgs
+	}
+	return false
 }
 
 type ListJobsResponse struct {
@@ -835,13 +848,14 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x14\n" +
 	"\x05ahead\x18\x04 \x01(\x03R\x05ahead\x12$\n" +
 	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\x12D\n" +
-	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\x89\x01\n" +
+	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\xac\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"]\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12!\n" +
+	"\finclude_args\x18\x05 \x01(\bR\vincludeArgs\"]\n" +
 	"\x10ListJobsResponse\x12!\n" +
 	"\x04jobs\x18\x01 \x03(\v2\r.pulse.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\"\n" +

@@ -2,6 +2,7 @@ package jobstore_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +96,45 @@ func TestListWindowByFinished(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{ids[2], ids[0]}, []uuid.UUID{page[0].ID, page[1].ID})
 	require.Nil(t, resume, "the window reached past the last job")
+}
+
+// TestListPageBoundedInBytes: a listing that leaves args out reads none;
+// one bounded in bytes ends at the job that reaches the bound, holding at
+// least one, and says it was cut.
+func TestListPageBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", 100<<10)) // ~100 KiB each
+	jobs := make([]pulsetype.NewJob, 6)
+	for i := range jobs {
+		jobs[i] = newJob("t", 5)
+		jobs[i].Args = []byte(big)
+	}
+	_, err := b.store.Insert(ctx, jobs)
+	require.NoError(t, err)
+
+	p, err := b.store.ListPage(ctx, jobstore.ListFilter{Limit: 10, WithoutArgs: true, MaxBytes: 150 << 10}, 0)
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 6, "without args the jobs are small")
+	require.False(t, p.Cut)
+	for _, j := range p.Jobs {
+		require.Nil(t, j.Args)
+		require.Equal(t, "t", j.Topic, "every other column is read")
+	}
+
+	p, err = b.store.ListPage(ctx, jobstore.ListFilter{Limit: 10, MaxBytes: 250 << 10}, 0)
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 3, "the third job's args reach 250 KiB")
+	require.True(t, p.Cut)
+	require.JSONEq(t, big, string(p.Jobs[0].Args))
+
+	p, err = b.store.ListPage(ctx, jobstore.ListFilter{Limit: 10, MaxBytes: 1}, 0)
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 1, "a page holds at least one job")
+	require.True(t, p.Cut)
+
+	p, err = b.store.ListPage(ctx, jobstore.ListFilter{Limit: 3, MaxBytes: 300 << 10}, 0)
+	require.NoError(t, err)
+	require.Len(t, p.Jobs, 3)
+	require.False(t, p.Cut, "the limit, not the bound, ended it")
 }

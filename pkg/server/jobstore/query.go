@@ -6,6 +6,9 @@ import (
 	"errors"
 	"time"
 
+	"reflect"
+	"strings"
+
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
@@ -43,9 +46,29 @@ type ListFilter struct {
 	Before         *uuid.UUID
 	BeforeFinished *time.Time
 	Limit          int
+	// WithoutArgs leaves args out: the jobs come with nil Args, and the
+	// column is not even read.
+	WithoutArgs bool
+	// MaxBytes, when positive, ends the listing early (ListPage's Cut)
+	// once its jobs' args (unless WithoutArgs) and error histories reach
+	// it; the job that reaches it is the last, so a listing holds at
+	// least one job. The rows are read one by one, so no more than about
+	// that many bytes of them are held.
+	MaxBytes int
 	// from bounds the listing below (ListWindow): only jobs at or after
 	// this point in the listing's order.
 	from *ListCursor
+}
+
+// Page is one page of a listing (ListPage).
+type Page struct {
+	Jobs []*Job
+	// Resume, from a windowed listing, is where the next page starts when
+	// the window ended before the page filled (ListWindow).
+	Resume *ListCursor
+	// Cut says the page ended early at ListFilter.MaxBytes: the next page
+	// starts after its last job.
+	Cut bool
 }
 
 // ListCursor is a point in a listing's order: a job id, and with
@@ -65,32 +88,45 @@ type ListCursor struct {
 // BeforeFinished = resume.Finished). A page may hold no job and still
 // resume.
 func (s *Store) ListWindow(ctx context.Context, f ListFilter, window int) (jobs []*Job, resume *ListCursor, err error) {
-	if f.Limit <= 0 || window <= 0 {
+	if window <= 0 {
 		return nil, nil, nil
 	}
-	// The window's last job and the one after it, if any: an index walk
-	// of window+1 entries in the listing's order, no row filter.
-	var bound []struct {
-		ID       uuid.UUID  `bun:"id,type:uuid"`
-		Finished *time.Time `bun:"finished_at"`
+	p, err := s.ListPage(ctx, f, window)
+	return p.Jobs, p.Resume, err
+}
+
+// ListPage is List, over a window of jobs when window is positive
+// (ListWindow), and bounded in bytes when f.MaxBytes is (Page.Cut).
+func (s *Store) ListPage(ctx context.Context, f ListFilter, window int) (Page, error) {
+	if f.Limit <= 0 {
+		return Page{}, nil
 	}
-	q := s.reads().NewSelect().TableExpr("jobs AS j").ColumnExpr("j.id, j.finished_at")
-	q = orderAndPage(q, f)
-	if err := q.Offset(int64(window-1)).Limit(2).Scan(ctx, &bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, nil, readError("list jobs", err)
+	if window > 0 {
+		// The window's last job and the one after it, if any: an index
+		// walk of window+1 entries in the listing's order, no row filter.
+		var bound []struct {
+			ID       uuid.UUID  `bun:"id,type:uuid"`
+			Finished *time.Time `bun:"finished_at"`
+		}
+		q := s.reads().NewSelect().TableExpr("jobs AS j").ColumnExpr("j.id, j.finished_at")
+		q = orderAndPage(q, f)
+		if err := q.Offset(int64(window-1)).Limit(2).Scan(ctx, &bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return Page{}, readError("list jobs", err)
+		}
+		if len(bound) == 2 {
+			// Jobs remain beyond the window: bound the page by its last one.
+			f.from = &ListCursor{ID: bound[0].ID, Finished: bound[0].Finished}
+		}
 	}
-	if len(bound) == 2 {
-		// Jobs remain beyond the window: bound the page by its last one.
-		f.from = &ListCursor{ID: bound[0].ID, Finished: bound[0].Finished}
-	}
-	jobs, err = s.List(ctx, f)
+	jobs, cut, err := s.list(ctx, f)
 	if err != nil {
-		return nil, nil, err
+		return Page{}, err
 	}
-	if len(jobs) < f.Limit && f.from != nil {
-		resume = f.from
+	p := Page{Jobs: jobs, Cut: cut}
+	if !cut && len(jobs) < f.Limit && f.from != nil {
+		p.Resume = f.from
 	}
-	return jobs, resume, nil
+	return p, nil
 }
 
 // orderAndPage adds a listing's order and its page's start (Before) to q.
@@ -111,11 +147,19 @@ func orderAndPage(q *bun.SelectQuery, f ListFilter) *bun.SelectQuery {
 // List returns jobs newest first by walking the primary key backwards, or
 // finished jobs latest finished first (ByFinished).
 func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
+	jobs, _, err := s.list(ctx, f)
+	return jobs, err
+}
+
+func (s *Store) list(ctx context.Context, f ListFilter) (jobs []*Job, cut bool, err error) {
 	if f.Limit <= 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	var rows []jobRow
 	q := s.selectJobs(&rows)
+	if f.WithoutArgs {
+		q = s.reads().NewSelect().Model(&rows).ColumnExpr(jobColumnsWithoutArgs).ColumnExpr(intervalMicrosSQL)
+	}
 	if f.Topic != "" {
 		q = q.Where("j.topic = ?", f.Topic)
 	}
@@ -132,9 +176,46 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]*Job, error) {
 			q = q.Where("j.id >= ?", c.ID)
 		}
 	}
-	q = orderAndPage(q, f)
-	if err := q.Limit(int64(f.Limit)).Scan(ctx); err != nil {
-		return nil, readError("list jobs", err)
+	q = orderAndPage(q, f).Limit(int64(f.Limit))
+	if f.MaxBytes <= 0 {
+		if err := q.Scan(ctx); err != nil {
+			return nil, false, readError("list jobs", err)
+		}
+		return jobsOf(rows), false, nil
 	}
-	return jobsOf(rows), nil
+	// Bounded in bytes: read row by row and stop at the budget, so the
+	// rows past it are never held (closing the result discards them).
+	res, err := q.Rows(ctx)
+	if err != nil {
+		return nil, false, readError("list jobs", err)
+	}
+	defer res.Close()
+	size := 0
+	for res.Next() {
+		var r jobRow
+		if err := s.reads().ScanRow(ctx, res, &r); err != nil {
+			return nil, false, readError("list jobs", err)
+		}
+		jobs = append(jobs, r.job())
+		if size += len(r.Args) + len(r.Errors); size >= f.MaxBytes {
+			return jobs, len(jobs) < f.Limit, nil
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, readError("list jobs", err)
+	}
+	return jobs, false, nil
 }
+
+// jobColumnsWithoutArgs is jobRow's columns but args, as a listing that
+// leaves args out selects them.
+var jobColumnsWithoutArgs = func() string {
+	table := readDialect.Tables().Get(reflect.TypeFor[jobRow]())
+	var cols []string
+	for _, f := range table.Fields {
+		if f.Name != "args" && !f.Tag.HasOption("scanonly") {
+			cols = append(cols, "j."+string(f.SQLName))
+		}
+	}
+	return strings.Join(cols, ", ")
+}()

@@ -29,7 +29,7 @@ type Store interface {
 	Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error)
 	Get(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
-	ListWindow(ctx context.Context, f jobstore.ListFilter, window int) ([]*jobstore.Job, *jobstore.ListCursor, error)
+	ListPage(ctx context.Context, f jobstore.ListFilter, window int) (jobstore.Page, error)
 	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	Retry(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	ExplainWait(ctx context.Context, job *jobstore.Job) (*jobstore.JobWait, error)
@@ -149,7 +149,8 @@ func (s *ControlService) GetJob(ctx context.Context, req *pulsev1.GetJobRequest)
 // ListJobs pages jobs newest first. It reads one job more than the page
 // holds, so the last page has no next token instead of an empty page after.
 func (s *ControlService) ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error) {
-	return s.SearchJobs(ctx, JobQuery{Topic: req.GetTopic(), Status: req.GetStatus(), Limit: req.GetLimit(), PageToken: req.GetPageToken()})
+	return s.SearchJobs(ctx, JobQuery{Topic: req.GetTopic(), Status: req.GetStatus(), Limit: req.GetLimit(), PageToken: req.GetPageToken(),
+		IncludeArgs: req.GetIncludeArgs()})
 }
 
 // CancelJob moves a live job to CANCELED.

@@ -37,6 +37,9 @@ type JobQuery struct {
 	Order     JobOrder
 	Limit     int32
 	PageToken string
+	// IncludeArgs lists the jobs with their args; without it they come
+	// with none (the column is not read).
+	IncludeArgs bool
 }
 
 // SearchJobs pages jobs as ListJobs does, filtered by args containment
@@ -80,25 +83,30 @@ func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.L
 		}
 		f.Before, f.BeforeFinished = &before, finished
 	}
-	var jobs []*jobstore.Job
-	var resume *jobstore.ListCursor
+	f.WithoutArgs = !q.IncludeArgs
+	f.MaxBytes = ListPageBytesMax
+	window := 0
 	if f.Args != nil {
 		// No index serves an args containment: the page walks at most
 		// ArgsSearchWindow jobs and says where to go on (ADR-0034).
-		jobs, resume, err = s.store.ListWindow(ctx, f, ArgsSearchWindow)
-	} else {
-		jobs, err = s.store.List(ctx, f)
+		window = ArgsSearchWindow
 	}
+	page, err := s.store.ListPage(ctx, f, window)
 	if err != nil {
 		return nil, err
 	}
+	jobs := page.Jobs
 	out := &pulsev1.ListJobsResponse{}
 	switch {
 	case len(jobs) > limit:
 		jobs = jobs[:limit]
 		out.NextPageToken = encodeListToken(jobs[limit-1], f.ByFinished)
-	case resume != nil:
-		out.NextPageToken = encodeCursorToken(*resume, f.ByFinished)
+	case page.Cut && len(jobs) > 0:
+		// The page reached ListPageBytesMax: the next goes on after its
+		// last job.
+		out.NextPageToken = encodeListToken(jobs[len(jobs)-1], f.ByFinished)
+	case page.Resume != nil:
+		out.NextPageToken = encodeCursorToken(*page.Resume, f.ByFinished)
 	}
 	out.Jobs = make([]*pulsev1.Job, len(jobs))
 	for i, j := range jobs {
@@ -106,6 +114,12 @@ func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.L
 	}
 	return out, nil
 }
+
+// ListPageBytesMax bounds a page of jobs in bytes: it ends early, with a
+// page token, once its jobs' error histories and (when included) args
+// reach it, holding at least one job. With the default 1 MiB args bound a
+// page of 500 jobs could otherwise hold 500 MiB.
+const ListPageBytesMax = 4 << 20
 
 // ArgsSearchWindow is the most jobs one page of an args search walks: a
 // page holds the matches among them (up to its limit) and, when the

@@ -234,7 +234,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 }
 
 // listParams are the query parameters GET /v1/jobs understands.
-var listParams = []string{"topic", "status", "limit", "page_token"}
+var listParams = []string{"topic", "status", "limit", "page_token", "include"}
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
@@ -242,6 +242,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req := &pulsev1.ListJobsRequest{Topic: q.Get("topic"), PageToken: q.Get("page_token")}
+	switch inc := q.Get("include"); inc {
+	case "":
+	case "args":
+		req.IncludeArgs = true
+	default:
+		return apierr.Invalid("include", "%q is not something a listing can include; use include=args", inc)
+	}
 	if s := q.Get("status"); s != "" {
 		st, err := parseStatus(s)
 		if err != nil {
@@ -267,6 +274,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	out := listJSON{Jobs: make([]jobJSON, len(resp.GetJobs())), NextPageToken: resp.GetNextPageToken()}
 	for i, j := range resp.GetJobs() {
 		out.Jobs[i] = jobToJSON(j)
+		if !req.IncludeArgs {
+			out.Jobs[i].Args = nil // left out, not empty
+		}
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
