@@ -43,6 +43,19 @@ asks them to stop at their next checkpoint. See docs/pause.md.`,
 	return cmd
 }
 
+// emitChange prints the answer raw to a pause or resume: as JSON, or as
+// one line saying what changed (verb is the state asked for).
+func (e *env) emitChange(raw []byte, verb string) error {
+	return e.emit(raw, func(w io.Writer) error {
+		var r changeResult
+		if err := decode(raw, &r); err != nil {
+			return err
+		}
+		printChange(w, verb, r)
+		return nil
+	})
+}
+
 func printChange(w io.Writer, verb string, r changeResult) {
 	s := r.State
 	if !r.Changed {
@@ -91,14 +104,7 @@ scope with the same settings changes nothing.`,
 			if err != nil {
 				return err
 			}
-			return e.emit(raw, func(w io.Writer) error {
-				var r changeResult
-				if err := decode(raw, &r); err != nil {
-					return err
-				}
-				printChange(w, "paused", r)
-				return nil
-			})
+			return e.emitChange(raw, "paused")
 		},
 	}
 	f := cmd.Flags()
@@ -123,14 +129,7 @@ func newResumeCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return e.emit(raw, func(w io.Writer) error {
-				var r changeResult
-				if err := decode(raw, &r); err != nil {
-					return err
-				}
-				printChange(w, "running", r)
-				return nil
-			})
+			return e.emitChange(raw, "running")
 		},
 	}
 	cmd.Flags().StringVar(&topic, "topic", "", "resume only this topic (default: the global scope)")
