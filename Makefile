@@ -57,9 +57,10 @@ generate: ## regenerate protobuf Go code with buf (offline, local plugins)
 	cd proto/tools && GOWORK=off go tool buf lint .. && GOWORK=off go tool buf generate .. --template ../buf.gen.yaml
 
 .PHONY: lint
-lint: ## go vet + gofmt check + buf lint
+lint: ## go vet + gofmt check + golangci-lint (.golangci.yaml) + buf lint
 	go vet $(MODULES)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	scripts/lint.sh
 	cd proto/tools && GOWORK=off go tool buf lint ..
 
 .PHONY: tidy

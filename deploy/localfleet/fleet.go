@@ -1,6 +1,7 @@
 package localfleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -464,7 +465,7 @@ func ProcessAlive(pid int) bool {
 		return !os.IsNotExist(err)
 	}
 	// The state follows the parenthesised command name, which may hold spaces.
-	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
 		return stat[i+2] != 'Z'
 	}
 	return true

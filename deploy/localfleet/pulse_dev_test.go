@@ -167,7 +167,7 @@ func parsePIDs(t *testing.T, line string) map[string]int {
 
 func submitJob(t *testing.T, base, body string) string {
 	t.Helper()
-	req, err := http.NewRequest("POST", base+"/v1/jobs", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.SetBasicAuth(DevProducerUser, DevProducerPassword)
@@ -183,7 +183,7 @@ func submitJob(t *testing.T, base, body string) string {
 
 func jobStatus(t *testing.T, base, id string) string {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/v1/jobs/"+id, nil)
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/jobs/"+id, nil)
 	require.NoError(t, err)
 	req.SetBasicAuth(DevProducerUser, DevProducerPassword)
 	resp, err := http.DefaultClient.Do(req)

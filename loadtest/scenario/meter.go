@@ -2,12 +2,12 @@ package scenario
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -212,7 +212,7 @@ func readStat(pid int) (procStat, bool) {
 	}
 	// The command name is parenthesised and may hold spaces; the fields
 	// after it start with the state (field 3).
-	i := strings.LastIndexByte(string(b), ')')
+	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procStat{}, false
 	}
@@ -372,14 +372,4 @@ func EnableStatements(ctx context.Context, url string) bool {
 	}
 	_, err = conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	return err == nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

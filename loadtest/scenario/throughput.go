@@ -133,7 +133,7 @@ func startPulseWorkers(ctx context.Context, t Target, topic string, n, conc int,
 	return &wg, nil
 }
 
-// submitPulse sends jobs jobs of topic through control-api's SubmitJobs
+// submitPulse sends the given number of jobs of topic through control-api's SubmitJobs
 // from producers goroutines in calls of batch, and returns the first error.
 func submitPulse(ctx context.Context, client *pulse.Client, topic string, jobs, producers, batch int) error {
 	var submitErr atomic.Value

@@ -102,7 +102,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		err, overran := e.execute(ctx, job, k)
+		overran, err := e.execute(ctx, job, k)
 		endSpan(span, err)
 		cancel(nil)
 		e.running.remove(k)
@@ -154,13 +154,13 @@ func (e *executor) settleBehind() bool {
 // attempt's lease lapsed before it got one (startable). overran is nil
 // unless the handler outlived its timeout and its grace and is still
 // running: it is closed when the handler returns.
-func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (err error, overran <-chan struct{}) {
+func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (overran <-chan struct{}, err error) {
 	// A free slot is taken without asking for ctx.Done(): the job's
 	// context makes its Done channel on first request, and with a slot
 	// free (the common case) nothing needs it. ctx.Err() keeps a job
 	// stopped before it got here from starting.
 	if ctx.Err() != nil {
-		return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
+		return nil, fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx))
 	}
 	select {
 	case e.sem <- struct{}{}:
@@ -168,22 +168,22 @@ func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (err error, 
 		select {
 		case e.sem <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx)), nil
+			return nil, fmt.Errorf("pulse: job stopped before it started: %w", context.Cause(ctx))
 		}
 	}
 	release := func() { <-e.sem }
 	if !e.startable(ctx, k) {
 		release()
-		return errAbandoned, nil
+		return nil, errAbandoned
 	}
 	th, ok := e.handlers[job.Topic]
 	if !ok {
 		release()
-		return fmt.Errorf("pulse: no handler registered for topic %q", job.Topic), nil
+		return nil, fmt.Errorf("pulse: no handler registered for topic %q", job.Topic)
 	}
 	if job.Timeout <= 0 {
 		defer release()
-		return e.call(ctx, th.handler, job), nil
+		return nil, e.call(ctx, th.handler, job)
 	}
 	return e.callWithTimeout(ctx, th.handler, job, release)
 }
@@ -195,7 +195,7 @@ func (e *executor) execute(ctx context.Context, job *Job, k jobKey) (err error, 
 // does not is left running (Go cannot stop it): the attempt is reported
 // failed now, and overran is closed, and the slot released, when it
 // returns.
-func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, release func()) (err error, overran <-chan struct{}) {
+func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, release func()) (overran <-chan struct{}, err error) {
 	timeout := &TimeoutError{Timeout: job.Timeout}
 	tctx, cancel := context.WithTimeoutCause(ctx, job.Timeout, timeout)
 	done := make(chan struct{})
@@ -212,27 +212,27 @@ func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, rel
 	select {
 	case <-done:
 		if timedOut() {
-			return &TimeoutError{Timeout: job.Timeout, Err: herr}, nil
+			return nil, &TimeoutError{Timeout: job.Timeout, Err: herr}
 		}
-		return herr, nil
+		return nil, herr
 	case <-tctx.Done():
 	}
 	if !timedOut() {
 		// Stopped for another reason (lease lost, canceled, shutdown):
 		// wait for the handler as without a timeout.
 		<-done
-		return herr, nil
+		return nil, herr
 	}
 	grace := time.NewTimer(timeoutGrace)
 	defer grace.Stop()
 	select {
 	case <-done:
-		return &TimeoutError{Timeout: job.Timeout, Err: herr}, nil
+		return nil, &TimeoutError{Timeout: job.Timeout, Err: herr}
 	case <-grace.C:
 	}
 	e.log.Warn("handler still running after its timeout; the attempt failed, and its slot stays taken until the handler returns (handlers should return when their context is done)",
 		logKeyJobID, job.ID, logKeyAttempt, job.Attempt, logKeyTopic, job.Topic, "timeout", job.Timeout)
-	return timeout, done
+	return done, timeout
 }
 
 // call runs h, turning a panic into an error so one bad job cannot crash

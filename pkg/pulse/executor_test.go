@@ -19,7 +19,7 @@ func TestExecuteStopped(t *testing.T) {
 		e := noopExecutor(1)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(stop)
-		err, _ := e.execute(ctx, &Job{Topic: "t"}, jobKey{})
+		_, err := e.execute(ctx, &Job{Topic: "t"}, jobKey{})
 		if !errors.Is(err, stop) {
 			t.Fatalf("execute with a free slot and a stopped job = %v, want the stop's cause", err)
 		}
@@ -32,7 +32,7 @@ func TestExecuteStopped(t *testing.T) {
 		e.sem <- struct{}{} // the only slot is taken
 		ctx, cancel := context.WithCancelCause(context.Background())
 		done := make(chan error, 1)
-		go func() { err, _ := e.execute(ctx, &Job{Topic: "t"}, jobKey{}); done <- err }()
+		go func() { _, err := e.execute(ctx, &Job{Topic: "t"}, jobKey{}); done <- err }()
 		cancel(stop)
 		select {
 		case err := <-done:
@@ -47,7 +47,7 @@ func TestExecuteStopped(t *testing.T) {
 		e := noopExecutor(1)
 		ran := false
 		e.handlers["t"] = topicHandler{handler: func(context.Context, *Job) error { ran = true; return nil }}
-		if err, _ := e.execute(context.Background(), &Job{Topic: "t"}, jobKey{}); err != nil || !ran {
+		if _, err := e.execute(context.Background(), &Job{Topic: "t"}, jobKey{}); err != nil || !ran {
 			t.Fatalf("execute = %v, ran %v; want the handler run", err, ran)
 		}
 		if len(e.sem) != 0 {
@@ -64,7 +64,7 @@ func BenchmarkExecute(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		if err, _ := e.execute(ctx, job, jobKey{}); err != nil {
+		if _, err := e.execute(ctx, job, jobKey{}); err != nil {
 			b.Fatal(err)
 		}
 		cancel(nil)

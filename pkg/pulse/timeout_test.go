@@ -43,11 +43,10 @@ func TestTimeout(t *testing.T) {
 		t.Parallel()
 		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		type seen struct {
-			timeout  time.Duration
-			left     time.Duration
-			hasDL    bool
-			cause    error
-			returned time.Time
+			timeout time.Duration
+			left    time.Duration
+			hasDL   bool
+			cause   error
 		}
 		seenCh := make(chan seen, 1)
 		registerWorker(t, []string{gw.Addr()}, func(w *Worker) {

@@ -200,8 +200,8 @@ func assignmentOf(id string, attempt int32, spec *pulsev1.JobSpec) *pulsev1.Assi
 	if n := spec.GetMaxAttempts(); n > 0 {
 		a.MaxAttempts = n
 	}
-	if a.Attempt > a.MaxAttempts {
-		a.MaxAttempts = a.Attempt
+	if a.GetAttempt() > a.GetMaxAttempts() {
+		a.MaxAttempts = a.GetAttempt()
 	}
 	if d := spec.GetTimeout(); d != nil {
 		a.Timeout = durationpb.New(d.AsDuration())

@@ -61,7 +61,7 @@ func mtlsClient(t *testing.T, roots *x509.CertPool, certFile, keyFile string) *h
 
 func get(t *testing.T, c *http.Client, url, header string) (int, string, error) {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
 	if header != "" {
 		req.Header.Set("Authorization", header)
@@ -93,7 +93,7 @@ func TestCertIdentityOverHTTP(t *testing.T) {
 	t.Run("TheRoleComesFromTheMappingNotTheCertificate", func(t *testing.T) {
 		t.Parallel()
 		cert, key := ca.Issue(t, "prod-1")
-		req, err := http.NewRequest("POST", srv.URL+"/v1/jobs/1/cancel", nil)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/jobs/1/cancel", nil)
 		require.NoError(t, err)
 		resp, err := mtlsClient(t, ca.Pool, cert, key).Do(req)
 		require.NoError(t, err)

@@ -19,7 +19,7 @@ type gatewaySpec struct {
 	GRPCAddr    string        `split_words:"true" default:":9090"`
 	MaxStreams  int           `envconfig:"max_streams" default:"100"`
 	Verbose     bool
-	unexported  string // never read: envconfig skips unexported fields
+	unexported  string //nolint:unused // never read: envconfig must skip unexported fields
 	Skipped     string `ignored:"true"`
 }
 

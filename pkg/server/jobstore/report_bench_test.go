@@ -53,7 +53,7 @@ func BenchmarkReport(b *testing.B) {
 	var rollup, plain time.Duration
 	var rows int64
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := range b.N {
 		b.StopTimer()
 		withRollup, without := claimBatch(), claimBatch()
 		b.StartTimer()

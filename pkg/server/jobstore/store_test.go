@@ -306,7 +306,7 @@ func TestReport(t *testing.T) {
 			c := claimOne(t, b, "w")
 			require.Equal(t, attempt, c.Attempt)
 			before := time.Now()
-			acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: ref(c), Outcome: pulsetype.OutcomeFail, Error: "boom " + string(rune('0'+attempt))}})
+			acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: ref(c), Outcome: pulsetype.OutcomeFail, Error: "boom " + string(rune('0'+attempt))}}) //nolint:unconvert // vet refuses string(int32) without the rune conversion
 			require.NoError(t, err)
 			require.True(t, acks[0].Accepted)
 			if attempt < 3 {

@@ -70,7 +70,10 @@ func TestApp(t *testing.T) {
 		require.NoError(t, a.Stop(ctx))
 		wg.Wait()
 
-		_, err = http.Get("http://" + a.AdminAddr() + "/healthz")
+		resp, err := http.Get("http://" + a.AdminAddr() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
 		require.Error(t, err, "the HTTP listener is closed")
 
 		db, err := pgx.Connect(ctx, cfg.DatabaseURL)

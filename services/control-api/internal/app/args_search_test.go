@@ -42,7 +42,7 @@ func TestArgsSearchWalksAWindowAPage(t *testing.T) {
 	require.NoError(t, err)
 
 	get := func(path string) string {
-		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+a.AdminAddr()+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.AdminAddr()+path, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", authtest.Basic("op", "op-pass"))
 		resp, err := http.DefaultClient.Do(req)

@@ -57,7 +57,7 @@ func startWith(t *testing.T, tweak func(*config.Config)) (*app.App, pulsev1.Cont
 // the status and, on 200, the series per topic label value of each metric.
 func scrape(t *testing.T, a *app.App, authorization string) (int, map[string]map[string]int) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+a.AdminAddr()+"/metrics", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+a.AdminAddr()+"/metrics", nil)
 	require.NoError(t, err)
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)

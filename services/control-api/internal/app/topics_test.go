@@ -23,7 +23,7 @@ func TestTopics(t *testing.T) {
 	t.Run("OperatorsSetLimitsProducersRead", func(t *testing.T) {
 		t.Parallel()
 		b := setupAuth(t, false)
-		r := b.do(t, "PUT", "/v1/topics/email.send", `{"max_running": 5}`, operator)
+		r := b.do(t, http.MethodPut, "/v1/topics/email.send", `{"max_running": 5}`, operator)
 		require.Equal(t, http.StatusOK, r.status, r.body)
 		var got pulsehttp.Topic
 		require.NoError(t, json.Unmarshal([]byte(r.body), &got))
@@ -141,7 +141,7 @@ func TestTopics(t *testing.T) {
 			{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
 			{"Origin": "https://evil.example"},
 		} {
-			req, err := http.NewRequestWithContext(t.Context(), "PUT", b.scheme+"://"+b.app.AdminAddr()+"/v1/topics/t",
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, b.scheme+"://"+b.app.AdminAddr()+"/v1/topics/t",
 				strings.NewReader(`{"max_running": 0}`))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")

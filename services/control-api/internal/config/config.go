@@ -52,15 +52,15 @@ const (
 	MigrateLockTimeoutMax = time.Minute
 	// MigrateLockRetriesMax bounds the retries.
 	MigrateLockRetriesMax = 1000
-	// MetricsMaxTopicsDefault and MetricsTopicIdleDefault bound the topic
-	// label of every metric (pkg/server/metrics).
 	// ReadTimeoutDefault is the statement_timeout of every read and
 	// operator statement; ReadTimeoutMax keeps a typo from removing it.
 	ReadTimeoutDefault = 5 * time.Second
 	ReadTimeoutMax     = 10 * time.Minute
 	// DBReadMaxConnsDefault is the read pool's size, beside
 	// PULSE_DB_MAX_CONNS.
-	DBReadMaxConnsDefault   = 5
+	DBReadMaxConnsDefault = 5
+	// MetricsMaxTopicsDefault and MetricsTopicIdleDefault bound the topic
+	// label of every metric (pkg/server/metrics).
 	MetricsMaxTopicsDefault = metrics.MaxTopicsDefault
 	MetricsTopicIdleDefault = metrics.TopicIdleDefault
 )

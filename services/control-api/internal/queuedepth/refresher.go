@@ -49,9 +49,6 @@ type Refresher struct {
 	gauge Gauge
 	now   func() time.Time
 
-	// seen holds every (topic, status) ever reported, so a group that
-	// empties is set to 0 rather than left at its last count.
-	seen map[[2]string]bool
 	// began and took are the last count's start and duration, successful
 	// or not: a count that timed out cost as much as one that finished.
 	began time.Time

@@ -40,7 +40,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	require.Equal(t, want.Get("traceparent"), a.GetTraceparent(), "the assignment carries the receive span")
 	attrs := map[string]string{}
 	for _, kv := range got.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	require.Equal(t, "pulse", attrs["messaging.system"])
 	require.Equal(t, job.ID.String(), attrs["messaging.message.id"])

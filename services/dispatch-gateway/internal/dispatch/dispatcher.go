@@ -66,7 +66,7 @@ type Claimer interface {
 // Observer is told what each claim did, for metrics.
 type Observer interface {
 	// Claimed: a claim that started from (ClaimFromHead, ClaimFromCursor,
-	// ClaimRescan) took took and returned jobs or err.
+	// ClaimRescan) lasted took and returned jobs or err.
 	Claimed(took time.Duration, from string, jobs []pulsetype.Claimed, err error)
 	Undeliverable(jobs []pulsetype.Claimed)
 	// ClaimsPaused counts a wake-up that issued no claim because dispatch
