@@ -57,39 +57,39 @@ var (
 // repeats the status guard of the single cancel (cancelSQL). It answers
 // the jobs canceled, the rows the batch examined and the last id it
 // examined (the next cursor).
-const bulkCancelSQL = `
-WITH picked AS (
-    SELECT id FROM jobs
-    WHERE id > $1 AND submitted_at <= $2 AND %s
-    ORDER BY id
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), done AS (
+const bulkCancelSQL = bulkPickSQL + `, done AS (
     UPDATE jobs j
     SET status = 'CANCELED', finished_at = GREATEST(now(), j.submitted_at), lease_until = NULL
     FROM picked
     WHERE j.id = picked.id AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
     RETURNING j.id
-)
-SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM picked),
-       (SELECT id FROM picked ORDER BY id DESC LIMIT 1)`
+)` + bulkTallySQL
 
 // bulkDeleteSQL deletes the next batch of matching finished jobs, as
 // bulkCancelSQL walks them. The status guard keeps the DELETE to finished
 // rows; the schema's jobs_delete_terminal_only is the backstop.
-const bulkDeleteSQL = `
+const bulkDeleteSQL = bulkPickSQL + `, done AS (
+    DELETE FROM jobs j
+    USING picked
+    WHERE j.id = picked.id AND j.status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')
+    RETURNING j.id
+)` + bulkTallySQL
+
+// bulkPickSQL locks the next batch of matching jobs after the cursor ($1),
+// submitted before the action began ($2), at most $3, skipping rows
+// locked elsewhere; %s is the filter. The action's CTE done follows it.
+const bulkPickSQL = `
 WITH picked AS (
     SELECT id FROM jobs
     WHERE id > $1 AND submitted_at <= $2 AND %s
     ORDER BY id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), done AS (
-    DELETE FROM jobs j
-    USING picked
-    WHERE j.id = picked.id AND j.status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')
-    RETURNING j.id
-)
+)`
+
+// bulkTallySQL answers a batch's jobs acted on, rows examined and last id
+// examined (the next cursor).
+const bulkTallySQL = `
 SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM picked),
        (SELECT id FROM picked ORDER BY id DESC LIMIT 1)`
 
