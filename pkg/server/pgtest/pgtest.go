@@ -171,33 +171,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 // connection string; the database is dropped when the test ends.
 func URL(tb testing.TB) string {
 	tb.Helper()
-	setup(tb)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		tb.Fatalf("pgtest: connect: %v", err)
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "pulse_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tmplName)); err != nil {
-		tb.Fatalf("pgtest: clone template: %v", err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, serverURL)
-		if err != nil {
-			tb.Logf("pgtest: drop %s: %v", name, err)
-			return
-		}
-		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
-			tb.Logf("pgtest: drop %s: %v", name, err)
-		}
-	})
-	return withDatabase(serverURL, name)
+	return database(tb, "pulse_test_", " TEMPLATE "+tmplName)
 }
 
 // Pool opens a pool on a fresh database (see URL), closed when the test ends.
@@ -215,6 +189,14 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // migration and of the schema-version check.
 func EmptyURL(tb testing.TB) string {
 	tb.Helper()
+	return database(tb, "pulse_empty_", "")
+}
+
+// database creates a database named prefix and 12 random hex digits (with
+// options, e.g. a TEMPLATE clause), drops it when the test ends, and
+// returns its connection string.
+func database(tb testing.TB, prefix, options string) string {
+	tb.Helper()
 	setup(tb)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, serverURL)
@@ -224,15 +206,21 @@ func EmptyURL(tb testing.TB) string {
 	defer admin.Close(ctx)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := "pulse_empty_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-		tb.Fatalf("pgtest: create: %v", err)
+	name := prefix + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+options); err != nil {
+		tb.Fatalf("pgtest: create %s: %v", name, err)
 	}
 	tb.Cleanup(func() {
-		admin, err := pgx.Connect(context.Background(), serverURL)
-		if err == nil {
-			admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-			admin.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			tb.Logf("pgtest: drop %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+			tb.Logf("pgtest: drop %s: %v", name, err)
 		}
 	})
 	return withDatabase(serverURL, name)
