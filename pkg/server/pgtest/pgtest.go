@@ -171,7 +171,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 // connection string; the database is dropped when the test ends.
 func URL(tb testing.TB) string {
 	tb.Helper()
-	return database(tb, "pulse_test_", " TEMPLATE "+tmplName)
+	return database(tb, "pulse_test_", true)
 }
 
 // Pool opens a pool on a fresh database (see URL), closed when the test ends.
@@ -189,13 +189,13 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // migration and of the schema-version check.
 func EmptyURL(tb testing.TB) string {
 	tb.Helper()
-	return database(tb, "pulse_empty_", "")
+	return database(tb, "pulse_empty_", false)
 }
 
-// database creates a database named prefix and 12 random hex digits (with
-// options, e.g. a TEMPLATE clause), drops it when the test ends, and
-// returns its connection string.
-func database(tb testing.TB, prefix, options string) string {
+// database creates a database named prefix and 12 random hex digits, a
+// clone of the migrated template when migrated is set, drops it when the
+// test ends, and returns its connection string.
+func database(tb testing.TB, prefix string, migrated bool) string {
 	tb.Helper()
 	setup(tb)
 	ctx := context.Background()
@@ -207,7 +207,11 @@ func database(tb testing.TB, prefix, options string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := prefix + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+options); err != nil {
+	create := `CREATE DATABASE ` + name
+	if migrated {
+		create += ` TEMPLATE ` + tmplName // set by setup
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
 		tb.Fatalf("pgtest: create %s: %v", name, err)
 	}
 	tb.Cleanup(func() {
