@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 )
 
 // TestSchemaLimitsAgreeWithPulsetype holds the schema to pulsetype's
@@ -140,6 +142,30 @@ func TestSchemaLimitsAgreeWithPulsetype(t *testing.T) {
 					VALUES ($1, true, $2, 'limits', now())`, "scope-"+uuid.NewString(), v)
 				return err
 			}},
+		{"dispatch_control.scope", "dispatch_control_scope_format",
+			[]any{topicAt}, []any{topicPast}, func(v any) error {
+				_, err := pool.Exec(ctx, `INSERT INTO dispatch_control (scope) VALUES ($1)`, v)
+				return err
+			}},
+		// The fleet's own settings, held to the bounds their packages
+		// declare.
+		{"job_throughput.writer", "job_throughput_writer",
+			[]any{strings.Repeat("é", jobstore.MaxWriterLength)}, []any{"", strings.Repeat("é", jobstore.MaxWriterLength+1)},
+			func(v any) error {
+				_, err := pool.Exec(ctx, `INSERT INTO job_throughput (bucket, topic, writer) VALUES (date_trunc('minute', now(), 'UTC'), 'limits', $1)`, v)
+				return err
+			}},
+		{"retry_policy.backoff_unit", "retry_policy_unit_range",
+			[]any{int64(0), micros(retrypolicy.MaxUnit)}, []any{int64(-1), micros(retrypolicy.MaxUnit + us)},
+			func(v any) error {
+				return rolledBack(ctx, pool, `UPDATE retry_policy SET backoff_unit = $1::bigint * interval '1 microsecond',
+					backoff_max = interval '30 days'`, v)
+			}},
+		{"retry_policy.backoff_max", "retry_policy_max_range",
+			[]any{micros(retrypolicy.MaxDelay)}, []any{micros(retrypolicy.MaxDelay + us)},
+			func(v any) error {
+				return rolledBack(ctx, pool, `UPDATE retry_policy SET backoff_max = $1::bigint * interval '1 microsecond'`, v)
+			}},
 	}
 	for _, b := range bounds {
 		t.Run(b.name, func(t *testing.T) {
@@ -192,6 +218,18 @@ func TestSchemaLimitsAgreeWithPulsetype(t *testing.T) {
 			requireRefusedBy(t, schedErr, "schedules_topic_format", name)
 		}
 	})
+}
+
+// rolledBack runs one statement in a transaction it rolls back, for the
+// tables with one row.
+func rolledBack(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing of it is kept
+	_, err = tx.Exec(ctx, sql, args...)
+	return err
 }
 
 // scheduleColumn inserts a schedule with column set to v.
