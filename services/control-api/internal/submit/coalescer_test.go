@@ -56,6 +56,15 @@ func newJob(key string) pulsetype.NewJob {
 	}
 }
 
+// newJobs is n jobs without idempotency keys.
+func newJobs(n int) []pulsetype.NewJob {
+	jobs := make([]pulsetype.NewJob, n)
+	for i := range jobs {
+		jobs[i] = newJob("")
+	}
+	return jobs
+}
+
 type outcome struct {
 	job pulsetype.NewJob
 	ins pulsetype.Inserted
@@ -89,10 +98,7 @@ func TestCoalescer(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4)
 		b.open()
-		jobs := make([]pulsetype.NewJob, submitters)
-		for i := range jobs {
-			jobs[i] = newJob("")
-		}
+		jobs := newJobs(submitters)
 		seen := map[uuid.UUID]bool{}
 		for _, o := range <-submitAll(ctx, b.coalescer, jobs) {
 			require.NoError(t, o.err)
@@ -110,10 +116,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("ConcurrentSubmitsShareInsertStatements", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 4)
-		jobs := make([]pulsetype.NewJob, submitters)
-		for i := range jobs {
-			jobs[i] = newJob("")
-		}
+		jobs := newJobs(submitters)
 		results := submitAll(ctx, b.coalescer, jobs)
 		// At most 4 flushers hold a batch at the shut gate; everything else
 		// queues behind them and goes out in one more statement.
@@ -201,10 +204,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("CloseInsertsEverySubmitAlreadyAccepted", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 2)
-		jobs := make([]pulsetype.NewJob, 10)
-		for i := range jobs {
-			jobs[i] = newJob("")
-		}
+		jobs := newJobs(10)
 		results := submitAll(ctx, b.coalescer, jobs)
 		submittest.Wait(t, b.coalescer, "10 submits accepted", func(s submit.Stats) bool { return s.Submits == 10 })
 		closed := make(chan error, 1)
@@ -223,10 +223,7 @@ func TestCoalescer(t *testing.T) {
 	t.Run("CloseCutShortAnswersEveryWaiterAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 1)
-		jobs := make([]pulsetype.NewJob, 5)
-		for i := range jobs {
-			jobs[i] = newJob("")
-		}
+		jobs := newJobs(5)
 		results := submitAll(ctx, b.coalescer, jobs)
 		submittest.Wait(t, b.coalescer, "5 submits accepted", func(s submit.Stats) bool { return s.Submits == 5 })
 		expired, cancel := context.WithCancel(ctx)
