@@ -274,7 +274,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	out := listJSON{Jobs: make([]jobJSON, len(resp.GetJobs())), NextPageToken: resp.GetNextPageToken()}
 	for i, j := range resp.GetJobs() {
 		out.Jobs[i] = jobToJSON(j)
-		if !req.IncludeArgs {
+		if !req.GetIncludeArgs() {
 			out.Jobs[i].Args = nil // left out, not empty
 		}
 	}
