@@ -342,13 +342,7 @@ func TestClaimUnderPause(t *testing.T) {
 			}
 			plan := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimSQL,
 				[]string{"a", "b"}, 100, slots("w", 100), "30 seconds")
-			picked := plan.find("CTE picked")
-			require.NotNil(t, picked, plan.text)
-			require.Contains(t, picked.nodes(), "Index Scan jobs_claim_idx", "paused=%q", paused)
-			for _, n := range picked.nodes() {
-				require.NotContains(t, n, "Seq Scan", "paused=%q", paused)
-				require.NotContains(t, n, "Sort", "paused=%q: the claim must walk the index in order, not sort the backlog", paused)
-			}
+			plan.requireWalksIndex(t, "CTE picked", paused)
 			// Around a cursor: every range walks the index in order.
 			for sql, walks := range map[string][]string{
 				jobstore.ClaimAfterSQL:  {"CTE same_priority", "CTE lower_priority"},
@@ -357,13 +351,7 @@ func TestClaimUnderPause(t *testing.T) {
 				around := explain(t, b, jobstore.PinnedPlanSQL, sql,
 					[]string{"a", "b"}, 100, slots("w", 100), "30 seconds", int16(5), time.Now(), [16]byte(uuid.New()))
 				for _, walk := range walks {
-					w := around.find(walk)
-					require.NotNil(t, w, around.text)
-					require.Contains(t, w.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", walk, paused)
-					for _, n := range w.nodes() {
-						require.NotContains(t, n, "Seq Scan", "%s, paused=%q", walk, paused)
-						require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", walk, paused)
-					}
+					around.requireWalksIndex(t, walk, paused)
 				}
 				require.Less(t, around.cost, 1e9, "paused=%q", paused)
 			}
@@ -373,13 +361,7 @@ func TestClaimUnderPause(t *testing.T) {
 			limited := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimLimitedSQL,
 				[]string{"a", "b"}, 100, slots("w", 100), "30 seconds")
 			for _, head := range []string{"CTE open_head", "CTE limited_head"} {
-				walk := limited.find(head)
-				require.NotNil(t, walk, limited.text)
-				require.Contains(t, walk.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", head, paused)
-				for _, n := range walk.nodes() {
-					require.NotContains(t, n, "Seq Scan", "%s, paused=%q", head, paused)
-					require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", head, paused)
-				}
+				limited.requireWalksIndex(t, head, paused)
 			}
 			require.Less(t, limited.cost, 1e9, "paused=%q", paused)
 			// enable_seqscan=off prices any seq scan at 1e10; a plan that
@@ -518,6 +500,20 @@ type plan struct {
 	planNode
 	text string
 	cost float64
+}
+
+// requireWalksIndex requires that the subplan called name reads
+// jobs_claim_idx in order: an index scan of it, no sequential scan and no
+// sort. paused names the pause scope the plan was made under.
+func (p plan) requireWalksIndex(t *testing.T, name, paused string) {
+	t.Helper()
+	walk := p.find(name)
+	require.NotNil(t, walk, "no %s in %s", name, p.text)
+	require.Contains(t, walk.nodes(), "Index Scan jobs_claim_idx", "%s, paused=%q", name, paused)
+	for _, n := range walk.nodes() {
+		require.NotContains(t, n, "Seq Scan", "%s, paused=%q", name, paused)
+		require.NotContains(t, n, "Sort", "%s, paused=%q: the claim must walk the index in order, not sort the backlog", name, paused)
+	}
 }
 
 // explain runs EXPLAIN (FORMAT JSON) of sql under the plan settings the
