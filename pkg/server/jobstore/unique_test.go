@@ -37,14 +37,10 @@ func TestUniqueForReturnsTheFirstJobWithinThePeriod(t *testing.T) {
 	store := newStore(t, pool)
 
 	first := uniqueJob("uniq", `{"a": 1, "b": [1, 2]}`, time.Hour)
-	res, err := store.Insert(ctx, []pulsetype.NewJob{first})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: first.ID}, res[0])
+	requireInserted(t, store, first, pulsetype.Inserted{ID: first.ID})
 
 	same := uniqueJob("uniq", `{"b":[1,2],"a":1}`, time.Minute) // other spelling, same jsonb
-	res, err = store.Insert(ctx, []pulsetype.NewJob{same})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: first.ID, Duplicate: true}, res[0])
+	requireInserted(t, store, same, pulsetype.Inserted{ID: first.ID, Duplicate: true})
 
 	// Finished, it still holds the period.
 	claimed, err := store.Claim(ctx, []string{"uniq"}, slots("w", 1), time.Minute)
@@ -61,9 +57,7 @@ func TestUniqueForReturnsTheFirstJobWithinThePeriod(t *testing.T) {
 		uniqueJob("uniq", `{"a":2,"b":[1,2]}`, time.Hour),
 		newJob("uniq", 5), // not unique at all
 	} {
-		res, err := store.Insert(ctx, []pulsetype.NewJob{other})
-		require.NoError(t, err)
-		require.Equal(t, pulsetype.Inserted{ID: other.ID}, res[0])
+		requireInserted(t, store, other, pulsetype.Inserted{ID: other.ID})
 	}
 }
 
@@ -82,12 +76,8 @@ func TestUniqueForEndsWithItsPeriod(t *testing.T) {
 	require.NoError(t, err)
 
 	second := uniqueJob("uniq.exp", `{"n":1}`, time.Hour)
-	res, err := store.Insert(ctx, []pulsetype.NewJob{second})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: second.ID}, res[0])
-	res, err = store.Insert(ctx, []pulsetype.NewJob{uniqueJob("uniq.exp", `{"n":1}`, time.Hour)})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: second.ID, Duplicate: true}, res[0])
+	requireInserted(t, store, second, pulsetype.Inserted{ID: second.ID})
+	requireInserted(t, store, uniqueJob("uniq.exp", `{"n":1}`, time.Hour), pulsetype.Inserted{ID: second.ID, Duplicate: true})
 	require.Equal(t, 2, countTopic(t, pool, "uniq.exp"))
 
 	var holder uuid.UUID
@@ -167,9 +157,7 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 	// Unique key free, idempotency key held: the keyed job, and no claim.
 	both := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	both.IdempotencyKey = "k1"
-	res, err := store.Insert(ctx, []pulsetype.NewJob{both})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: keyed.ID, Duplicate: true}, res[0])
+	requireInserted(t, store, both, pulsetype.Inserted{ID: keyed.ID, Duplicate: true})
 	var claims int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_uniques`).Scan(&claims))
 	require.Zero(t, claims)
@@ -177,16 +165,12 @@ func TestUniqueForComposesWithIdempotencyKey(t *testing.T) {
 	// Both free: a new job holding both.
 	fresh := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	fresh.IdempotencyKey = "k2"
-	res, err = store.Insert(ctx, []pulsetype.NewJob{fresh})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: fresh.ID}, res[0])
+	requireInserted(t, store, fresh, pulsetype.Inserted{ID: fresh.ID})
 
 	// Unique key held, idempotency key free: the unique holder.
 	again := uniqueJob("uniq.idem", `{"x":1}`, time.Hour)
 	again.IdempotencyKey = "k3"
-	res, err = store.Insert(ctx, []pulsetype.NewJob{again})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: fresh.ID, Duplicate: true}, res[0])
+	requireInserted(t, store, again, pulsetype.Inserted{ID: fresh.ID, Duplicate: true})
 
 	// In one batch: a keyed job, then a unique job with the same key: the
 	// second is the first's duplicate and claims nothing.
@@ -234,9 +218,7 @@ func TestUniqueBatchRefusedMemberFailsAlone(t *testing.T) {
 	// The refused job claimed nothing: its args are still free.
 	fixed := bad
 	fixed.ID, fixed.Timeout = uuid.Must(uuid.NewV7()), time.Minute
-	res, err := store.Insert(ctx, []pulsetype.NewJob{fixed})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: fixed.ID}, res[0])
+	requireInserted(t, store, fixed, pulsetype.Inserted{ID: fixed.ID})
 }
 
 // Retention deleting the holder ends its period early: the key goes with
@@ -256,9 +238,7 @@ func TestUniqueKeyGoesWithItsJob(t *testing.T) {
 	require.EqualValues(t, 1, n)
 
 	next := uniqueJob("uniq.ret", `{}`, time.Hour)
-	res, err := store.Insert(ctx, []pulsetype.NewJob{next})
-	require.NoError(t, err)
-	require.Equal(t, pulsetype.Inserted{ID: next.ID}, res[0])
+	requireInserted(t, store, next, pulsetype.Inserted{ID: next.ID})
 }
 
 // The schema holds the bounds: a timeout outside 1s..24h, a period outside
@@ -360,4 +340,12 @@ func TestUniqueAndTimeoutPathsNeverEnterPLpgSQL(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 2)
 	require.Zero(t, guardCalls())
+}
+
+// requireInserted inserts job alone and requires the answer want.
+func requireInserted(t *testing.T, store *jobstore.Store, job pulsetype.NewJob, want pulsetype.Inserted) {
+	t.Helper()
+	res, err := store.Insert(ctx, []pulsetype.NewJob{job})
+	require.NoError(t, err)
+	require.Equal(t, want, res[0])
 }
