@@ -14,7 +14,7 @@ import (
 // TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed: when Run's
 // context ends, the worker half-closes its stream instead of tearing it
 // down, so a job the gateway claimed for it in that instant still arrives,
-// runs in the drain and is reported: no lease is left to lapse.
+// runs in the wind-down and is reported: no lease is left to lapse.
 func TestAStoppingWorkerHalfClosesAndRunsWhatWasAlreadyClaimed(t *testing.T) {
 	t.Parallel()
 	gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
