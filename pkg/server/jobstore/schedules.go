@@ -194,13 +194,17 @@ type HistoryCursor struct {
 }
 
 // ScheduleJobs returns the jobs a schedule fired, newest first, after
-// cursor (nil: from the newest), at most limit.
+// cursor (nil: from the newest), at most limit, without their args (the
+// schedule's own).
 func (s *Store) ScheduleJobs(ctx context.Context, id uuid.UUID, after *HistoryCursor, limit int) ([]*Job, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	// Without args: a fired job's are its schedule's, and a page of 500
+	// jobs of 1 MiB args each would be 500 MiB.
 	var rows []jobRow
-	q := s.selectJobs(&rows).Where("j.schedule_id = ?", id)
+	q := s.reads().NewSelect().Model(&rows).ColumnExpr(jobColumnsWithoutArgs).ColumnExpr(intervalMicrosSQL).
+		Where("j.schedule_id = ?", id)
 	if after != nil {
 		q = q.Where("(j.submitted_at, j.id) < (?, ?)", after.SubmittedAt, after.ID)
 	}

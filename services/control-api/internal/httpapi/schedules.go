@@ -210,6 +210,7 @@ func (s *scheduleRoutes) jobs(w http.ResponseWriter, r *http.Request) error {
 	out := listJSON{Jobs: make([]jobJSON, len(resp.GetJobs())), NextPageToken: resp.GetNextPageToken()}
 	for i, j := range resp.GetJobs() {
 		out.Jobs[i] = jobToJSON(j)
+		out.Jobs[i].Args = nil // a fired job's args are its schedule's: left out
 	}
 	return writeJSON(w, http.StatusOK, out)
 }

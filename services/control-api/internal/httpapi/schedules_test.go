@@ -129,6 +129,7 @@ func TestScheduleRoutes(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, string(r.body))
 		r.decode(t, &page)
 		require.Len(t, page.Jobs, 3)
+		require.NotContains(t, string(r.body), `"args"`, "a fired job's args are its schedule's: left out of the history")
 	})
 
 	t.Run("BadInputNamesTheField", func(t *testing.T) {
