@@ -112,35 +112,17 @@ func RawSQL(ctx context.Context, databaseURL string, p RawSQLParams, before func
 
 	var inserted atomic.Int64
 	insertAll := func() error {
-		var firstErr atomic.Value
-		var wg sync.WaitGroup
-		per := p.Jobs / p.Producers
-		for i := range p.Producers {
-			n := per
-			if i == p.Producers-1 {
-				n = p.Jobs - per*(p.Producers-1)
+		return produce(p.Jobs, p.Producers, p.Batch, func(k int) error {
+			ids := make([][16]byte, k)
+			for j := range ids {
+				ids[j] = uuid.Must(uuid.NewV7()) // pulse mints v7 ids too
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for sent := 0; sent < n; {
-					k := min(p.Batch, n-sent)
-					ids := make([][16]byte, k)
-					for j := range ids {
-						ids[j] = uuid.Must(uuid.NewV7()) // pulse mints v7 ids too
-					}
-					if _, err := pool.Exec(ctx, rawInsertSQL, ids, topic); err != nil {
-						firstErr.Store(err)
-						return
-					}
-					inserted.Add(int64(k))
-					sent += k
-				}
-			}()
-		}
-		wg.Wait()
-		err, _ := firstErr.Load().(error)
-		return err
+			if _, err := pool.Exec(ctx, rawInsertSQL, ids, topic); err != nil {
+				return err
+			}
+			inserted.Add(int64(k))
+			return nil
+		})
 	}
 
 	var insertTook time.Duration

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -232,34 +231,14 @@ func (w *riverWorkers) Stop(ctx context.Context) error {
 // insert sends p.Jobs jobs from p.Producers goroutines in InsertMany calls
 // of p.Batch.
 func (r *RiverSide) insert(ctx context.Context, c *river.Client[pgx.Tx], p RiverParams) error {
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	per := p.Jobs / p.Producers
-	for i := range p.Producers {
-		n := per
-		if i == p.Producers-1 {
-			n = p.Jobs - per*(p.Producers-1)
+	return produce(p.Jobs, p.Producers, p.Batch, func(k int) error {
+		params := make([]river.InsertManyParams, k)
+		for j := range params {
+			params[j].Args = riverNoopArgs{}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for sent := 0; sent < n; {
-				k := min(p.Batch, n-sent)
-				params := make([]river.InsertManyParams, k)
-				for j := range params {
-					params[j].Args = riverNoopArgs{}
-				}
-				if _, err := c.InsertMany(ctx, params); err != nil {
-					firstErr.Store(err)
-					return
-				}
-				sent += k
-			}
-		}()
-	}
-	wg.Wait()
-	err, _ := firstErr.Load().(error)
-	return err
+		_, err := c.InsertMany(ctx, params)
+		return err
+	})
 }
 
 // waitCompleted waits for the handlers to have seen every job, then for

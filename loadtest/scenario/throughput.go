@@ -136,35 +136,15 @@ func startPulseWorkers(ctx context.Context, t Target, topic string, n, conc int,
 // submitPulse sends the given number of jobs of topic through control-api's SubmitJobs
 // from producers goroutines in calls of batch, and returns the first error.
 func submitPulse(ctx context.Context, client *pulse.Client, topic string, jobs, producers, batch int) error {
-	var submitErr atomic.Value
-	var pwg sync.WaitGroup
-	per := jobs / producers
-	for i := range producers {
-		n := per
-		if i == producers-1 {
-			n = jobs - per*(producers-1)
+	args := []byte(`{}`)
+	return produce(jobs, producers, batch, func(k int) error {
+		reqs := make([]pulse.JobRequest, k)
+		for j := range reqs {
+			reqs[j] = pulse.JobRequest{Topic: topic, Args: args}
 		}
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			args := []byte(`{}`)
-			for sent := 0; sent < n; {
-				k := min(batch, n-sent)
-				reqs := make([]pulse.JobRequest, k)
-				for j := range reqs {
-					reqs[j] = pulse.JobRequest{Topic: topic, Args: args}
-				}
-				if _, err := client.EnqueueMany(ctx, reqs); err != nil {
-					submitErr.Store(err)
-					return
-				}
-				sent += k
-			}
-		}()
-	}
-	pwg.Wait()
-	err, _ := submitErr.Load().(error)
-	return err
+		_, err := client.EnqueueMany(ctx, reqs)
+		return err
+	})
 }
 
 // waitPulseCompleted returns once the database shows jobs more COMPLETED
