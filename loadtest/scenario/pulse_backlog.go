@@ -23,8 +23,8 @@ func PulseBacklog(ctx context.Context, t Target, p ThroughputParams, before func
 		return Result{}, err
 	}
 	defer pool.Close()
-	var baseline int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&baseline); err != nil {
+	baseline, err := countCompleted(ctx, pool)
+	if err != nil {
 		return Result{}, err
 	}
 	topic := fmt.Sprintf("load.backlog.%d", time.Now().UnixNano())

@@ -47,8 +47,8 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 		return Result{}, err
 	}
 	defer pool.Close()
-	var baseline int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&baseline); err != nil {
+	baseline, err := countCompleted(ctx, pool)
+	if err != nil {
 		return Result{}, err
 	}
 
@@ -155,9 +155,9 @@ func waitPulseCompleted(ctx context.Context, pool *pgxpool.Pool, started *atomic
 	for started.Load() < int64(jobs) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	var completed int64
 	for {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&completed); err != nil {
+		completed, err := countCompleted(ctx, pool)
+		if err != nil {
 			return err
 		}
 		if completed-baseline >= int64(jobs) {
@@ -168,4 +168,11 @@ func waitPulseCompleted(ctx context.Context, pool *pgxpool.Pool, started *atomic
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// countCompleted is how many COMPLETED jobs the database holds.
+func countCompleted(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'COMPLETED'`).Scan(&n)
+	return n, err
 }
