@@ -144,7 +144,10 @@ func (r *RiverSide) pool(ctx context.Context, conns int32, name string) (*pgxpoo
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.Int64) (workers *riverWorkers, inserter *river.Client[pgx.Tx], closeAll func(), err error) {
+// clients opens one run's River clients and pools: workers run the jobs
+// (started counts their handlers), inserter inserts them, check reads the
+// database for the run's end. closeAll closes every pool.
+func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.Int64) (workers *riverWorkers, inserter *river.Client[pgx.Tx], check *pgxpool.Pool, closeAll func(), err error) {
 	var pools []*pgxpool.Pool
 	closeAll = func() {
 		for _, pool := range pools {
@@ -153,7 +156,7 @@ func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.
 	}
 	ipool, err := r.pool(ctx, p.PoolConns, "river-load-insert")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	pools = append(pools, ipool)
 	n := max(p.Clients, 1)
@@ -162,7 +165,7 @@ func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.
 		wpool, err := r.pool(ctx, p.PoolConns, "river-load-worker")
 		if err != nil {
 			closeAll()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		pools = append(pools, wpool)
 		slots := p.MaxWorkers / n
@@ -180,7 +183,7 @@ func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.
 		})
 		if err != nil {
 			closeAll()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		workers.clients = append(workers.clients, worker)
 	}
@@ -193,9 +196,15 @@ func (r *RiverSide) clients(ctx context.Context, p RiverParams, started *atomic.
 	})
 	if err != nil {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return workers, inserter, closeAll, nil
+	check, err = r.pool(ctx, 2, "river-load-check")
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	pools = append(pools, check)
+	return workers, inserter, check, closeAll, nil
 }
 
 // riverWorkers are the worker clients of one run, started and stopped
@@ -268,16 +277,11 @@ func (r *RiverSide) waitCompleted(ctx context.Context, pool *pgxpool.Pool, start
 // database showing every job completed. Call Reset before.
 func (r *RiverSide) Concurrent(ctx context.Context, p RiverParams) (Result, error) {
 	var started atomic.Int64
-	worker, inserter, closeAll, err := r.clients(ctx, p, &started)
+	worker, inserter, check, closeAll, err := r.clients(ctx, p, &started)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeAll()
-	check, err := r.pool(ctx, 2, "river-load-check")
-	if err != nil {
-		return Result{}, err
-	}
-	defer check.Close()
 	if err := worker.Start(ctx); err != nil {
 		return Result{}, fmt.Errorf("river: start: %w", err)
 	}
@@ -309,16 +313,11 @@ func (r *RiverSide) Concurrent(ctx context.Context, p RiverParams) (Result, erro
 // database showing every job completed. Call Reset before.
 func (r *RiverSide) Backlog(ctx context.Context, p RiverParams, before func() error) (Result, error) {
 	var started atomic.Int64
-	worker, inserter, closeAll, err := r.clients(ctx, p, &started)
+	worker, inserter, check, closeAll, err := r.clients(ctx, p, &started)
 	if err != nil {
 		return Result{}, err
 	}
 	defer closeAll()
-	check, err := r.pool(ctx, 2, "river-load-check")
-	if err != nil {
-		return Result{}, err
-	}
-	defer check.Close()
 	t0 := time.Now()
 	if err := r.insert(ctx, inserter, p); err != nil {
 		return Result{}, fmt.Errorf("river: insert: %w", err)
