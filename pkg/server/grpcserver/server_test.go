@@ -1,7 +1,6 @@
 package grpcserver_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +29,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -99,27 +98,10 @@ var probeDesc = grpc.ServiceDesc{
 type testBundle struct {
 	server *grpcserver.Server
 	conn   *grpc.ClientConn
-	logs   *syncBuffer
+	logs   *proctest.Buffer
 	reg    *prometheus.Registry
 	// waiting receives a value when a "wait" call's handler runs.
 	waiting chan struct{}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func setup(t *testing.T) *testBundle {
@@ -129,7 +111,7 @@ func setup(t *testing.T) *testBundle {
 
 func setupWith(t *testing.T, opts grpcserver.Options) *testBundle {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &proctest.Buffer{}
 	reg := prometheus.NewRegistry()
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	opts.Metrics = metrics.GRPCServerMetrics(reg)

@@ -1,13 +1,11 @@
 package pgconn_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,8 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
 	"github.com/pulsequeue/pulse/pkg/server/pgconn"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // closedPort returns a loopback address nothing listens on.
 func closedPort(t *testing.T) string {
@@ -106,7 +88,7 @@ func TestOpen(t *testing.T) {
 
 	t.Run("RetriesAnUnreachableDatabaseUntilTheContextEnds", func(t *testing.T) {
 		t.Parallel()
-		logs := &syncBuffer{}
+		logs := &proctest.Buffer{}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 
