@@ -35,9 +35,15 @@ for d in "${mods[@]}"; do
   saved=""
   [ -f "$d/go.sum" ] && saved=$(grep '^github.com/pulsequeue/' "$d/go.sum" || true)
   (cd "$d" && go mod tidy)
-  if [ -f "$d/go.sum" ]; then
-    { grep -v '^github.com/pulsequeue/' "$d/go.sum" || true; [ -z "$saved" ] || echo "$saved"; } |
-      LC_ALL=C sort -s -k1,1 -k2,2V > "$d/go.sum.new"
+  # Tidy's own lines for pulse modules go (their order kept); lines the
+  # go.sum had before come back (sorted in again by module and version).
+  if [ -f "$d/go.sum" ] && { [ -n "$saved" ] || grep -q '^github.com/pulsequeue/' "$d/go.sum"; }; then
+    if [ -z "$saved" ]; then
+      grep -v '^github.com/pulsequeue/' "$d/go.sum" > "$d/go.sum.new" || true
+    else
+      { grep -v '^github.com/pulsequeue/' "$d/go.sum" || true; echo "$saved"; } |
+        LC_ALL=C sort -s -k1,1 -k2,2V > "$d/go.sum.new"
+    fi
     if [ -s "$d/go.sum.new" ]; then mv "$d/go.sum.new" "$d/go.sum"; else rm -f "$d/go.sum.new" "$d/go.sum"; fi
   fi
 done
