@@ -7,15 +7,12 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
-	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // ErrInvalidJob matches (errors.Is) an error for a job that validation or
@@ -100,7 +97,7 @@ func (e Enqueuer) enqueue(ctx context.Context, q jobstore.Queryer, reqs []pulse.
 		if err != nil {
 			return nil, typed(err)
 		}
-		withTraceContext(ctx, &job)
+		jobspec.WithTraceContext(ctx, &job)
 		jobs[i] = job
 	}
 	out := make([]pulse.Submitted, len(jobs))
@@ -130,18 +127,6 @@ func withName(name string, err error) string {
 		return err.Error()
 	}
 	return name + ": " + err.Error()
-}
-
-// withTraceContext stores the caller's W3C trace context on the job, as
-// control-api does, so the span that runs it joins the producer's trace.
-func withTraceContext(ctx context.Context, job *pulsetype.NewJob) {
-	carrier := propagation.MapCarrier{}
-	otel.GetTextMapPropagator().Inject(ctx, carrier)
-	tp, ts := carrier.Get("traceparent"), carrier.Get("tracestate")
-	if storable.Text("traceparent", tp) != nil || storable.Text("tracestate", ts) != nil {
-		return
-	}
-	job.TraceParent, job.TraceState = tp, ts
 }
 
 // pgxQueryer runs InsertOne's statements on a pgx transaction.

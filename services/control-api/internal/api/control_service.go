@@ -7,15 +7,12 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
-	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
 // Paging bounds for ListJobs.
@@ -82,7 +79,7 @@ func (s *ControlService) Submit(ctx context.Context, prefix string, spec *pulsev
 	if err != nil {
 		return nil, err
 	}
-	withTraceContext(ctx, &job)
+	jobspec.WithTraceContext(ctx, &job)
 	ins, err := s.submitter.Submit(ctx, job)
 	if err != nil {
 		// The store names a refused job's field bare ("args").
@@ -110,7 +107,7 @@ func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobs
 		if err != nil {
 			return nil, err
 		}
-		withTraceContext(ctx, &job)
+		jobspec.WithTraceContext(ctx, &job)
 		jobs[i] = job
 	}
 	ins, err := s.store.Insert(ctx, jobs)
@@ -216,21 +213,6 @@ func decodeToken(tok string) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
-}
-
-// withTraceContext stores the caller's W3C trace context on the job, so the
-// span that dispatches it, possibly hours later, can join the same trace.
-func withTraceContext(ctx context.Context, job *pulsetype.NewJob) {
-	carrier := propagation.MapCarrier{}
-	otel.GetTextMapPropagator().Inject(ctx, carrier)
-	tp, ts := carrier.Get("traceparent"), carrier.Get("tracestate")
-	// The propagator already drops malformed headers; a trace context
-	// Postgres could not store is dropped too, as the propagator would, rather
-	// than refuse the job for its caller's tracing.
-	if storable.Text("traceparent", tp) != nil || storable.Text("tracestate", ts) != nil {
-		return
-	}
-	job.TraceParent, job.TraceState = tp, ts
 }
 
 // underField names err's field as the request spells it. The store names
