@@ -3,15 +3,11 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -41,17 +37,7 @@ func setupWith(t testing.TB, opts apitest.Options) *testBundle {
 	b := apitest.New(t, opts)
 	srv := grpcserver.New(grpcserver.Options{})
 	pulsev1.RegisterControlServiceServer(srv.GRPC(), b.Service)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(lis) })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		require.NoError(t, srv.Stop(context.Background()))
-		served.Wait()
-	})
+	conn := apitest.Dial(t, srv)
 	return &testBundle{Bundle: b, client: pulsev1.NewControlServiceClient(conn)}
 }
 

@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -44,17 +41,7 @@ func setupDispatchControl(t *testing.T) *dispatchBundle {
 		},
 	}})
 	pulsev1.RegisterDispatchControlServiceServer(srv.GRPC(), svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(lis) })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		require.NoError(t, srv.Stop(context.Background()))
-		served.Wait()
-	})
+	conn := apitest.Dial(t, srv)
 	b.client = pulsev1.NewDispatchControlServiceClient(conn)
 	return b
 }

@@ -3,15 +3,12 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -50,17 +47,7 @@ func setupFuzz(f *testing.F) *fuzzBundle {
 	pulsev1.RegisterControlServiceServer(srv.GRPC(), b.Service)
 	pulsev1.RegisterScheduleServiceServer(srv.GRPC(), b.schedules)
 	pulsev1.RegisterDispatchControlServiceServer(srv.GRPC(), b.dispatch)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(f, err)
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(lis) })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(f, err)
-	f.Cleanup(func() {
-		_ = conn.Close()
-		require.NoError(f, srv.Stop(context.Background()))
-		served.Wait()
-	})
+	conn := apitest.Dial(f, srv)
 	b.control = pulsev1.NewControlServiceClient(conn)
 	b.sched = pulsev1.NewScheduleServiceClient(conn)
 	b.disp = pulsev1.NewDispatchControlServiceClient(conn)

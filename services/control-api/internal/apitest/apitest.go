@@ -5,11 +5,16 @@ package apitest
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
@@ -106,4 +111,22 @@ func (b *Bundle) PoisonArgs(t testing.TB) {
 	_, err := b.Pool.Exec(context.Background(), `ALTER TABLE jobs
 		ADD CONSTRAINT jobs_args_object CHECK (NOT args ? 'poison')`)
 	require.NoError(t, err)
+}
+
+// Dial serves srv on a loopback port and returns a client connection to
+// it; both close, and the server stops, when the test ends.
+func Dial(tb testing.TB, srv *grpcserver.Server) *grpc.ClientConn {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	var served sync.WaitGroup
+	served.Go(func() { _ = srv.Serve(lis) })
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		_ = conn.Close()
+		require.NoError(tb, srv.Stop(context.Background()))
+		served.Wait()
+	})
+	return conn
 }
