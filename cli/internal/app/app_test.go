@@ -19,7 +19,6 @@ import (
 	"github.com/pulsequeue/pulse/deploy/localfleet"
 	pulsesdk "github.com/pulsequeue/pulse/pkg/pulse"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -148,25 +147,25 @@ func TestJobsLifecycle(t *testing.T) {
 	}
 	okJSON(t, &sub, prod("submit", topic, "--args", `{"n":7}`, "--priority", "9", "--max-attempts", "3", "--idempotency-key", "k-1")...)
 	require.NotEmpty(t, sub.ID)
-	assert.False(t, sub.Duplicate)
+	require.False(t, sub.Duplicate)
 
 	// Same key again: the live job, marked duplicate (table output).
 	out := ok(t, prod("submit", topic, "--args", `{"n":7}`, "--idempotency-key", "k-1")...)
-	assert.Contains(t, out, sub.ID)
-	assert.Contains(t, out, "duplicate")
+	require.Contains(t, out, sub.ID)
+	require.Contains(t, out, "duplicate")
 
 	var j job
 	okJSON(t, &j, prod("jobs", "get", sub.ID)...)
-	assert.Equal(t, sub.ID, j.ID)
-	assert.Equal(t, topic, j.Topic)
-	assert.Equal(t, "PENDING", j.Status)
-	assert.EqualValues(t, 9, j.Priority)
-	assert.EqualValues(t, 3, j.MaxAttempts)
-	assert.JSONEq(t, `{"n":7}`, string(j.Args))
+	require.Equal(t, sub.ID, j.ID)
+	require.Equal(t, topic, j.Topic)
+	require.Equal(t, "PENDING", j.Status)
+	require.EqualValues(t, 9, j.Priority)
+	require.EqualValues(t, 3, j.MaxAttempts)
+	require.JSONEq(t, `{"n":7}`, string(j.Args))
 
 	out = ok(t, prod("jobs", "get", sub.ID)...)
-	assert.Contains(t, out, "Status:")
-	assert.Contains(t, out, "Waiting:")
+	require.Contains(t, out, "Status:")
+	require.Contains(t, out, "Waiting:")
 
 	// A delayed job.
 	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -179,10 +178,10 @@ func TestJobsLifecycle(t *testing.T) {
 	for _, x := range l.Jobs {
 		ids[x.ID] = true
 	}
-	assert.True(t, ids[sub.ID] && ids[later], "both jobs listed: %v", ids)
+	require.True(t, ids[sub.ID] && ids[later], "both jobs listed: %v", ids)
 	out = ok(t, prod("jobs", "list", "--topic", topic)...)
-	assert.Contains(t, out, "STATUS")
-	assert.Contains(t, out, sub.ID)
+	require.Contains(t, out, "STATUS")
+	require.Contains(t, out, sub.ID)
 
 	// Paging: one per page.
 	okJSON(t, &l, prod("jobs", "list", "--topic", topic, "--limit", "1")...)
@@ -191,23 +190,23 @@ func TestJobsLifecycle(t *testing.T) {
 	var l2 jobList
 	okJSON(t, &l2, prod("jobs", "list", "--topic", topic, "--limit", "1", "--page-token", l.NextPageToken)...)
 	require.Len(t, l2.Jobs, 1)
-	assert.NotEqual(t, l.Jobs[0].ID, l2.Jobs[0].ID)
+	require.NotEqual(t, l.Jobs[0].ID, l2.Jobs[0].ID)
 
 	// Producer may not cancel.
 	line := failLine(t, pulse(t, "", prod("jobs", "cancel", sub.ID)...))
-	assert.Contains(t, line, "operator")
+	require.Contains(t, line, "operator")
 
 	okJSON(t, &j, ops("jobs", "cancel", sub.ID)...)
-	assert.Equal(t, "CANCELED", j.Status)
+	require.Equal(t, "CANCELED", j.Status)
 	out = ok(t, ops("jobs", "retry", sub.ID)...)
-	assert.Contains(t, out, "PENDING")
+	require.Contains(t, out, "PENDING")
 	okJSON(t, &j, prod("jobs", "get", sub.ID)...)
-	assert.Equal(t, "PENDING", j.Status)
+	require.Equal(t, "PENDING", j.Status)
 
 	// Retrying a PENDING job is an invalid transition: one line, exit 1.
 	r := pulse(t, "", ops("jobs", "retry", sub.ID)...)
 	failLine(t, r)
-	assert.Equal(t, ExitError, r.code)
+	require.Equal(t, ExitError, r.code)
 }
 
 func TestBadInput(t *testing.T) {
@@ -252,9 +251,9 @@ func TestBadInput(t *testing.T) {
 			t.Parallel()
 			r := pulse(t, "", tc.args...)
 			line := failLine(t, r)
-			assert.Contains(t, line, tc.want)
-			assert.True(t, strings.HasPrefix(line, "pulse: "), line)
-			assert.Equal(t, tc.code, r.code, line)
+			require.Contains(t, line, tc.want)
+			require.True(t, strings.HasPrefix(line, "pulse: "), line)
+			require.Equal(t, tc.code, r.code, line)
 		})
 	}
 }
@@ -266,15 +265,15 @@ func TestDispatchPauseStatusEventsResume(t *testing.T) {
 
 	var ch changeResult
 	okJSON(t, &ch, ops("dispatch", "pause", "--topic", topic, "--reason", reason, "--mode", "quiesce", "--for", "30m")...)
-	assert.True(t, ch.Changed)
-	assert.True(t, ch.State.Paused)
-	assert.Equal(t, "quiesce", ch.State.Mode)
-	assert.Equal(t, "ops", ch.State.Actor)
+	require.True(t, ch.Changed)
+	require.True(t, ch.State.Paused)
+	require.Equal(t, "quiesce", ch.State.Mode)
+	require.Equal(t, "ops", ch.State.Actor)
 	require.NotNil(t, ch.State.Until)
 
 	// Same pause again: no change (table).
 	out := ok(t, ops("dispatch", "pause", "--topic", topic, "--reason", reason, "--mode", "quiesce", "--for", "30m")...)
-	assert.Contains(t, out, topic)
+	require.Contains(t, out, topic)
 
 	// A producer reads the state but may not pause.
 	var st dispatchStatus
@@ -283,20 +282,20 @@ func TestDispatchPauseStatusEventsResume(t *testing.T) {
 	for _, s := range st.Scopes {
 		if s.Scope == topic {
 			found = true
-			assert.True(t, s.Paused)
-			assert.Equal(t, reason, s.Reason)
+			require.True(t, s.Paused)
+			require.Equal(t, reason, s.Reason)
 		}
 	}
-	assert.True(t, found, "scope %s in %+v", topic, st.Scopes)
+	require.True(t, found, "scope %s in %+v", topic, st.Scopes)
 	out = ok(t, prod("dispatch", "status")...)
-	assert.Contains(t, out, "PAUSED")
-	assert.Contains(t, out, reason)
+	require.Contains(t, out, "PAUSED")
+	require.Contains(t, out, reason)
 
 	r := pulse(t, "", prod("dispatch", "pause", "--topic", topic, "--reason", "not allowed")...)
 	line := failLine(t, r)
-	assert.Equal(t, ExitError, r.code)
-	assert.Contains(t, line, "operator")
-	assert.Contains(t, line, "403")
+	require.Equal(t, ExitError, r.code)
+	require.Contains(t, line, "operator")
+	require.Contains(t, line, "403")
 
 	var ev struct {
 		Events []struct {
@@ -310,14 +309,14 @@ func TestDispatchPauseStatusEventsResume(t *testing.T) {
 			paused = true
 		}
 	}
-	assert.True(t, paused, "pause event in %+v", ev.Events)
-	assert.Contains(t, ok(t, prod("dispatch", "events")...), "ACTION")
+	require.True(t, paused, "pause event in %+v", ev.Events)
+	require.Contains(t, ok(t, prod("dispatch", "events")...), "ACTION")
 
 	out = ok(t, ops("dispatch", "resume", "--topic", topic)...)
-	assert.Contains(t, out, "resumed")
+	require.Contains(t, out, "resumed")
 	okJSON(t, &ch, ops("dispatch", "resume", "--topic", topic)...)
-	assert.False(t, ch.Changed)
-	assert.False(t, ch.State.Paused)
+	require.False(t, ch.Changed)
+	require.False(t, ch.State.Paused)
 }
 
 func TestDrainWait(t *testing.T) {
@@ -325,20 +324,20 @@ func TestDrainWait(t *testing.T) {
 	topic := "cli.drain"
 	r := pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms", "--reason", "cli drain test")...)
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "paused scope "+topic)
-	assert.Contains(t, r.stdout, "drained")
+	require.Contains(t, r.stdout, "paused scope "+topic)
+	require.Contains(t, r.stdout, "drained")
 	var st dispatchStatus
 	okJSON(t, &st, prod("dispatch", "status")...)
-	assert.True(t, scopePaused(st, topic), "drain leaves the scope paused")
+	require.True(t, scopePaused(st, topic), "drain leaves the scope paused")
 
 	// Already paused: no second pause, still exit 0.
 	r = pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--interval", "100ms")...)
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "already paused")
+	require.Contains(t, r.stdout, "already paused")
 
 	// A producer cannot drain.
 	r = pulse(t, "", prod("dispatch", "drain", "--wait", "--topic", "cli.drain2")...)
-	assert.Contains(t, failLine(t, r), "operator")
+	require.Contains(t, failLine(t, r), "operator")
 	ok(t, ops("dispatch", "resume", "--topic", topic)...)
 }
 
@@ -348,7 +347,7 @@ func TestSchedules(t *testing.T) {
 	var s schedule
 	okJSON(t, &s, ops("schedules", "create", "--name", name, "--topic", "cli.sched", "--kind", "every", "--expression", "1h", "--args", `{"a":1}`)...)
 	require.NotEmpty(t, s.ID)
-	assert.Equal(t, "enabled", scheduleState(s))
+	require.Equal(t, "enabled", scheduleState(s))
 
 	var list struct {
 		Schedules []schedule `json:"schedules"`
@@ -358,22 +357,22 @@ func TestSchedules(t *testing.T) {
 	for _, x := range list.Schedules {
 		seen = seen || x.ID == s.ID
 	}
-	assert.True(t, seen)
-	assert.Contains(t, ok(t, prod("schedules", "get", s.ID)...), name)
+	require.True(t, seen)
+	require.Contains(t, ok(t, prod("schedules", "get", s.ID)...), name)
 
 	okJSON(t, &s, ops("schedules", "disable", s.ID)...)
-	assert.Equal(t, "disabled", scheduleState(s))
-	assert.Contains(t, ok(t, ops("schedules", "enable", s.ID)...), "enabled")
+	require.Equal(t, "disabled", scheduleState(s))
+	require.Contains(t, ok(t, ops("schedules", "enable", s.ID)...), "enabled")
 	okJSON(t, &s, ops("schedules", "update", s.ID, "--name", name, "--topic", "cli.sched", "--kind", "cron", "--expression", "0 2 * * *", "--time-zone", "Europe/Paris")...)
-	assert.Equal(t, "cron", s.Kind)
+	require.Equal(t, "cron", s.Kind)
 	var jl jobList
 	okJSON(t, &jl, prod("schedules", "jobs", s.ID)...)
 
 	line := failLine(t, pulse(t, "", ops("schedules", "create", "--name", name+"x", "--topic", "cli.sched", "--kind", "every", "--expression", "soon")...))
-	assert.Contains(t, line, "expression")
-	assert.Contains(t, failLine(t, pulse(t, "", prod("schedules", "delete", s.ID)...)), "operator")
-	assert.Contains(t, ok(t, ops("schedules", "delete", s.ID)...), "deleted")
-	assert.Contains(t, failLine(t, pulse(t, "", prod("schedules", "get", s.ID)...)), "not_found")
+	require.Contains(t, line, "expression")
+	require.Contains(t, failLine(t, pulse(t, "", prod("schedules", "delete", s.ID)...)), "operator")
+	require.Contains(t, ok(t, ops("schedules", "delete", s.ID)...), "deleted")
+	require.Contains(t, failLine(t, pulse(t, "", prod("schedules", "get", s.ID)...)), "not_found")
 }
 
 func TestPasswd(t *testing.T) {
@@ -388,7 +387,7 @@ func TestPasswd(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	parts := strings.SplitN(strings.TrimSpace(r.stdout), ":", 3)
 	require.Len(t, parts, 3)
-	assert.Equal(t, []string{"ops", "operator"}, parts[:2])
+	require.Equal(t, []string{"ops", "operator"}, parts[:2])
 	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(parts[2]), []byte("pw")))
 
 	failLine(t, pulse(t, "", "passwd"))
@@ -403,9 +402,9 @@ func TestHelpHasExamples(t *testing.T) {
 		{"dispatch", "events"}, {"dispatch", "drain"}, {"login"}, {"passwd"}, {"config"},
 	} {
 		out := ok(t, append(path, "--help")...)
-		assert.Contains(t, out, "Examples:", "pulse %v --help", path)
+		require.Contains(t, out, "Examples:", "pulse %v --help", path)
 	}
-	assert.Contains(t, ok(t, "dispatch", "drain", "--help"), "Exit codes")
+	require.Contains(t, ok(t, "dispatch", "drain", "--help"), "Exit codes")
 }
 
 // TestLoginAndPrecedence changes the process environment, so it is not
@@ -423,15 +422,15 @@ func TestLoginAndPrecedence(t *testing.T) {
 	dir, err := os.UserConfigDir()
 	require.NoError(t, err)
 	path := filepath.Join(dir, "pulse", "config.json")
-	assert.Contains(t, out, path)
+	require.Contains(t, out, path)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 	var fc fileConfig
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &fc))
-	assert.Equal(t, fileConfig{Server: server, User: "ops", Password: "secret"}, fc)
+	require.Equal(t, fileConfig{Server: server, User: "ops", Password: "secret"}, fc)
 
 	// The file alone is enough.
 	ok(t, "dispatch", "status")
@@ -439,38 +438,38 @@ func TestLoginAndPrecedence(t *testing.T) {
 
 	var c conn
 	okJSON(t, &c, "config")
-	assert.Equal(t, "config", c.ServerSource)
-	assert.Equal(t, "config", c.AuthSource)
+	require.Equal(t, "config", c.ServerSource)
+	require.Equal(t, "config", c.AuthSource)
 
 	// Env beats the file: the producer from env cannot cancel.
 	t.Setenv("PULSE_USER", "prod")
 	t.Setenv("PULSE_PASSWORD", "pw")
 	id := strings.TrimSpace(ok(t, "submit", "cli.login"))
-	assert.Contains(t, failLine(t, pulse(t, "", "jobs", "cancel", id)), "operator")
+	require.Contains(t, failLine(t, pulse(t, "", "jobs", "cancel", id)), "operator")
 	// A bad env server beats the file's good one...
 	t.Setenv("PULSE_SERVER", "http://127.0.0.1:1")
-	assert.Contains(t, failLine(t, pulse(t, "", "dispatch", "status")), "cannot reach")
+	require.Contains(t, failLine(t, pulse(t, "", "dispatch", "status")), "cannot reach")
 	okJSON(t, &c, "config")
-	assert.Equal(t, "env", c.ServerSource)
-	assert.Equal(t, "env", c.AuthSource)
-	assert.Equal(t, "prod", c.User)
+	require.Equal(t, "env", c.ServerSource)
+	require.Equal(t, "env", c.AuthSource)
+	require.Equal(t, "prod", c.User)
 	// ... and flags beat env.
 	ok(t, "--server", server, "--user", "ops", "--password", "secret", "jobs", "cancel", id)
 	okJSON(t, &c, "--server", server, "--token", "tkn", "config")
-	assert.Equal(t, "flag", c.ServerSource)
-	assert.Equal(t, "bearer", c.Auth)
+	require.Equal(t, "flag", c.ServerSource)
+	require.Equal(t, "bearer", c.Auth)
 
 	// Login with a password on stdin, then a token login replaces it.
 	r := pulse(t, "stdinpw\n", "login", "--server", server+"/", "--user", "ops")
 	require.Equal(t, 0, r.code, r.stderr)
 	b, _ = os.ReadFile(path)
 	require.NoError(t, json.Unmarshal(b, &fc))
-	assert.Equal(t, fileConfig{Server: server, User: "ops", Password: "stdinpw"}, fc)
+	require.Equal(t, fileConfig{Server: server, User: "ops", Password: "stdinpw"}, fc)
 	ok(t, "login", "--server", server, "--token", "abc")
 	b, _ = os.ReadFile(path)
 	fc = fileConfig{}
 	require.NoError(t, json.Unmarshal(b, &fc))
-	assert.Equal(t, fileConfig{Server: server, Token: "abc"}, fc)
+	require.Equal(t, fileConfig{Server: server, Token: "abc"}, fc)
 
 	failLine(t, pulse(t, "", "login", "--user", "ops", "--password", "x"))
 	failLine(t, pulse(t, "", "login", "--server", "ftp://x"))
@@ -514,9 +513,9 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	require.Equal(t, "RUNNING", j.Status)
 
 	r := pulse(t, "", ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "1s", "--interval", "200ms")...)
-	assert.Equal(t, ExitDrainTimeout, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
-	assert.Contains(t, failLine(t, r), "timed out")
-	assert.Contains(t, r.stdout, topic+" running=1")
+	require.Equal(t, ExitDrainTimeout, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
+	require.Contains(t, failLine(t, r), "timed out")
+	require.Contains(t, r.stdout, topic+" running=1")
 
 	// The job finishes once this drain has seen it running, not after some
 	// time: the drain then has both a running and a drained poll to print.
@@ -534,9 +533,9 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	code := Run(drainCtx, ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms"), strings.NewReader(""), out, &errb)
 	r = result{code: code, stdout: out.String(), stderr: errb.String()}
 	require.Equal(t, 0, r.code, "stdout=%s stderr=%s", r.stdout, r.stderr)
-	assert.Contains(t, r.stdout, "already paused")
-	assert.Contains(t, r.stdout, topic+" running=1")
-	assert.Contains(t, r.stdout, "drained")
+	require.Contains(t, r.stdout, "already paused")
+	require.Contains(t, r.stdout, topic+" running=1")
+	require.Contains(t, r.stdout, "drained")
 	ok(t, ops("dispatch", "resume", "--topic", topic)...)
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,7 +34,7 @@ func TestReference(t *testing.T) {
 			if c.Hidden {
 				return
 			}
-			assert.Contains(t, got, "\n## "+c.CommandPath()+"\n", "docs/cli.md has no section for %q", c.CommandPath())
+			require.Contains(t, got, "\n## "+c.CommandPath()+"\n", "docs/cli.md has no section for %q", c.CommandPath())
 			for _, sub := range c.Commands() {
 				check(sub)
 			}
@@ -47,7 +46,7 @@ func TestReference(t *testing.T) {
 		t.Parallel()
 		for _, dir := range []func() (string, error){os.UserHomeDir, os.UserConfigDir, os.Getwd} {
 			if d, err := dir(); err == nil && len(d) > 1 {
-				assert.NotContains(t, got, d)
+				require.NotContains(t, got, d)
 			}
 		}
 	})

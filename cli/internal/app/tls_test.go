@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,28 +19,28 @@ func TestPlaintextCredentialsAreRefusedBeyondLoopback(t *testing.T) {
 	for _, creds := range [][]string{{"--user", "ops", "--password", "secret"}, {"--token", "tkn"}} {
 		args := append([]string{"--server", remote}, creds...)
 		r := pulse(t, "", append(args, "jobs", "list")...)
-		assert.Equal(t, ExitUsage, r.code, "refused before any request")
+		require.Equal(t, ExitUsage, r.code, "refused before any request")
 		line := failLine(t, r)
-		assert.Contains(t, line, "refusing to send credentials over plain http to pulse.invalid:8080")
-		assert.Contains(t, line, "--allow-plaintext-credentials")
-		assert.NotContains(t, line, "secret")
-		assert.NotContains(t, line, "tkn")
+		require.Contains(t, line, "refusing to send credentials over plain http to pulse.invalid:8080")
+		require.Contains(t, line, "--allow-plaintext-credentials")
+		require.NotContains(t, line, "secret")
+		require.NotContains(t, line, "tkn")
 
 		r = pulse(t, "", append(args, "--allow-plaintext-credentials", "jobs", "list")...)
-		assert.Equal(t, ExitError, r.code)
-		assert.Contains(t, failLine(t, r), "cannot reach", "the opt-in lets the request go")
+		require.Equal(t, ExitError, r.code)
+		require.Contains(t, failLine(t, r), "cannot reach", "the opt-in lets the request go")
 	}
 	// No credentials: nothing to protect, the request goes.
 	r := pulse(t, "", "--server", remote, "jobs", "list")
-	assert.Contains(t, failLine(t, r), "cannot reach")
+	require.Contains(t, failLine(t, r), "cannot reach")
 	// Loopback: allowed (the local fleet).
 	r = pulse(t, "", "--server", "http://127.0.0.1:1", "--user", "ops", "--password", "x", "jobs", "list")
-	assert.Contains(t, failLine(t, r), "cannot reach")
+	require.Contains(t, failLine(t, r), "cannot reach")
 	r = pulse(t, "", "--server", "http://localhost:1", "--token", "x", "jobs", "list")
-	assert.Contains(t, failLine(t, r), "cannot reach")
+	require.Contains(t, failLine(t, r), "cannot reach")
 	// https: allowed whatever the host.
 	r = pulse(t, "", "--server", "https://pulse.invalid:8443", "--token", "x", "jobs", "list")
-	assert.Contains(t, failLine(t, r), "cannot reach")
+	require.Contains(t, failLine(t, r), "cannot reach")
 }
 
 func TestTLSFlagsAreChecked(t *testing.T) {
@@ -59,7 +58,7 @@ func TestTLSFlagsAreChecked(t *testing.T) {
 		"GarbageKeyPair": {[]string{"--client-cert", garbage, "--client-key", garbage}, "--client-cert"},
 	} {
 		r := pulse(t, "", append([]string{"--server", "https://pulse.invalid:8443"}, append(c.args, "jobs", "list")...)...)
-		assert.Equal(t, ExitUsage, r.code, name)
-		assert.Contains(t, failLine(t, r), c.want, name)
+		require.Equal(t, ExitUsage, r.code, name)
+		require.Contains(t, failLine(t, r), c.want, name)
 	}
 }

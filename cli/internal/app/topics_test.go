@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
@@ -13,7 +12,7 @@ import (
 func TestTopicsLimitListClear(t *testing.T) {
 	t.Parallel()
 	out := ok(t, ops("topics", "limit", "cli.limited", "3")...)
-	assert.Equal(t, "topic cli.limited: at most 3 running, set by ops (0 running now)\n", out)
+	require.Equal(t, "topic cli.limited: at most 3 running, set by ops (0 running now)\n", out)
 
 	out = ok(t, prod("topics")...)
 	require.True(t, strings.HasPrefix(out, "TOPIC "), out)
@@ -24,7 +23,7 @@ func TestTopicsLimitListClear(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, line, out)
-	assert.Equal(t, []string{"cli.limited", "0", "0", "3", "0", "0", "-", "-", "0", "0", "0"}, strings.Fields(line))
+	require.Equal(t, []string{"cli.limited", "0", "0", "3", "0", "0", "-", "-", "0", "0", "0"}, strings.Fields(line))
 
 	var list pulsehttp.TopicList
 	okJSON(t, &list, prod("topics")...)
@@ -33,14 +32,14 @@ func TestTopicsLimitListClear(t *testing.T) {
 		if tp.Topic == "cli.limited" {
 			found = true
 			require.NotNil(t, tp.MaxRunning)
-			assert.Equal(t, int32(3), *tp.MaxRunning)
-			assert.Equal(t, "ops", tp.LimitUpdatedBy)
+			require.Equal(t, int32(3), *tp.MaxRunning)
+			require.Equal(t, "ops", tp.LimitUpdatedBy)
 		}
 	}
 	require.True(t, found, "%+v", list)
 
 	out = ok(t, ops("topics", "limit", "cli.limited", "none")...)
-	assert.Equal(t, "topic cli.limited: no limit (0 running)\n", out)
+	require.Equal(t, "topic cli.limited: no limit (0 running)\n", out)
 }
 
 func TestTopicsBadInput(t *testing.T) {
@@ -64,8 +63,8 @@ func TestTopicsBadInput(t *testing.T) {
 			t.Parallel()
 			r := pulse(t, "", tc.args...)
 			line := failLine(t, r)
-			assert.Contains(t, line, tc.want)
-			assert.Equal(t, tc.code, r.code, line)
+			require.Contains(t, line, tc.want)
+			require.Equal(t, tc.code, r.code, line)
 		})
 	}
 }

@@ -41,7 +41,7 @@ func TestSweeper(t *testing.T) {
 		require.Eventually(t, func() bool {
 			var wg sync.WaitGroup
 			for _, s := range []*pauseexpiry.Sweeper{a, b} {
-				wg.Go(func() { assert.NoError(t, s.Sweep(ctx)) })
+				wg.Go(func() { assert.NoError(t, s.Sweep(ctx)) }) //nolint:forbidigo // require must not stop the test from another goroutine
 			}
 			wg.Wait()
 			st, err := store.DispatchState(ctx)

@@ -32,7 +32,7 @@ func TestMetricsNeedCredentialsWhenAsked(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
 
 	get := func(path, authorization string) int {
-		req, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+s.AdminAddr()+path, nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+s.AdminAddr()+path, nil)
 		require.NoError(t, err)
 		if authorization != "" {
 			req.Header.Set("Authorization", authorization)
