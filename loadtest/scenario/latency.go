@@ -3,9 +3,6 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
@@ -23,24 +20,15 @@ type LatencyParams struct {
 // of the handler.
 func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error) {
 	topic := fmt.Sprintf("load.latency.%d", time.Now().UnixNano())
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	startedCh := make(chan time.Time, 1)
 	workCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	defer stop()
+	wg, err := startPulseWorkers(workCtx, t, []string{topic}, p.Workers, 4, func(*pulse.Job) { startedCh <- time.Now() })
+	if err != nil {
+		return Result{}, err
+	}
 	defer wg.Wait()
 	defer stop()
-	for i := range p.Workers {
-		w, err := pulse.NewWorker(rotate(t.GatewayAddrs, i), pulse.WithConcurrency(4), pulse.WithLogger(quiet))
-		if err != nil {
-			return Result{}, err
-		}
-		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
-			startedCh <- time.Now()
-			return nil
-		})
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.Run(workCtx) }()
-	}
 	client, err := pulse.NewClient(t.ControlGRPC)
 	if err != nil {
 		return Result{}, err

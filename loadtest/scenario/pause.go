@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,27 +45,18 @@ func PauseUnderLoad(ctx context.Context, t Target, p PauseParams) (Result, error
 	}
 	base := fmt.Sprintf("load.pause.%d", time.Now().UnixNano())
 	topics := []string{base + ".a", base + ".b"}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	workCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	defer stop()
 	var ran atomic.Int64
-	for i := range p.Workers {
-		w, err := pulse.NewWorker(rotate(t.GatewayAddrs, i), pulse.WithConcurrency(p.Concurrency), pulse.WithLogger(quiet))
-		if err != nil {
-			return Result{}, err
-		}
-		for _, topic := range topics {
-			w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
-				ran.Add(1)
-				time.Sleep(time.Millisecond + time.Duration(len(job.ID)%3)*time.Millisecond)
-				return nil
-			})
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.Run(workCtx) }()
+	wg, err := startPulseWorkers(workCtx, t, topics, p.Workers, p.Concurrency, func(job *pulse.Job) {
+		ran.Add(1)
+		time.Sleep(time.Millisecond + time.Duration(len(job.ID)%3)*time.Millisecond) // the handler's work
+	})
+	if err != nil {
+		return Result{}, err
 	}
+	defer wg.Wait()
+	defer stop()
 	client, err := pulse.NewClient(t.ControlGRPC)
 	if err != nil {
 		return Result{}, err

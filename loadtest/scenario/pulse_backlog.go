@@ -49,7 +49,7 @@ func PulseBacklog(ctx context.Context, t Target, p ThroughputParams, before func
 	workCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	begin := time.Now()
-	wg, err := startPulseWorkers(workCtx, t, topic, p.Workers, p.Concurrency, func(*pulse.Job) { started.Add(1) })
+	wg, err := startPulseWorkers(workCtx, t, []string{topic}, p.Workers, p.Concurrency, func(*pulse.Job) { started.Add(1) })
 	if err != nil {
 		return Result{}, err
 	}

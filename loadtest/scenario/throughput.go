@@ -57,7 +57,7 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 	waits := make([]time.Duration, p.Jobs)
 	workCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	wg, err := startPulseWorkers(workCtx, t, topic, p.Workers, p.Concurrency, func(job *pulse.Job) {
+	wg, err := startPulseWorkers(workCtx, t, []string{topic}, p.Workers, p.Concurrency, func(job *pulse.Job) {
 		n := started.Add(1)
 		if int(n) <= len(waits) {
 			waits[n-1] = time.Since(job.SubmittedAt)
@@ -111,10 +111,11 @@ func rotate(addrs []string, i int) []string {
 	return out
 }
 
-// startPulseWorkers runs n SDK workers with conc slots each on topic, each
-// starting at a different gateway, until ctx ends; handle is called from
-// each no-op handler. Wait on the returned group after canceling ctx.
-func startPulseWorkers(ctx context.Context, t Target, topic string, n, conc int, handle func(*pulse.Job)) (*sync.WaitGroup, error) {
+// startPulseWorkers runs n SDK workers with conc slots each on topics,
+// each starting at a different gateway, until ctx ends; handle is called
+// from each handler, which then succeeds. Wait on the returned group after
+// canceling ctx.
+func startPulseWorkers(ctx context.Context, t Target, topics []string, n, conc int, handle func(*pulse.Job)) (*sync.WaitGroup, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var wg sync.WaitGroup
 	for i := range n {
@@ -123,10 +124,12 @@ func startPulseWorkers(ctx context.Context, t Target, topic string, n, conc int,
 		if err != nil {
 			return &wg, err
 		}
-		w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
-			handle(job)
-			return nil
-		})
+		for _, topic := range topics {
+			w.Register(topic, func(ctx context.Context, job *pulse.Job) error {
+				handle(job)
+				return nil
+			})
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	}
