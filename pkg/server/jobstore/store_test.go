@@ -62,6 +62,17 @@ func reclaimAfterLapse(t *testing.T, b *testBundle, id uuid.UUID, worker string,
 	return claimed[0]
 }
 
+// requireReportRefused reports res as worker and requires the store to
+// refuse it with a reason containing reason, leaving the job in status.
+func requireReportRefused(t *testing.T, b *testBundle, worker string, res pulsetype.Result, reason string, status pulsetype.Status) {
+	t.Helper()
+	acks, err := b.store.Report(ctx, worker, []pulsetype.Result{res})
+	require.NoError(t, err)
+	require.False(t, acks[0].Accepted, "the report is refused")
+	require.Contains(t, acks[0].Reason, reason)
+	require.Equal(t, status, statusOf(t, b.pool, res.Ref.ID))
+}
+
 // makeDue makes a RETRYING job claimable now instead of after its backoff.
 func makeDue(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) {
 	t.Helper()
@@ -352,11 +363,7 @@ func TestReport(t *testing.T) {
 		current := reclaimAfterLapse(t, b, id, "w2", ttl)
 		require.EqualValues(t, 2, current.Attempt)
 
-		acks, err := b.store.Report(ctx, "w1", []pulsetype.Result{{Ref: ref(old), Outcome: pulsetype.OutcomeComplete}})
-		require.NoError(t, err)
-		require.False(t, acks[0].Accepted)
-		require.Contains(t, acks[0].Reason, "stale")
-		require.Equal(t, pulsetype.StatusRunning, statusOf(t, b.pool, id))
+		requireReportRefused(t, b, "w1", pulsetype.Result{Ref: ref(old), Outcome: pulsetype.OutcomeComplete}, "stale", pulsetype.StatusRunning)
 	})
 
 	t.Run("MixedBatchIsAnsweredPerResult", func(t *testing.T) {
@@ -427,11 +434,9 @@ func TestFencing(t *testing.T) {
 		beats, err := b.store.Heartbeat(ctx, "w", []pulsetype.AttemptRef{stale}, time.Hour)
 		require.NoError(t, err)
 		require.False(t, beats[0].LeaseHeld)
-		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: stale, Outcome: pulsetype.OutcomeFail, Error: "late"}})
-		require.NoError(t, err)
-		require.False(t, acks[0].Accepted)
+		requireReportRefused(t, b, "w", pulsetype.Result{Ref: stale, Outcome: pulsetype.OutcomeFail, Error: "late"}, "stale", pulsetype.StatusRunning)
 
-		acks, err = b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: id, Attempt: 2}, Outcome: pulsetype.OutcomeComplete}})
+		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: id, Attempt: 2}, Outcome: pulsetype.OutcomeComplete}})
 		require.NoError(t, err)
 		require.True(t, acks[0].Accepted)
 		job, err := b.store.Get(ctx, id)
@@ -470,11 +475,7 @@ func TestOperatorActions(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, beats[0].LeaseHeld)
 		require.True(t, beats[0].Canceled)
-		acks, err := b.store.Report(ctx, "w", []pulsetype.Result{{Ref: r, Outcome: pulsetype.OutcomeComplete}})
-		require.NoError(t, err)
-		require.False(t, acks[0].Accepted)
-		require.Contains(t, acks[0].Reason, "CANCELED")
-		require.Equal(t, pulsetype.StatusCanceled, statusOf(t, b.pool, id))
+		requireReportRefused(t, b, "w", pulsetype.Result{Ref: r, Outcome: pulsetype.OutcomeComplete}, "CANCELED", pulsetype.StatusCanceled)
 	})
 
 	t.Run("CancelOfAFinishedJobIsAnInvalidTransition", func(t *testing.T) {
