@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,29 +73,23 @@ func TestOnePoisonedSubmitNeverHarmsItsBatch(t *testing.T) {
 			const n, culprit = 50, 17
 			errs := make([]error, n)
 			ids := make([]string, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() {
-					s := spec("email.send")
-					var res *pulsev1.SubmitJobResponse
-					var err error
-					if i == culprit {
-						p.apply(s)
-						if p.direct {
-							res, err = b.Service.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
-						} else {
-							res, err = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
-						}
+			submittest.Burst(t, b.Coalescer, gate, n, n-1, func(i int) {
+				s := spec("email.send")
+				var res *pulsev1.SubmitJobResponse
+				var err error
+				if i == culprit {
+					p.apply(s)
+					if p.direct {
+						res, err = b.Service.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
 					} else {
 						res, err = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
 					}
-					errs[i] = err
-					ids[i] = res.GetResult().GetId()
-				})
-			}
-			submittest.Wait(t, b.Coalescer, "every valid submit queued", func(s submit.Stats) bool { return s.Queued == n-1 })
-			gate.Open()
-			wg.Wait()
+				} else {
+					res, err = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+				}
+				errs[i] = err
+				ids[i] = res.GetResult().GetId()
+			})
 			require.NoError(t, <-first)
 
 			if p.direct {
@@ -132,19 +125,13 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 
 	const n, culprit = 50, 33
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			s := spec("email.send")
-			if i == culprit {
-				s.Args = []byte(`{"poison":true}`)
-			}
-			_, errs[i] = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
-		})
-	}
-	submittest.Wait(t, b.Coalescer, "every submit queued", func(s submit.Stats) bool { return s.Queued == n })
-	gate.Open()
-	wg.Wait()
+	submittest.Burst(t, b.Coalescer, gate, n, n, func(i int) {
+		s := spec("email.send")
+		if i == culprit {
+			s.Args = []byte(`{"poison":true}`)
+		}
+		_, errs[i] = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+	})
 	require.NoError(t, <-first)
 	requireInvalid(t, errs[culprit], "job.args")
 	for i := range n {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -117,23 +116,17 @@ func TestOnePoisonedSubmitNeverHarmsItsBatchOverHTTP(t *testing.T) {
 
 			const n, culprit = 50, 29
 			got := make([]response, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() {
-					body := []byte(`{"topic":"email.send","args":{"to":"a@example.com"}}`)
-					if i == culprit {
-						body = []byte(p.body)
-					}
-					r, err := b.post("/v1/jobs", body)
-					if err != nil {
-						r = response{status: -1, body: []byte(err.Error())}
-					}
-					got[i] = r
-				})
-			}
-			submittest.Wait(t, b.Coalescer, "every valid submit queued", func(s submit.Stats) bool { return s.Queued == n-1 })
-			gate.Open()
-			wg.Wait()
+			submittest.Burst(t, b.Coalescer, gate, n, n-1, func(i int) {
+				body := []byte(`{"topic":"email.send","args":{"to":"a@example.com"}}`)
+				if i == culprit {
+					body = []byte(p.body)
+				}
+				r, err := b.post("/v1/jobs", body)
+				if err != nil {
+					r = response{status: -1, body: []byte(err.Error())}
+				}
+				got[i] = r
+			})
 			require.Equal(t, http.StatusCreated, (<-first).status)
 
 			requireError(t, got[culprit], http.StatusBadRequest, "invalid_argument", p.field)
@@ -160,19 +153,13 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitterOverHTTP(t *testing.T) {
 
 	const n, culprit = 50, 0
 	got := make([]response, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			body := `{"topic":"email.send","args":{"to":"a@example.com"}}`
-			if i == culprit {
-				body = `{"topic":"email.send","args":{"poison":true}}`
-			}
-			got[i], _ = b.post("/v1/jobs", []byte(body))
-		})
-	}
-	submittest.Wait(t, b.Coalescer, "every submit queued", func(s submit.Stats) bool { return s.Queued == n })
-	gate.Open()
-	wg.Wait()
+	submittest.Burst(t, b.Coalescer, gate, n, n, func(i int) {
+		body := `{"topic":"email.send","args":{"to":"a@example.com"}}`
+		if i == culprit {
+			body = `{"topic":"email.send","args":{"poison":true}}`
+		}
+		got[i], _ = b.post("/v1/jobs", []byte(body))
+	})
 	require.Equal(t, http.StatusCreated, (<-first).status)
 	requireError(t, got[culprit], http.StatusBadRequest, "invalid_argument", "args")
 	for i := range n {

@@ -73,3 +73,18 @@ func Wait(t testing.TB, c *submit.Coalescer, what string, cond func(submit.Stats
 		}
 	}
 }
+
+// Burst runs send(i) for every i below n, each in its own goroutine,
+// while gate holds the INSERTs; once queued of them wait in c's queue it
+// opens gate, and returns when every submit has returned. The submits a
+// validation refuses never queue: queued counts the others.
+func Burst(t testing.TB, c *submit.Coalescer, gate *Gate, n, queued int, send func(i int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { send(i) })
+	}
+	Wait(t, c, fmt.Sprintf("%d submits queued", queued), func(s submit.Stats) bool { return s.Queued == queued })
+	gate.Open()
+	wg.Wait()
+}
