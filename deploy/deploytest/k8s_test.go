@@ -52,32 +52,33 @@ func buildK8s(t *testing.T) *k8sObjects {
 		var into any
 		switch kind {
 		case "Deployment":
-			d := &appsv1.Deployment{}
-			objs.deployments[name], into = d, d
+			into = fresh(objs.deployments, name)
 		case "Job":
-			j := &batchv1.Job{}
-			objs.jobs[name], into = j, j
+			into = fresh(objs.jobs, name)
 		case "Service":
-			s := &corev1.Service{}
-			objs.services[name], into = s, s
+			into = fresh(objs.services, name)
 		case "HorizontalPodAutoscaler":
-			h := &autoscalingv2.HorizontalPodAutoscaler{}
-			objs.hpas[name], into = h, h
+			into = fresh(objs.hpas, name)
 		case "PodDisruptionBudget":
-			p := &policyv1.PodDisruptionBudget{}
-			objs.pdbs[name], into = p, p
+			into = fresh(objs.pdbs, name)
 		case "ConfigMap":
-			c := &corev1.ConfigMap{}
-			objs.configMaps[name], into = c, c
+			into = fresh(objs.configMaps, name)
 		case "Secret":
-			s := &corev1.Secret{}
-			objs.secrets[name], into = s, s
+			into = fresh(objs.secrets, name)
 		default:
 			t.Fatalf("%s %s: a kind this test does not check; add it", kind, name)
 		}
 		require.NoError(t, yaml.UnmarshalStrict(b, into), "%s %s does not match the Kubernetes API:\n%s", kind, name, b)
 	}
 	return objs
+}
+
+// fresh puts a new, empty object under name in m and returns it for the
+// manifest to be decoded into.
+func fresh[T any](m map[string]*T, name string) *T {
+	v := new(T)
+	m[name] = v
+	return v
 }
 
 // containerEnv is every variable a container gets, with its value where
