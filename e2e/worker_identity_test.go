@@ -138,7 +138,7 @@ func TestAWorkerActsOnlyAsItselfAcrossTheFleet(t *testing.T) {
 		stream, err := gw.StreamJobs(asBob)
 		require.NoError(t, err)
 		if err := stream.Send(&pulsev1.StreamJobsRequest{Msg: &pulsev1.StreamJobsRequest_Open{Open: &pulsev1.OpenStream{
-			WorkerId: "alice-w", Topics: []string{topic}, Concurrency: 1}}}); err != nil && err != io.EOF {
+			WorkerId: "alice-w", Topics: []string{topic}, Concurrency: 1}}}); err != nil && !errors.Is(err, io.EOF) {
 			require.NoError(t, err)
 		}
 		_, err = stream.Recv()

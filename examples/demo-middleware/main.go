@@ -127,7 +127,7 @@ func run(ctx context.Context, logger *slog.Logger) error {
 		}
 	}
 	if _, err := client.Enqueue(ctx, topic, nil); !errors.Is(err, middleware.ErrNoTenant) {
-		return fmt.Errorf("an enqueue without a tenant was not refused: %v", err)
+		return fmt.Errorf("an enqueue without a tenant was not refused: %w", err)
 	}
 
 	deadline := time.After(settle)

@@ -50,7 +50,7 @@ func IdleWorkers(ctx context.Context, t Target, p IdleParams) (Result, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return Result{}, fmt.Errorf("only %v of %d workers connected: %v", n, p.Workers, err)
+			return Result{}, fmt.Errorf("only %v of %d workers connected: %w", n, p.Workers, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

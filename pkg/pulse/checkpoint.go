@@ -53,7 +53,7 @@ func Checkpoint(ctx context.Context) error {
 // both context.Canceled and, say, ErrJobCanceled.
 func checkpointError(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause == nil || cause == err {
+	if cause == nil || cause == err { //nolint:errorlint // identity: context.Cause is ctx.Err() itself when no cause was given
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, cause)

@@ -65,7 +65,7 @@ password from stdin. Nothing is sent to the server.`,
 func readSecret(r io.Reader) (string, error) {
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil && err != io.EOF {
-		return "", fmt.Errorf("reading password from stdin: %v", err)
+		return "", fmt.Errorf("reading password from stdin: %w", err)
 	}
 	line = strings.TrimRight(line, "\r\n")
 	if line == "" {

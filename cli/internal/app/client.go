@@ -89,12 +89,12 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("cannot reach %s: %v", c.base, err)
+		return nil, fmt.Errorf("cannot reach %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading answer from %s: %v", c.base, err)
+		return nil, fmt.Errorf("reading answer from %s: %w", c.base, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return data, nil

@@ -21,7 +21,7 @@ type fileConfig struct {
 func configPath() (string, error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("no user config directory: %v", err)
+		return "", fmt.Errorf("no user config directory: %w", err)
 	}
 	return filepath.Join(dir, "pulse", "config.json"), nil
 }
@@ -37,10 +37,10 @@ func loadConfig() (fileConfig, string, error) {
 		return c, p, nil
 	}
 	if err != nil {
-		return c, p, fmt.Errorf("reading %s: %v", p, err)
+		return c, p, fmt.Errorf("reading %s: %w", p, err)
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
-		return c, p, fmt.Errorf("config file %s is not valid JSON: %v", p, err)
+		return c, p, fmt.Errorf("config file %s is not valid JSON: %w", p, err)
 	}
 	return c, p, nil
 }
@@ -51,7 +51,7 @@ func saveConfig(c fileConfig) (string, error) {
 		return "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return "", fmt.Errorf("creating %s: %v", filepath.Dir(p), err)
+		return "", fmt.Errorf("creating %s: %w", filepath.Dir(p), err)
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -59,13 +59,13 @@ func saveConfig(c fileConfig) (string, error) {
 	}
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return "", fmt.Errorf("writing %s: %v", p, err)
+		return "", fmt.Errorf("writing %s: %w", p, err)
 	}
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, p); err != nil {
-		return "", fmt.Errorf("writing %s: %v", p, err)
+		return "", fmt.Errorf("writing %s: %w", p, err)
 	}
 	return p, nil
 }

@@ -280,7 +280,7 @@ func (e *env) emit(raw []byte, table func(w io.Writer) error) error {
 
 func decode(raw []byte, v any) error {
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("unexpected answer from control-api: %v", err)
+		return fmt.Errorf("unexpected answer from control-api: %w", err)
 	}
 	return nil
 }

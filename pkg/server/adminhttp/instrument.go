@@ -1,6 +1,7 @@
 package adminhttp
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 // description already there (two servers sharing a registry in a test).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+		if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
 			if existing, ok := are.ExistingCollector.(C); ok {
 				return existing
 			}

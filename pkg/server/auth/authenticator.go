@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -249,7 +250,7 @@ func (a *Authenticator) basic(ctx context.Context, name, pass string) (Identity,
 	if !ok {
 		// Spend what a known user would, then fail the same way.
 		if a.anyBcrypt {
-			if err := a.verify(ctx, func() error { return bcrypt.CompareHashAndPassword(dummyHash(), []byte(pass)) }); err == errBusy {
+			if err := a.verify(ctx, func() error { return bcrypt.CompareHashAndPassword(dummyHash(), []byte(pass)) }); errors.Is(err, errBusy) {
 				return Identity{}, err
 			}
 		} else {
@@ -267,7 +268,7 @@ func (a *Authenticator) basic(ctx context.Context, name, pass string) (Identity,
 		return u.id, nil
 	}
 	if err := a.verify(ctx, func() error { return bcrypt.CompareHashAndPassword(u.hash, []byte(pass)) }); err != nil {
-		if err == errBusy {
+		if errors.Is(err, errBusy) {
 			return Identity{}, err
 		}
 		return Identity{}, apierr.Unauthenticated(msgInvalid)

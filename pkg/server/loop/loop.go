@@ -9,6 +9,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -59,8 +60,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Failed runs of a periodic loop (pause_expiry, queue_depth, lease_sweeper, job_cleaner); the loop backs off and retries.",
 	}, []string{"loop"})
 	if err := reg.Register(c); err != nil {
-		are, ok := err.(prometheus.AlreadyRegisteredError)
-		if !ok {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
 			panic(err)
 		}
 		c = are.ExistingCollector.(*prometheus.CounterVec)

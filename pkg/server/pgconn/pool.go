@@ -119,13 +119,13 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %w)", attempt, ctx.Err(), err)
 		}
 		delay := b.Next()
 		logger.Warn("database unreachable, retrying",
 			"attempt", attempt, "retry_in", delay, logging.Error, err)
 		if backoff.Sleep(ctx, delay) != nil {
-			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+			return fmt.Errorf("pgconn: database unreachable, gave up after %d attempts: %w (last error: %w)", attempt, ctx.Err(), err)
 		}
 	}
 }

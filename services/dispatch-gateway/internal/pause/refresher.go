@@ -96,7 +96,7 @@ func (r *Refresher) Prime(ctx context.Context) error {
 		}
 		r.logger.Warn("cannot read the pause state; not serving until it can be read", "attempt", attempt, logging.Error, err)
 		if backoff.Sleep(ctx, retry.Next()) != nil {
-			return fmt.Errorf("prime dispatch gate: the pause state could not be read (%w); last error: %v", ctx.Err(), err)
+			return fmt.Errorf("prime dispatch gate: the pause state could not be read (%w); last error: %w", ctx.Err(), err)
 		}
 	}
 }
