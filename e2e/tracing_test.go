@@ -115,10 +115,12 @@ func attrString(attrs []*commonpb.KeyValue, key string) string {
 	return ""
 }
 
-// find returns the first span whose name has prefix, from service.
-func find(spans []receivedSpan, service, prefix string) (receivedSpan, bool) {
+// find returns the first span from service whose name has prefix and,
+// unless attempt is 0, whose pulse.attempt is attempt.
+func find(spans []receivedSpan, service, prefix string, attempt int64) (receivedSpan, bool) {
 	for _, s := range spans {
-		if s.service == service && strings.HasPrefix(s.span.GetName(), prefix) {
+		if s.service == service && strings.HasPrefix(s.span.GetName(), prefix) &&
+			(attempt == 0 || attrInt(s, "pulse.attempt") == attempt) {
 			return s, true
 		}
 	}
@@ -133,16 +135,6 @@ func attrInt(s receivedSpan, key string) int64 {
 		}
 	}
 	return -1
-}
-
-// findAttempt returns the span of attempt whose name has prefix.
-func findAttempt(spans []receivedSpan, service, prefix string, attempt int64) (receivedSpan, bool) {
-	for _, s := range spans {
-		if s.service == service && strings.HasPrefix(s.span.GetName(), prefix) && attrInt(s, "pulse.attempt") == attempt {
-			return s, true
-		}
-	}
-	return receivedSpan{}, false
 }
 
 // TestOneTracePerJob runs the real control-api and dispatch-gateways with
@@ -263,13 +255,7 @@ func TestOneTracePerJob(t *testing.T) {
 				{"e2e-sdk", "process " + topic, attempt},
 				{"e2e-sdk", "settle", attempt},
 			} {
-				var s receivedSpan
-				var ok bool
-				if want.attempt == 0 {
-					s, ok = find(spans, want.service, want.prefix)
-				} else {
-					s, ok = findAttempt(spans, want.service, want.prefix, want.attempt)
-				}
+				s, ok := find(spans, want.service, want.prefix, want.attempt)
 				if !ok {
 					t.Logf("trace %s: no %s span %q (attempt %d) yet; have %v", traceID, want.service, want.prefix, want.attempt, spans)
 					return false
@@ -339,13 +325,7 @@ func TestOneTracePerJob(t *testing.T) {
 			{"dispatch-gateway", "receive " + topic, 1},
 			{"e2e-sdk", "process " + topic, 1},
 		} {
-			var s receivedSpan
-			var ok bool
-			if want.attempt == 0 {
-				s, ok = find(spans, want.service, want.prefix)
-			} else {
-				s, ok = findAttempt(spans, want.service, want.prefix, want.attempt)
-			}
+			s, ok := find(spans, want.service, want.prefix, want.attempt)
 			if !ok {
 				t.Logf("trace %s: no %s span %q yet; have %v", httpTrace, want.service, want.prefix, spans)
 				return false
