@@ -56,10 +56,10 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 			return Result{}, fmt.Errorf("a job did not start within 10s")
 		}
 	}
-	p50, p95, p99, max := Percentiles(lat)
+	p50, p95, p99, pmax := Percentiles(lat)
 	return Result{
 		Scenario: "idle-latency",
 		Params:   map[string]any{"samples": p.Samples, "gap": p.Gap.String(), "workers": p.Workers, "gateways": len(t.GatewayAddrs)},
-		Metrics:  map[string]float64{"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": max},
+		Metrics:  map[string]float64{"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": pmax},
 	}, nil
 }

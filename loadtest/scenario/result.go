@@ -49,8 +49,8 @@ func (r Result) Line() string {
 	return b.String()
 }
 
-// Percentiles returns p50, p95, p99 and max of ds in milliseconds.
-func Percentiles(ds []time.Duration) (p50, p95, p99, max float64) {
+// Percentiles returns p50, p95, p99 and the maximum (pmax) of ds in milliseconds.
+func Percentiles(ds []time.Duration) (p50, p95, p99, pmax float64) {
 	if len(ds) == 0 {
 		return 0, 0, 0, 0
 	}

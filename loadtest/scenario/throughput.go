@@ -86,7 +86,7 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 		return Result{}, err
 	}
 	elapsed := time.Since(begin)
-	p50, p95, p99, max := Percentiles(waits[:min(int(started.Load()), len(waits))])
+	p50, p95, p99, pmax := Percentiles(waits[:min(int(started.Load()), len(waits))])
 	return Result{
 		Scenario: "throughput",
 		Params: map[string]any{"jobs": p.Jobs, "producers": p.Producers, "batch": p.Batch,
@@ -98,7 +98,7 @@ func Throughput(ctx context.Context, t Target, p ThroughputParams) (Result, erro
 			"wait_p50_ms":  p50,
 			"wait_p95_ms":  p95,
 			"wait_p99_ms":  p99,
-			"wait_max_ms":  max,
+			"wait_max_ms":  pmax,
 		},
 	}, nil
 }

@@ -33,16 +33,16 @@ func TestSanitize(t *testing.T) {
 
 func FuzzSanitizeIsAlwaysStorable(f *testing.F) {
 	f.Add("boom\x00\xff"+strings.Repeat("é", 40), 33)
-	f.Fuzz(func(t *testing.T, s string, max int) {
-		if max < 0 || max > 1<<16 {
+	f.Fuzz(func(t *testing.T, s string, limit int) {
+		if limit < 0 || limit > 1<<16 {
 			return
 		}
-		got := errtext.Sanitize(s, max)
+		got := errtext.Sanitize(s, limit)
 		if !utf8.ValidString(got) || strings.IndexByte(got, 0) >= 0 {
 			t.Fatalf("Sanitize(%q) = %q is not storable", s, got)
 		}
-		if max >= len(errtext.TruncatedMark) && len(got) > max {
-			t.Fatalf("Sanitize(%q, %d) is %d bytes", s, max, len(got))
+		if limit >= len(errtext.TruncatedMark) && len(got) > limit {
+			t.Fatalf("Sanitize(%q, %d) is %d bytes", s, limit, len(got))
 		}
 	})
 }

@@ -143,7 +143,7 @@ func newSchedulesCmd(e *env) *cobra.Command {
 
 // newScheduleWriteCmd builds `schedules create` or, with update, `schedules
 // update ID` (a full replace, as PUT /v1/schedules/{id} is).
-func newScheduleWriteCmd(e *env, update bool, print func([]byte) error) *cobra.Command {
+func newScheduleWriteCmd(e *env, update bool, printOut func([]byte) error) *cobra.Command {
 	var name, topic, kind, expr, tz, argsJSON string
 	var priority, maxAttempts int
 	var disabled bool
@@ -185,7 +185,7 @@ func newScheduleWriteCmd(e *env, update bool, print func([]byte) error) *cobra.C
 		if err != nil {
 			return err
 		}
-		return print(raw)
+		return printOut(raw)
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "unique name (required)")

@@ -196,16 +196,16 @@ func Version(ctx context.Context, q interface {
 var ErrSchemaTooOld = errors.New("database schema is older than this service needs")
 
 // Require fails with ErrSchemaTooOld, naming both versions, when the
-// database is older than min.
+// database is older than minVersion.
 func Require(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, min int64) error {
+}, minVersion int64) error {
 	v, err := Version(ctx, q)
 	if err != nil {
 		return err
 	}
-	if v < min {
-		return fmt.Errorf("%w: database is at version %d, this service needs version %d or newer; run `control-api migrate` first", ErrSchemaTooOld, v, min)
+	if v < minVersion {
+		return fmt.Errorf("%w: database is at version %d, this service needs version %d or newer; run `control-api migrate` first", ErrSchemaTooOld, v, minVersion)
 	}
 	return nil
 }

@@ -133,12 +133,12 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logge
 // ReadinessCheck returns a check for adminhttp's /readyz: the database
 // answers and its schema is still new enough (a rollback of migrations
 // makes the service unready rather than wrong).
-func ReadinessCheck(pool *pgxpool.Pool, min int64) func(ctx context.Context) error {
+func ReadinessCheck(pool *pgxpool.Pool, minVersion int64) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("ping database: %w", err)
 		}
-		if err := migrate.Require(ctx, pool, min); err != nil {
+		if err := migrate.Require(ctx, pool, minVersion); err != nil {
 			if errors.Is(err, migrate.ErrSchemaTooOld) {
 				return err
 			}

@@ -54,8 +54,8 @@ func findPgDump() (string, error) {
 	var candidates []string
 	if bin, err := pgcluster.BinDir(); err == nil {
 		candidates = append(candidates, filepath.Join(bin, "pg_dump"))
-		if real, err := filepath.EvalSymlinks(filepath.Join(bin, "pg_ctl")); err == nil {
-			candidates = append(candidates, filepath.Join(filepath.Dir(real), "pg_dump"))
+		if target, err := filepath.EvalSymlinks(filepath.Join(bin, "pg_ctl")); err == nil {
+			candidates = append(candidates, filepath.Join(filepath.Dir(target), "pg_dump"))
 		}
 	}
 	if p, err := exec.LookPath("pg_dump"); err == nil {

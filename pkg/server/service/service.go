@@ -57,8 +57,8 @@ func (f Funcs) Stop(ctx context.Context) error {
 
 // Closer is a Component that only closes something when stopped (a
 // store's read side, after the handlers using it are done).
-func Closer(close func() error) Component {
-	return Funcs{StopFunc: func(context.Context) error { return close() }}
+func Closer(closeFn func() error) Component {
+	return Funcs{StopFunc: func(context.Context) error { return closeFn() }}
 }
 
 // Go is a Component running fn in its own goroutine from Start until Stop

@@ -100,8 +100,8 @@ func (d *Dashboard) setTopicLimit(w http.ResponseWriter, r *http.Request) error 
 	back := backTo(r, "/ui/")
 	topic := strings.TrimSpace(r.PostFormValue("topic"))
 	req := &pulsev1.SetTopicLimitRequest{Topic: topic}
-	clear := r.PostFormValue("op") == "clear"
-	if !clear {
+	clearLimit := r.PostFormValue("op") == "clear"
+	if !clearLimit {
 		raw := strings.TrimSpace(r.PostFormValue("max_running"))
 		if raw == "" {
 			redirectWithFlash(w, r, back, "error", "Limit: max_running: is required; use Clear to remove the limit of "+topic)
@@ -128,7 +128,7 @@ func (d *Dashboard) setTopicLimit(w http.ResponseWriter, r *http.Request) error 
 		return nil
 	}
 	msg := fmt.Sprintf("Topic %s: at most %d running", topic, req.GetMaxRunning())
-	if clear {
+	if clearLimit {
 		msg = "Topic " + topic + ": no limit"
 	}
 	redirectWithFlash(w, r, back, "ok", msg)

@@ -163,10 +163,10 @@ type Group struct {
 	workers []*Worker // parallel to Slots
 }
 
-// Reserve takes up to max free slots from the workers of the wanted
+// Reserve takes up to limit free slots from the workers of the wanted
 // groups (all groups when wanted is nil), interleaving workers so a batch
 // spreads across them. Reserved slots must be settled with Settle.
-func (r *Registry) Reserve(wanted func(groupKey string) bool, max int) []Group {
+func (r *Registry) Reserve(wanted func(groupKey string) bool, limit int) []Group {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byKey := map[string][]*Worker{}
@@ -187,10 +187,10 @@ func (r *Registry) Reserve(wanted func(groupKey string) bool, max int) []Group {
 		ws := byKey[key]
 		g := Group{Key: key, Topics: ws[0].Topics}
 		// Round-robin one slot per worker per pass.
-		for progress := true; progress && total < max; {
+		for progress := true; progress && total < limit; {
 			progress = false
 			for _, w := range ws {
-				if total >= max {
+				if total >= limit {
 					break
 				}
 				w.mu.Lock()
