@@ -66,6 +66,15 @@ func scheduleDefToWire(d scheduleDefJSON) *pulsev1.ScheduleDefinition {
 	return def
 }
 
+// writeSchedule answers a call that returns a schedule: its error, or the
+// schedule as JSON with status.
+func writeSchedule(w http.ResponseWriter, status int, resp *pulsev1.Schedule, err error) error {
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, status, scheduleToJSON(resp))
+}
+
 func scheduleToJSON(s *pulsev1.Schedule) scheduleJSON {
 	d := s.GetDefinition()
 	enabled := s.GetEnabled()
@@ -103,10 +112,7 @@ func (s *scheduleRoutes) create(w http.ResponseWriter, r *http.Request) error {
 	resp, err := s.svc.CreateSchedule(r.Context(), &pulsev1.CreateScheduleRequest{
 		Definition: scheduleDefToWire(d), Disabled: d.Enabled != nil && !*d.Enabled,
 	})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusCreated, scheduleToJSON(resp))
+	return writeSchedule(w, http.StatusCreated, resp, err)
 }
 
 func (s *scheduleRoutes) update(w http.ResponseWriter, r *http.Request) error {
@@ -118,34 +124,22 @@ func (s *scheduleRoutes) update(w http.ResponseWriter, r *http.Request) error {
 		return apierr.Invalid("enabled", "is changed with POST /v1/schedules/{id}/enable or /disable")
 	}
 	resp, err := s.svc.UpdateSchedule(r.Context(), &pulsev1.UpdateScheduleRequest{Id: r.PathValue("id"), Definition: scheduleDefToWire(d)})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+	return writeSchedule(w, http.StatusOK, resp, err)
 }
 
 func (s *scheduleRoutes) get(w http.ResponseWriter, r *http.Request) error {
 	resp, err := s.svc.GetSchedule(r.Context(), &pulsev1.GetScheduleRequest{Id: r.PathValue("id")})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+	return writeSchedule(w, http.StatusOK, resp, err)
 }
 
 func (s *scheduleRoutes) enable(w http.ResponseWriter, r *http.Request) error {
 	resp, err := s.svc.EnableSchedule(r.Context(), &pulsev1.EnableScheduleRequest{Id: r.PathValue("id")})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+	return writeSchedule(w, http.StatusOK, resp, err)
 }
 
 func (s *scheduleRoutes) disable(w http.ResponseWriter, r *http.Request) error {
 	resp, err := s.svc.DisableSchedule(r.Context(), &pulsev1.DisableScheduleRequest{Id: r.PathValue("id")})
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, scheduleToJSON(resp))
+	return writeSchedule(w, http.StatusOK, resp, err)
 }
 
 func (s *scheduleRoutes) delete(w http.ResponseWriter, r *http.Request) error {
