@@ -65,8 +65,9 @@ func main() {
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, logger); err != nil {
+	err := run(ctx, logger)
+	stop()
+	if err != nil {
 		logger.Error("demo-middleware", "err", err)
 		os.Exit(1)
 	}

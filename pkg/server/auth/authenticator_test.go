@@ -128,7 +128,7 @@ func TestAuthenticate(t *testing.T) {
 			authtest.Bearer("ci-token"):                 {Name: "ci", Role: auth.RoleOperator},
 			authtest.Bearer("gw-token"):                 {Name: "gw", Role: auth.RoleWorker},
 			"basic " + authtest.Basic("prod", "pp")[6:]: {Name: "prod", Role: auth.RoleProducer},
-			"  bearer   ci-token ":                      {Name: "ci", Role: auth.RoleOperator},
+			"  bearer   ci-token ":                      {Name: "ci", Role: auth.RoleOperator}, //nolint:gocritic // the whitespace is the input under test
 		}
 		for header, want := range cases {
 			id, err := b.a.Authenticate(header)
