@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
@@ -79,6 +80,7 @@ func TestDispatcher(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[uuid.UUID]bool{}
 		var wg sync.WaitGroup
+		deadline := time.Now().Add(proctest.Patience)
 		for i := range workers {
 			w := b.d.Registry().Add(string(rune('a'+i)), []string{"t"}, concurrency)
 			wg.Add(1)
@@ -90,6 +92,13 @@ func TestDispatcher(t *testing.T) {
 					done := len(seen) == 60
 					mu.Unlock()
 					if done {
+						return
+					}
+					if time.Now().After(deadline) {
+						mu.Lock()
+						n := len(seen)
+						mu.Unlock()
+						t.Errorf("worker %s gave up after %s with %d of 60 jobs delivered: slots were lost", w.ID, proctest.Patience, n)
 						return
 					}
 					select {

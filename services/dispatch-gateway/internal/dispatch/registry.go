@@ -52,6 +52,10 @@ func (w *Worker) deliver(jobs []pulsetype.Claimed) bool {
 		return false
 	}
 	w.outbox = append(w.outbox, jobs...)
+	// Held in the same step as they join the outbox: a worker that takes
+	// them and credits its slots back at once must find them held, or
+	// Credit would clamp the credit away and the slots would be lost.
+	w.held += len(jobs)
 	w.mu.Unlock()
 	select {
 	case w.ready <- struct{}{}:
@@ -242,7 +246,6 @@ func (r *Registry) Settle(g Group, claimed []pulsetype.Claimed) (undeliverable [
 		w.mu.Lock()
 		w.free += reserved[w] - n
 		w.reserved -= reserved[w]
-		w.held += n
 		if w.finishing && w.reserved == 0 {
 			select {
 			case <-w.finished:
