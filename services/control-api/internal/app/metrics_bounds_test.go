@@ -21,13 +21,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/app"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 )
-
-// metricsPatience bounds every wait of these tests: a hang guard, not a
-// timing claim.
-const metricsPatience = 60 * time.Second
 
 // startWith starts the whole control-api on cfg (over a fresh database),
 // with credentials: a producer, a worker and an operator.
@@ -120,7 +117,7 @@ func TestMetricsAreBoundedAndCanNeedCredentials(t *testing.T) {
 
 	// The queue depth is recounted in the background: wait until it has
 	// counted every job (the sum over its series), then count series.
-	deadline := time.Now().Add(metricsPatience)
+	deadline := time.Now().Add(proctest.Patience)
 	var series map[string]map[string]int
 	for {
 		code, series = scrape(t, a, authtest.Basic("wk", "wk-pass"))

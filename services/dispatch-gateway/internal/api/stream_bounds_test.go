@@ -12,11 +12,8 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
-
-// boundsPatience bounds every wait of these tests: a hang guard, not a
-// timing claim.
-const boundsPatience = 30 * time.Second
 
 // creditCounter is an observer that counts refused credit slots.
 type creditCounter struct {
@@ -40,7 +37,7 @@ func (c *creditCounter) refused() int {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(boundsPatience)
+	deadline := time.Now().Add(proctest.Patience)
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), "gave up waiting: %s", what)
 		time.Sleep(5 * time.Millisecond)

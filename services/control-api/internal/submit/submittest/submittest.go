@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 )
-
-// Patience bounds every Wait: a hang guard, not a timing assertion.
-const Patience = 30 * time.Second
 
 // Gate is a submit.Inserter that holds every INSERT until Open.
 type Gate struct {
@@ -55,12 +53,12 @@ func (g *Gate) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) ([]pulse
 }
 
 // Wait polls c's counters until cond holds, and fails the test naming
-// what it waited for if they do not get there within Patience.
+// what it waited for if they do not get there within proctest.Patience.
 func Wait(t testing.TB, c *submit.Coalescer, what string, cond func(submit.Stats) bool) {
 	t.Helper()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(Patience)
+	deadline := time.After(proctest.Patience)
 	for {
 		s := c.Stats()
 		if cond(s) {
@@ -69,7 +67,7 @@ func Wait(t testing.TB, c *submit.Coalescer, what string, cond func(submit.Stats
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("waited %s for %s; the coalescer's stats are %+v", Patience, what, s)
+			t.Fatalf("waited %s for %s; the coalescer's stats are %+v", proctest.Patience, what, s)
 		}
 	}
 }
