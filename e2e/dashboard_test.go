@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -227,7 +228,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		phone.open(ui + path)
 		// Against the device's width: a mobile browser widens its
 		// viewport to fit content that overflows.
-		require.Equal(t, fmt.Sprint(phoneWidth), phone.eval(`String(Math.max(document.documentElement.scrollWidth, window.innerWidth))`),
+		require.Equal(t, strconv.Itoa(phoneWidth), phone.eval(`String(Math.max(document.documentElement.scrollWidth, window.innerWidth))`),
 			"phone: %s scrolls sideways; too wide: %s", path, phone.eval(fmt.Sprintf(`Array.from(document.querySelectorAll("body *")).filter(e => e.getBoundingClientRect().right > %d).slice(0, 5).map(e => e.tagName + "." + e.className + " " + Math.round(e.getBoundingClientRect().right)).join("; ")`, phoneWidth)))
 	}
 	phone.open(ui + "/jobs")
@@ -321,8 +322,8 @@ func TestDashboardNumbersInABrowser(t *testing.T) {
 	// among them, with a title and description for screen readers.
 	op.open(ui + "/")
 	require.Equal(t, "1h", op.attr("#throughput figure", "data-range"))
-	require.Equal(t, fmt.Sprint(wantCompleted), op.text("#total-completed"))
-	require.Equal(t, fmt.Sprint(wantFailed), op.text("#total-failed"))
+	require.Equal(t, strconv.Itoa(wantCompleted), op.text("#total-completed"))
+	require.Equal(t, strconv.Itoa(wantFailed), op.text("#total-failed"))
 	require.Equal(t, "60", op.eval(`String(document.getElementById("line-completed").points.numberOfItems)`))
 	require.Contains(t, op.eval(`document.getElementById("throughput-desc").textContent`), fmt.Sprintf("%d completed, %d failed (%d of them dead-lettered)", wantCompleted, wantFailed, wantDead))
 	require.Equal(t, "throughput-title throughput-desc", op.attr("#throughput svg", "aria-labelledby"))

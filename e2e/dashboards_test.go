@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,7 +175,7 @@ func TestDashboardsQueryRealPrometheus(t *testing.T) {
 		require.NoError(c, err)
 		assert.Len(c, up, 1)
 		if len(up) == 1 {
-			assert.Equal(c, fmt.Sprint(len(f.AdminURLs)), up[0].Value[1], "every service scraped and up")
+			assert.Equal(c, strconv.Itoa(len(f.AdminURLs)), up[0].Value[1], "every service scraped and up")
 		}
 	}, time.Minute, time.Second, "Prometheus never scraped every service")
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/pulsequeue/pulse/examples/middleware"
@@ -43,7 +44,7 @@ func ExampleMetrics() {
 	outcomes := []error{nil, nil, errors.New("boom"), pulse.Permanent(errors.New("bad args"))}
 	for i, want := range outcomes {
 		h := chain(func(context.Context, *pulse.Job) error { return want }, m.Middleware())
-		_ = h(context.Background(), &pulse.Job{ID: fmt.Sprint(i), Topic: "report.render", Attempt: 1})
+		_ = h(context.Background(), &pulse.Job{ID: strconv.Itoa(i), Topic: "report.render", Attempt: 1})
 	}
 	// A handler that runs out of its timeout returns ctx.Err(); the
 	// context says why it ended (the worker's SDK sets this cause).

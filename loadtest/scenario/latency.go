@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,7 +54,7 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 		case t1 := <-startedCh:
 			lat = append(lat, t1.Sub(t0))
 		case <-time.After(10 * time.Second):
-			return Result{}, fmt.Errorf("a job did not start within 10s")
+			return Result{}, errors.New("a job did not start within 10s")
 		}
 	}
 	p50, p95, p99, pmax := Percentiles(lat)

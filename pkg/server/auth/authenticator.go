@@ -311,7 +311,7 @@ var dummyHash = sync.OnceValue(func() []byte {
 // PULSE_AUTH_USERS entry (`pulse passwd` prints it).
 func HashPassword(pw string) (string, error) {
 	if pw == "" {
-		return "", fmt.Errorf("auth: the password is empty")
+		return "", errors.New("auth: the password is empty")
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(pw), PasswordCost)
 	if err != nil {

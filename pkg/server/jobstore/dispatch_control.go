@@ -3,7 +3,6 @@ package jobstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -251,7 +250,7 @@ func (s *Store) DispatchState(ctx context.Context) (DispatchState, error) {
 		return DispatchState{}, interpretError("read dispatch state", err)
 	}
 	if len(st.Scopes) == 0 || st.Scopes[0].Scope != GlobalScope {
-		return DispatchState{}, fmt.Errorf("read dispatch state: the global scope row is missing from dispatch_control")
+		return DispatchState{}, errors.New("read dispatch state: the global scope row is missing from dispatch_control")
 	}
 	return st, nil
 }

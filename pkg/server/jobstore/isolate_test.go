@@ -2,7 +2,7 @@ package jobstore_test
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,7 +45,7 @@ func TestIsolate(t *testing.T) {
 	t.Run("OnlyTheCulpritsFail", func(t *testing.T) {
 		items := make([]string, 37)
 		for i := range items {
-			items[i] = fmt.Sprint(i)
+			items[i] = strconv.Itoa(i)
 		}
 		items[5], items[30] = "five", "x"
 		res, errs := jobstore.Isolate(items, exec)
