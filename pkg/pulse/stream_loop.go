@@ -73,7 +73,7 @@ func (s *streamLoop) run(ctx context.Context) error {
 		target, client := s.pool.rotate()
 		welcomed, err := s.session(ctx, client, target)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // the worker is stopping: the session's error is the stop
 		}
 		if welcomed {
 			bo.reset()

@@ -30,7 +30,7 @@ func loadConfig() (fileConfig, string, error) {
 	var c fileConfig
 	p, err := configPath()
 	if err != nil {
-		return c, "", nil // no config dir: behave as if there were no file
+		return c, "", nil //nolint:nilerr // no config dir: behave as if there were no file
 	}
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -216,16 +216,16 @@ func decodeStorable(data []byte, prefix string, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if _, err := dec.Token(); err != nil { // {
-		return nil // decodeObject accepted it; nothing more to see
+		return nil //nolint:nilerr // decodeObject accepted it; nothing more to see
 	}
 	for dec.More() {
 		key, err := dec.Token()
 		if err != nil {
-			return nil
+			return nil //nolint:nilerr // decodeObject accepted it; nothing more to see
 		}
 		var raw json.RawMessage // the member's bytes as sent
 		if err := dec.Decode(&raw); err != nil {
-			return nil
+			return nil //nolint:nilerr // decodeObject accepted it; nothing more to see
 		}
 		name, _ := key.(string)
 		if err := storable.JSON(join(prefix, name), raw); err != nil {

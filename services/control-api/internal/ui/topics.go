@@ -110,7 +110,7 @@ func (d *Dashboard) setTopicLimit(w http.ResponseWriter, r *http.Request) error 
 		n, err := strconv.ParseInt(raw, 10, 32)
 		if err != nil {
 			redirectWithFlash(w, r, back, "error", fmt.Sprintf("Limit: max_running: %q is not a whole number", raw))
-			return nil
+			return nil //nolint:nilerr // the refusal is the flash message on the redirect
 		}
 		limit := int32(n)
 		req.MaxRunning = &limit
