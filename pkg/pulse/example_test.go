@@ -67,7 +67,7 @@ func ExampleWorker_Use() {
 // default timeout (an option appended last wins over the caller's).
 func ExampleWithEnqueueInterceptor() {
 	type tenantKey struct{}
-	perTenant := func(ctx context.Context, req *pulse.JobRequest, next pulse.EnqueueFunc) (pulse.Submitted, error) {
+	perTenant := func(ctx context.Context, req *pulse.JobRequest, next pulse.EnqueueFunc) (pulse.Submitted, error) { //nolint:unparam // an interceptor has EnqueueFunc's signature
 		tenant, ok := ctx.Value(tenantKey{}).(string)
 		if !ok {
 			return pulse.Submitted{}, errors.New("enqueue without a tenant")
@@ -140,7 +140,7 @@ func ExampleExponentialBackoff() {
 // A handler that knows when to come back says so: the attempt fails and
 // the next one starts 30s later, whatever the job's backoff.
 func ExampleRetryAfter() {
-	deliver := func(ctx context.Context, job *pulse.Job) error {
+	deliver := func(ctx context.Context, job *pulse.Job) error { //nolint:unparam // a Handler's signature
 		status, retryAfter := 429, 30*time.Second // a rate-limited HTTP call
 		if status == 429 {
 			return pulse.RetryAfter(retryAfter, fmt.Errorf("webhook: HTTP %d", status))

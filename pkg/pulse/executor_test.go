@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-func noopExecutor(concurrency int) *executor {
+func noopExecutor() *executor {
+	const concurrency = 1
 	handlers := map[string]topicHandler{"t": {handler: func(context.Context, *Job) error { return nil }}}
 	return newExecutor(context.Background(), handlers, concurrency, concurrency, nil, nil, nil, slog.New(slog.DiscardHandler))
 }
@@ -16,7 +17,7 @@ func noopExecutor(concurrency int) *executor {
 func TestExecuteStopped(t *testing.T) {
 	stop := errors.New("stream closed")
 	t.Run("BeforeItGotHere", func(t *testing.T) {
-		e := noopExecutor(1)
+		e := noopExecutor()
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(stop)
 		_, err := e.execute(ctx, &Job{Topic: "t"}, jobKey{})
@@ -28,7 +29,7 @@ func TestExecuteStopped(t *testing.T) {
 		}
 	})
 	t.Run("WhileWaitingForASlot", func(t *testing.T) {
-		e := noopExecutor(1)
+		e := noopExecutor()
 		e.sem <- struct{}{} // the only slot is taken
 		ctx, cancel := context.WithCancelCause(context.Background())
 		done := make(chan error, 1)
@@ -44,7 +45,7 @@ func TestExecuteStopped(t *testing.T) {
 		}
 	})
 	t.Run("RunsWithAFreeSlot", func(t *testing.T) {
-		e := noopExecutor(1)
+		e := noopExecutor()
 		ran := false
 		e.handlers["t"] = topicHandler{handler: func(context.Context, *Job) error { ran = true; return nil }}
 		if _, err := e.execute(context.Background(), &Job{Topic: "t"}, jobKey{}); err != nil || !ran {
@@ -59,7 +60,7 @@ func TestExecuteStopped(t *testing.T) {
 // BenchmarkExecute is one no-op job through execute with a slot free, as
 // the worker runs it: with its own cancelable context.
 func BenchmarkExecute(b *testing.B) {
-	e := noopExecutor(1)
+	e := noopExecutor()
 	job := &Job{Topic: "t"}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -15,7 +15,7 @@ import (
 )
 
 // registerWorker is startWorker for handlers registered with options.
-func registerWorker(t *testing.T, targets []string, register func(w *Worker), opts ...WorkerOption) *runningWorker {
+func registerWorker(t *testing.T, targets []string, register func(w *Worker), opts ...WorkerOption) *runningWorker { //nolint:unparam // other tests reach the running worker
 	t.Helper()
 	opts = append([]WorkerOption{WithLogger(slog.New(slog.DiscardHandler)), WithWorkerID("worker-1")}, opts...)
 	w, err := NewWorker(targets, opts...)

@@ -7,7 +7,7 @@ import (
 
 // OptionalDuration is a duration variable that may be left unset: Set
 // tells "not given" from any value, 0 included. Give it no default tag.
-type OptionalDuration struct {
+type OptionalDuration struct { //nolint:recvcheck // Decode must take a pointer (envconfig.Decoder); reads take a copy
 	D   time.Duration
 	Set bool
 }

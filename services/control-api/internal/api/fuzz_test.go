@@ -84,7 +84,7 @@ func fuzzSpec(topic string, args []byte, key string, runAtSec int64, runAtNanos 
 }
 
 // specSeeds are the poisons of the tests plus valid specs.
-func specSeeds(f *testing.F, add func(topic string, args []byte, key string, runAtSec int64)) {
+func specSeeds(_ *testing.F, add func(topic string, args []byte, key string, runAtSec int64)) {
 	add("email.send", []byte(`{"to":"a@example.com"}`), "", 0)
 	add("email.send", []byte(`{"path":"C:\\u0000dir"}`), "order-42", 1900000000)
 	add("email.send", []byte("{\"to\":\"\xff\"}"), "", 0)

@@ -52,7 +52,7 @@ type bulkResult struct {
 	StillMatching int64 `json:"still_matching"`
 }
 
-func (b *testBundle) jobs(t *testing.T, topic, args string, status pulsetype.Status, n int) []uuid.UUID {
+func (b *testBundle) jobs(t *testing.T, topic, args string, status pulsetype.Status, n int) []uuid.UUID { //nolint:unparam // the ids are there for tests that need them
 	t.Helper()
 	ids := make([]uuid.UUID, n)
 	for i := range ids {

@@ -107,7 +107,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, nam
 }
 
 // renderPage writes page name with data as it is.
-func (d *Dashboard) renderPage(w http.ResponseWriter, r *http.Request, code int, name string, data pageData) {
+func (d *Dashboard) renderPage(w http.ResponseWriter, _ *http.Request, code int, name string, data pageData) {
 	t, ok := d.pages[name]
 	if !ok {
 		panic("ui: no page template " + name)
