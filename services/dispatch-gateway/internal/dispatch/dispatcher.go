@@ -375,11 +375,11 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 			if d.observer != nil {
 				d.observer.ClaimsPaused()
 			}
-			return // resume calls JobsReady
+			return backlog // resume calls JobsReady
 		}
 		groups := d.registry.Reserve(d.mayHaveWork, d.cfg.Batch)
 		if len(groups) == 0 {
-			return
+			return backlog
 		}
 		reserved := 0
 		for _, g := range groups {
@@ -393,7 +393,7 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 				for _, rest := range groups[i:] {
 					d.registry.Settle(rest, nil)
 				}
-				return
+				return backlog
 			}
 			if d.gate != nil && d.gate.Blocks(g.Topics) {
 				// Every topic of the group is paused: give the slots back
