@@ -216,7 +216,7 @@ func submitMixed(t *testing.T, ctx context.Context, f *localfleet.Fleet, topic s
 			for i := range 50 {
 				jobs = append(jobs, map[string]any{"topic": topic, "args": map[string]any{"src": "http-batch", "g": g, "b": b, "i": i}})
 			}
-			body, _ := json.Marshal(map[string]any{"jobs": jobs})
+			body, _ := json.Marshal(map[string]any{"jobs": jobs}) //nolint:errchkjson // the jobs are maps of strings and numbers built above
 			resp, err := http.Post(f.ControlHTTP+"/v1/jobs:batch", "application/json", bytes.NewReader(body))
 			if err != nil {
 				t.Errorf("POST /v1/jobs:batch: %v", err)

@@ -52,7 +52,7 @@ password from stdin. Nothing is sent to the server.`,
 				return err
 			}
 			if e.output == "json" {
-				b, _ := json.Marshal(map[string]string{"config": path, "server": fc.Server})
+				b, _ := json.Marshal(map[string]string{"config": path, "server": fc.Server}) //nolint:errchkjson // a map of strings always marshals
 				return e.printJSON(b)
 			}
 			fmt.Fprintf(e.stdout, "saved %s\n", path)
@@ -135,7 +135,7 @@ func newConfigCmd(e *env) *cobra.Command {
 			}
 			_, path, _ := loadConfig()
 			if e.output == "json" {
-				b, _ := json.Marshal(struct {
+				b, _ := json.Marshal(struct { //nolint:errchkjson // strings and bools always marshal
 					conn
 					File string `json:"config_file"`
 				}{c, path})

@@ -152,7 +152,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Scenario, err)
 		}
-		b, _ := json.Marshal(r)
+		b, _ := json.Marshal(r) //nolint:errchkjson // a Result is strings and numbers
 		fmt.Println(string(b))
 		fmt.Fprintln(os.Stderr, r.Line())
 		return nil

@@ -156,7 +156,7 @@ func redirectWithFlash(w http.ResponseWriter, r *http.Request, target, kind, msg
 	if len(msg) > flashMax { // a cookie holds about 4 KB
 		msg = msg[:flashMax] + "…"
 	}
-	b, _ := json.Marshal(flash{Kind: kind, Message: msg})
+	b, _ := json.Marshal(flash{Kind: kind, Message: msg}) //nolint:errchkjson // a flash is two strings
 	http.SetCookie(w, &http.Cookie{
 		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString(b),
 		Path: "/ui", MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteLaxMode,
