@@ -167,7 +167,7 @@ func TestDashboardsQueryRealPrometheus(t *testing.T) {
 	t.Cleanup(func() {
 		wcancel()
 		<-pdone
-		<-werr
+		<-werr //nolint:errcheck // the worker's result after cancel is not under test
 	})
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -85,7 +85,7 @@ func ExampleGateway_Dispatch() {
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx) }()
-	defer func() { stop(); <-ran }()
+	defer func() { stop(); <-ran }() //nolint:errcheck // the worker's result after stop is not the example's point
 
 	res := gw.Dispatch(context.Background(), t, "signup.welcome", WelcomeArgs{Email: "a@example.com"})
 	fmt.Println("completed:", res.Completed())

@@ -66,7 +66,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "starting control-api:", err)
 		return 1
 	}
-	defer fleet.Down()
+	defer func() { _ = fleet.Down() }() // the fleet is the tests' scaffolding; its stop errors are not under test
 	server = fleet.ControlHTTP
 	gateways = fleet.GatewayAddrs
 	return m.Run()
@@ -498,7 +498,7 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		<-done //nolint:errcheck // the worker's result after cancel is not under test
 	})
 
 	id := strings.TrimSpace(ok(t, prod("submit", topic, "--args", `{"slow":true}`)...))

@@ -174,7 +174,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer fleet.Down()
+	defer func() { _ = fleet.Down() }() // stopping the throwaway fleet cannot change the results
 	target := scenario.Target{ControlHTTP: fleet.ControlHTTP, ControlGRPC: fleet.ControlGRPC, GatewayAddrs: fleet.GatewayAddrs,
 		DatabaseURL: fleet.DatabaseURL, PIDs: fleet.PIDs()}
 	if *walStats && fleet.Cluster != nil {

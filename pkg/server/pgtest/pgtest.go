@@ -142,7 +142,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(727272)`); err != nil {
 		return "", err
 	}
-	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(727272)`)
+	defer func() { _, _ = admin.Exec(context.Background(), `SELECT pg_advisory_unlock(727272)`) }() // the session ends right after and releases it anyway
 
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
