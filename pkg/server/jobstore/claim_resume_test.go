@@ -189,7 +189,7 @@ func TestClaimAfter(t *testing.T) {
 		// Another session's snapshot, open from here to the end.
 		held, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
-		defer held.Rollback(ctx) //nolint:errcheck // a rollback of an ended transaction is a no-op
+		defer held.Rollback(ctx) //nolint:errcheck // the rollback at the end of the test only releases the transaction
 		_, err = held.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
 		require.NoError(t, err)
 		var n int
@@ -227,7 +227,7 @@ func claimIndexBuffers(t *testing.T, b *testBundle, sql string, args ...any) int
 	t.Helper()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // a rollback of an ended transaction is a no-op
+	defer tx.Rollback(ctx) //nolint:errcheck // the rollback at the end of the test only releases the transaction
 	_, err = tx.Exec(ctx, jobstore.PinnedPlanSQL)
 	require.NoError(t, err)
 	var raw []byte

@@ -511,7 +511,7 @@ func explain(t *testing.T, b *testBundle, settings, sql string, args ...any) pla
 	t.Helper()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // a rollback of an ended transaction is a no-op
+	defer tx.Rollback(ctx) //nolint:errcheck // the rollback at the end of the test only releases the transaction
 	_, err = tx.Exec(ctx, settings)
 	require.NoError(t, err)
 	var raw []byte
