@@ -64,7 +64,7 @@ scripts/set-version.sh "$version"
 
 # 3. Binaries.
 cmds=(cli/cmd/pulse services/control-api services/dispatch-gateway services/reaper services/scheduler)
-ldflags="-s -w -X $prefix/pkg/server/buildinfo.Stamp=$version -X $prefix/cli/internal/version.Stamp=$version"
+ldflags="-s -w -X $prefix/pkg/buildinfo.Stamp=$version"
 mtime=$(git log -1 --format=%ct)
 rm -rf dist
 mkdir -p dist

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pulsequeue/pulse/cli/internal/version"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 )
 
 // Exit codes.
@@ -101,7 +101,7 @@ func isUsage(err error) bool {
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:     "pulse",
-		Version: version.Version(),
+		Version: buildinfo.Version(),
 		Short:   "Operate a pulse job queue through control-api",
 		Long: `pulse is the command-line client of control-api's HTTP/JSON API: submit and
 inspect jobs, manage schedules, pause, resume and drain dispatch, list topics

@@ -5,7 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 )
 
 // NewRegistry returns a registry holding the Go runtime and process

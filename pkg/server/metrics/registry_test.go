@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/metrics"
 )
 

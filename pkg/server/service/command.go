@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/internal/background"
 	"github.com/pulsequeue/pulse/pkg/server/logging"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"

@@ -1,6 +1,8 @@
 // Package buildinfo says which build of pulse is running: the version every
 // service logs at start, reports as service.version on its traces and
-// exports as pulse_build_info{service,version}.
+// exports as pulse_build_info{service,version}, and the one `pulse
+// --version` prints. It lives in the SDK module, with no dependencies, so
+// the CLI shares the rule without linking server code.
 package buildinfo
 
 import (
@@ -10,7 +12,7 @@ import (
 )
 
 // Stamp, when set at link time (-ldflags "-X
-// github.com/pulsequeue/pulse/pkg/server/buildinfo.Stamp=v1.2.3"), is the
+// github.com/pulsequeue/pulse/pkg/buildinfo.Stamp=v1.2.3"), is the
 // version, whatever the build info says. Images built with -buildvcs=false
 // use it to carry their tag.
 var Stamp string

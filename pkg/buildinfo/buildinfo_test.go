@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pulsequeue/pulse/pkg/server/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 )
 
 func TestFromBuildInfo(t *testing.T) {
