@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
 	"github.com/pulsequeue/pulse/pkg/pulsetest"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // startWorker runs w until the test ends; it is registered after the
@@ -103,7 +104,7 @@ func TestControlRecordsWhatTheClientEnqueued(t *testing.T) {
 	ctl.RequireEnqueued(t, "b", []byte(`{"x":1}`))
 	info, err := client.Get(ctx, subs[1].ID)
 	require.NoError(t, err)
-	require.Equal(t, "PENDING", info.Status)
+	require.Equal(t, pulsetype.StatusPending, info.Status)
 	_, err = client.Get(ctx, "nope")
 	require.Equal(t, codes.NotFound, status.Code(err))
 
