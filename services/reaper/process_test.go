@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -34,7 +33,7 @@ func TestReaperProcess(t *testing.T) {
 	t.Run("ServesReapsAndExitsCleanlyOnSIGTERM", func(t *testing.T) {
 		t.Parallel()
 		url := pgtest.URL(t)
-		pool, err := pgxpool.New(context.Background(), url)
+		pool, err := pgxpool.New(t.Context(), url)
 		require.NoError(t, err)
 		defer pool.Close()
 

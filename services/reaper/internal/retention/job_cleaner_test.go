@@ -66,7 +66,7 @@ func (b *testBundle) exists(t *testing.T, id uuid.UUID) bool {
 
 func TestJobCleaner(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("DeletesOnlyOldEnoughFinishedJobsPerStatus", func(t *testing.T) {
 		t.Parallel()

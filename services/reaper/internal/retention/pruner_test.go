@@ -1,7 +1,6 @@
 package retention_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -23,7 +22,7 @@ import (
 // due and some not, and returns the pool.
 func seedPrunable(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	for _, q := range []string{
 		// Presence: three rows whose gateway stopped refreshing them long
@@ -55,7 +54,7 @@ func seedPrunable(t *testing.T) *pgxpool.Pool {
 
 func strings(t *testing.T, pool *pgxpool.Pool, q string) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), q)
+	rows, err := pool.Query(t.Context(), q)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -70,7 +69,7 @@ func strings(t *testing.T, pool *pgxpool.Pool, q string) []string {
 
 func TestPruner(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	t.Run("DeletesWhatIsDueInBatchesAndKeepsTheRest", func(t *testing.T) {

@@ -1,7 +1,6 @@
 package retention_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -19,7 +18,7 @@ import (
 
 func TestThroughputCleaner(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// seed writes one row per writer for each day ago, three writers.

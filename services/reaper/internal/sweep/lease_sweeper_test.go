@@ -67,7 +67,7 @@ func setup(t *testing.T, batch int) *testBundle {
 
 func TestLeaseSweeper(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("ReapsOnlyExpiredLeases", func(t *testing.T) {
 		t.Parallel()
@@ -214,7 +214,7 @@ func TestLeaseSweeper(t *testing.T) {
 func countStatus(t *testing.T, pool *pgxpool.Pool, s pulsetype.Status) int {
 	t.Helper()
 	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = $1`, string(s)).Scan(&n))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE status = $1`, string(s)).Scan(&n))
 	return n
 }
 

@@ -1,7 +1,6 @@
 package sweep
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 func TestReapSpanJoinsTheJobsTrace(t *testing.T) {
 	rec, tp := telemetrytest.Record(t)
 	submit, traceParent := telemetrytest.Submitted(tp)
-	sweepCtx, sweep := tp.Tracer("test").Start(context.Background(), "sweep")
+	sweepCtx, sweep := tp.Tracer("test").Start(t.Context(), "sweep")
 	traceReaped(sweepCtx, time.Now(), []jobstore.Reaped{{
 		ID: uuid.New(), Topic: "t", Status: pulsetype.StatusRetrying, Attempt: 1, TraceParent: traceParent,
 	}})
