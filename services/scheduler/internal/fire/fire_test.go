@@ -35,7 +35,7 @@ func newStore(t *testing.T, pool *pgxpool.Pool) *jobstore.Store {
 
 func create(t *testing.T, store *jobstore.Store, kind, expr string, next time.Time) *jobstore.Schedule {
 	t.Helper()
-	sc, err := store.CreateSchedule(context.Background(), jobstore.Schedule{
+	sc, err := store.CreateSchedule(t.Context(), jobstore.Schedule{
 		ID: uuid.New(), Name: "s-" + uuid.NewString()[:8], Topic: "fire.test", MaxAttempts: 3,
 		Kind: kind, Expression: expr, Enabled: true, NextRunAt: &next,
 	})
@@ -45,7 +45,7 @@ func create(t *testing.T, store *jobstore.Store, kind, expr string, next time.Ti
 
 func jobsOf(t *testing.T, store *jobstore.Store, id uuid.UUID) []*jobstore.Job {
 	t.Helper()
-	jobs, err := store.ScheduleJobs(context.Background(), id, nil, 1000)
+	jobs, err := store.ScheduleJobs(t.Context(), id, nil, 1000)
 	require.NoError(t, err)
 	return jobs
 }
@@ -62,7 +62,7 @@ func TestPassFiresEveryCronAndAtOnTime(t *testing.T) {
 }
 
 func testPassFiresEveryCronAndAtOnTime(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	store := newStore(t, pgtest.Pool(t))
 	t0 := time.Now()
 	reg := prometheus.NewRegistry()
@@ -110,7 +110,7 @@ func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 	store := newStore(t, pool)
 	t0 := time.Now()
 	loop := fire.New(fire.Config{Reconcile: time.Second}, store, nil, discard)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Go(func() { loop.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
@@ -134,7 +134,7 @@ func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 	updated.Topic = "fire.updated"
 	next := time.Now().Add(10 * time.Second)
 	updated.NextRunAt = &next
-	_, err := store.UpdateSchedule(context.Background(), updated)
+	_, err := store.UpdateSchedule(t.Context(), updated)
 	require.NoError(t, err)
 	loop.Wake()
 	synctest.Wait()
@@ -146,7 +146,7 @@ func testRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
 
 	// Disabled: the loop notices without a restart and fires nothing more,
 	// however long it runs (a minute of passes, every Reconcile).
-	_, err = store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
+	_, err = store.SetScheduleEnabled(t.Context(), sc.ID, false, nil)
 	require.NoError(t, err)
 	loop.Wake()
 	synctest.Wait()
@@ -168,7 +168,7 @@ func TestAScheduleChangeNotifies(t *testing.T) {
 		Resync: func() { woken <- struct{}{} },
 	})
 	require.NoError(t, l.Start(t.Context()))
-	defer func() { require.NoError(t, l.Stop(context.Background())) }()
+	defer func() { require.NoError(t, l.Stop(t.Context())) }()
 	next := func(what string) {
 		t.Helper()
 		select {
@@ -180,7 +180,7 @@ func TestAScheduleChangeNotifies(t *testing.T) {
 	next("the resync once LISTEN holds")
 	sc := create(t, store, schedule.KindEvery, "1s", time.Now().Add(time.Hour))
 	next("create")
-	_, err := store.SetScheduleEnabled(context.Background(), sc.ID, false, nil)
+	_, err := store.SetScheduleEnabled(t.Context(), sc.ID, false, nil)
 	require.NoError(t, err)
 	next("disable")
 }
@@ -191,7 +191,7 @@ func TestFiresWhileDispatchIsPaused(t *testing.T) {
 }
 
 func testFiresWhileDispatchIsPaused(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	store := newStore(t, pool)
 	_, err := pool.Exec(ctx, `UPDATE dispatch_control SET paused = true, reason = 'upgrade', actor = 'op', paused_at = now() WHERE scope = '*'`)
@@ -218,7 +218,7 @@ func TestAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
 }
 
 func testAScheduleWithoutAnOccurrenceNeverFires(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	store := newStore(t, pgtest.Pool(t))
 	t0 := time.Now()
 	loop := fire.New(fire.Config{}, store, nil, discard)
