@@ -102,7 +102,7 @@ type result struct {
 func pulse(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	code := Run(ctx, args, strings.NewReader(stdin), &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
@@ -493,7 +493,7 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
@@ -528,7 +528,7 @@ func TestDrainWaitsForRunningJob(t *testing.T) {
 		close(release)
 	}()
 	var errb bytes.Buffer
-	drainCtx, drainCancel := context.WithTimeout(context.Background(), proctest.Patience)
+	drainCtx, drainCancel := context.WithTimeout(t.Context(), proctest.Patience)
 	defer drainCancel()
 	code := Run(drainCtx, ops("dispatch", "drain", "--wait", "--topic", topic, "--timeout", "30s", "--interval", "100ms"), strings.NewReader(""), out, &errb)
 	r = result{code: code, stdout: out.String(), stderr: errb.String()}

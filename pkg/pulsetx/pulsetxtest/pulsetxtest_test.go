@@ -1,7 +1,6 @@
 package pulsetxtest_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -53,7 +52,7 @@ func (r *recordingT) Fatalf(format string, args ...any) {
 
 func TestRequireEnqueuedSeesTheTransactionsOwnJobs(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.Pool(t)
 
 	tx, err := pool.Begin(ctx)
@@ -95,7 +94,7 @@ func TestRequireEnqueuedSeesTheTransactionsOwnJobs(t *testing.T) {
 
 func TestRequireEnqueuedSQL(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	db := stdlib.OpenDBFromPool(pgtest.Pool(t))
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
