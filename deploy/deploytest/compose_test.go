@@ -1,7 +1,6 @@
 package deploytest
 
 import (
-	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -41,7 +40,7 @@ func loadCompose(t *testing.T) *types.Project {
 	opts, err := cli.NewProjectOptions([]string{repoPath(t, "docker-compose.yml")},
 		cli.WithName("pulse"), cli.WithWorkingDirectory(root(t)), cli.WithEnv(nil))
 	require.NoError(t, err)
-	p, err := opts.LoadProject(context.Background())
+	p, err := opts.LoadProject(t.Context())
 	require.NoError(t, err, "docker-compose.yml does not load")
 	return p
 }
@@ -249,7 +248,7 @@ func TestCompose(t *testing.T) {
 		opts, err := cli.NewProjectOptions([]string{repoPath(t, "docker-compose.yml"), repoPath(t, "deploy/docker/compose.local-images.yml")},
 			cli.WithName("pulse"), cli.WithWorkingDirectory(root(t)), cli.WithEnv(nil))
 		require.NoError(t, err)
-		local, err := opts.LoadProject(context.Background())
+		local, err := opts.LoadProject(t.Context())
 		require.NoError(t, err, "docker-compose.yml with compose.local-images.yml does not load")
 		var want []string
 		for _, name := range composeServices {

@@ -17,7 +17,7 @@ func TestUp(t *testing.T) {
 
 	t.Run("StartsServicesAndDownLeavesNothingBehind", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
 		root, err := FindRepoRoot(".")
 		require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestUp(t *testing.T) {
 
 	t.Run("FailsCleanlyWhenADatabaseIsUnreachable", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
 		port, err := FreePort()
 		require.NoError(t, err)

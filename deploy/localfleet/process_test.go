@@ -1,7 +1,6 @@
 package localfleet
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,7 +15,7 @@ func TestProcess(t *testing.T) {
 
 	start := func(t *testing.T, script string) *Process {
 		t.Helper()
-		p, err := Start(context.Background(), "sh", "/bin/sh", []string{"GREETING=hello"}, t.TempDir(), "-c", script)
+		p, err := Start(t.Context(), "sh", "/bin/sh", []string{"GREETING=hello"}, t.TempDir(), "-c", script)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = p.Kill(); _ = p.Wait(5 * time.Second) })
 		return p

@@ -27,7 +27,7 @@ import (
 // no process and no file is left behind.
 func TestPulseDev(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	root, err := FindRepoRoot(".")
 	require.NoError(t, err)
