@@ -94,7 +94,7 @@ func setupWithMetrics(t *testing.T, fail func(topics, slots []string) error, ddl
 		claimer, nil, slog.New(slog.NewTextHandler(testWriter(t), nil)))
 	m := gwmetrics.New(prometheus.NewRegistry(), d.Registry().Stats)
 	d.SetObserver(m)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })

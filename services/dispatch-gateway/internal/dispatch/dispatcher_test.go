@@ -52,7 +52,7 @@ func setupDispatcher(t *testing.T, poll time.Duration) *dispatcherBundle {
 	claimer := &countingClaimer{store: store}
 	d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: poll, Batch: 50},
 		claimer, nil, slog.New(slog.NewTextHandler(testWriter(t), nil)))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -65,7 +65,7 @@ func insertJobs(t *testing.T, store *jobstore.Store, topic string, n int) {
 	for i := range jobs {
 		jobs[i] = pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}
 	}
-	_, err := store.Insert(context.Background(), jobs)
+	_, err := store.Insert(t.Context(), jobs)
 	require.NoError(t, err)
 }
 

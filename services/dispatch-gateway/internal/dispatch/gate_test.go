@@ -46,7 +46,7 @@ func TestDispatcherGate(t *testing.T) {
 		d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: 10 * time.Millisecond, Batch: 50},
 			claimer, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		d.SetGate(gate)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { d.Run(ctx); close(done) }()
 		t.Cleanup(func() { cancel(); <-done })
