@@ -81,7 +81,7 @@ func setup(t *testing.T, interval time.Duration) *testBundle {
 // run starts the refresh loop until the test ends.
 func (b *testBundle) run(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { b.r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -94,13 +94,13 @@ func TestRefresher(t *testing.T) {
 		t.Parallel()
 		b := setup(t, time.Hour)
 		b.reader.set(1, false, true)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
 		err := b.r.Prime(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.ErrorContains(t, err, errDown.Error())
 		require.False(t, b.gate.Primed())
-		require.ErrorIs(t, b.gate.ReadinessCheck(context.Background()), pause.ErrNotPrimed)
+		require.ErrorIs(t, b.gate.ReadinessCheck(t.Context()), pause.ErrNotPrimed)
 		// Fail-safe: knowing nothing, the gate stops every claim.
 		require.True(t, b.gate.GloballyPaused())
 		require.True(t, b.gate.Blocks([]string{"any"}))
@@ -118,9 +118,9 @@ func TestRefresher(t *testing.T) {
 			}
 			b.reader.set(1, false, false)
 		}()
-		require.NoError(t, b.r.Prime(context.Background()))
+		require.NoError(t, b.r.Prime(t.Context()))
 		require.True(t, b.gate.Primed())
-		require.NoError(t, b.gate.ReadinessCheck(context.Background()))
+		require.NoError(t, b.gate.ReadinessCheck(t.Context()))
 		require.False(t, b.gate.GloballyPaused())
 	})
 
@@ -129,7 +129,7 @@ func TestRefresher(t *testing.T) {
 		for _, paused := range []bool{true, false} {
 			b := setup(t, 5*time.Millisecond)
 			b.reader.set(7, paused, false)
-			require.NoError(t, b.r.Prime(context.Background()))
+			require.NoError(t, b.r.Prime(t.Context()))
 			b.reader.set(8, !paused, true) // the database goes away
 			b.run(t)
 			require.Eventually(t, func() bool { return b.observer.failures.Load() >= 3 }, 10*time.Second, time.Millisecond)
@@ -143,7 +143,7 @@ func TestRefresher(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 5*time.Millisecond)
 		b.reader.set(1, false, false)
-		require.NoError(t, b.r.Prime(context.Background()))
+		require.NoError(t, b.r.Prime(t.Context()))
 		changed := b.gate.Changed()
 		b.run(t)
 		b.reader.set(2, true, false)
@@ -166,16 +166,16 @@ func TestRefresher(t *testing.T) {
 		r := pause.NewRefresher(gate, store, pause.RefresherConfig{
 			Interval: time.Hour, // only NOTIFY can flip it within the test
 		}, logger)
-		require.NoError(t, r.Prime(context.Background()))
+		require.NoError(t, r.Prime(t.Context()))
 		// Wired as the app wires it: the process's LISTEN connection kicks
 		// a refresh on every notification and once LISTEN holds.
 		l := pglisten.New(pglisten.FromPool(pool), logger)
 		l.Handle(jobstore.DispatchControlChannel, pglisten.Handler{Notify: func(string) { r.Kick() }, Resync: r.Kick})
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { r.Run(ctx); close(done) }()
 		require.NoError(t, l.Start(ctx))
-		defer func() { require.NoError(t, l.Stop(context.Background())); cancel(); <-done }()
+		defer func() { require.NoError(t, l.Stop(t.Context())); cancel(); <-done }()
 
 		require.False(t, gate.GloballyPaused())
 		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: jobstore.GlobalScope, Mode: jobstore.PauseDrain, Reason: "x", Actor: "t"})
@@ -211,7 +211,7 @@ func TestGate(t *testing.T) {
 			{Scope: "a", Paused: true, Mode: jobstore.PauseDrain, Reason: "r", Version: 3},
 		}}
 		b.reader.mu.Unlock()
-		require.NoError(t, b.r.Prime(context.Background()))
+		require.NoError(t, b.r.Prime(t.Context()))
 		require.False(t, b.gate.GloballyPaused())
 		require.True(t, b.gate.Blocks([]string{"a"}))
 		require.False(t, b.gate.Blocks([]string{"a", "b"}))
