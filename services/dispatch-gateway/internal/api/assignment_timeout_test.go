@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ func TestAssignmentCarriesTheJobsTimeout(t *testing.T) {
 	b := setup(t)
 	timed := pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 9, MaxAttempts: 3, Timeout: 90 * time.Second}
 	plain := pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 1, MaxAttempts: 3}
-	_, err := b.store.Insert(context.Background(), []pulsetype.NewJob{timed, plain})
+	_, err := b.store.Insert(t.Context(), []pulsetype.NewJob{timed, plain})
 	require.NoError(t, err)
 
 	stream, _ := open(t, b, "w-timeout", 2)

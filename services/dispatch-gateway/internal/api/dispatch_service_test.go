@@ -74,7 +74,7 @@ func insert(t *testing.T, store *jobstore.Store, n int) {
 	for i := range jobs {
 		jobs[i] = pulsetype.NewJob{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{"i":1}`), Priority: 5, MaxAttempts: 3}
 	}
-	_, err := store.Insert(context.Background(), jobs)
+	_, err := store.Insert(t.Context(), jobs)
 	require.NoError(t, err)
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -21,7 +20,7 @@ import (
 func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	rec, tp := telemetrytest.Record(t)
 	submit, traceParent := telemetrytest.Submitted(tp)
-	streamCtx, stream := tp.Tracer("test").Start(context.Background(), "stream")
+	streamCtx, stream := tp.Tracer("test").Start(t.Context(), "stream")
 	defer stream.End()
 
 	job := pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 2, TraceParent: traceParent}
@@ -36,7 +35,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	require.Equal(t, codes.Error, got.Status().Code)
 
 	want := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), got.SpanContext()), want)
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(t.Context(), got.SpanContext()), want)
 	require.Equal(t, want.Get("traceparent"), a.GetTraceparent(), "the assignment carries the receive span")
 	attrs := map[string]string{}
 	for _, kv := range got.Attributes() {
@@ -47,7 +46,7 @@ func TestDispatchSpanJoinsTheJobsTrace(t *testing.T) {
 	require.Equal(t, "2", attrs["pulse.attempt"])
 
 	// A job submitted without trace context still gets a (root) span.
-	a, span = tracedAssignment(context.Background(), pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 1})
+	a, span = tracedAssignment(t.Context(), pulsetype.Claimed{ID: uuid.New(), Topic: "t", Attempt: 1})
 	span.End()
 	require.NotEmpty(t, a.GetTraceparent())
 }

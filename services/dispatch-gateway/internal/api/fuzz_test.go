@@ -119,7 +119,7 @@ func FuzzHeartbeat(f *testing.F) {
 		}
 		req := &pulsev1.HeartbeatRequest{WorkerId: worker, Jobs: []*pulsev1.JobRef{{JobId: jobID, Attempt: attempt}}}
 		before := snapshot(t, b)
-		resp, err := b.svc.Heartbeat(context.Background(), req)
+		resp, err := b.svc.Heartbeat(t.Context(), req)
 		if err != nil {
 			requireRefused(t, err)
 			require.Equal(t, before, snapshot(t, b), "a refused heartbeat wrote")
@@ -142,7 +142,7 @@ func FuzzReportResult(f *testing.F) {
 		req := &pulsev1.ReportResultRequest{WorkerId: worker, Results: []*pulsev1.JobResult{
 			{JobId: jobID, Attempt: attempt, Outcome: pulsev1.Outcome(outcome), Error: errText}}}
 		before := snapshot(t, b)
-		resp, err := b.svc.ReportResult(context.Background(), req)
+		resp, err := b.svc.ReportResult(t.Context(), req)
 		if err != nil {
 			requireRefused(t, err)
 			require.Equal(t, before, snapshot(t, b), "a refused report wrote")
@@ -233,7 +233,7 @@ func FuzzStreamJobsOpen(f *testing.F) {
 	f.Fuzz(func(t *testing.T, worker, topicList string, concurrency, inFlight int32) {
 		open := &pulsev1.OpenStream{WorkerId: worker, Topics: strings.Split(topicList, ","), Concurrency: concurrency, InFlight: inFlight}
 		before := snapshot(t, b)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		stream := newStreamStub(ctx, open)
 		done := make(chan error, 1)
@@ -256,7 +256,7 @@ func FuzzStreamJobsOpen(f *testing.F) {
 		// statement, and a job of its first topic reaches it.
 		if concurrency > inFlight {
 			id := uuid.Must(uuid.NewV7())
-			_, err := b.store.Insert(context.Background(), []pulsetype.NewJob{{ID: id, Topic: open.GetTopics()[0], Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}})
+			_, err := b.store.Insert(t.Context(), []pulsetype.NewJob{{ID: id, Topic: open.GetTopics()[0], Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}})
 			require.NoError(t, err)
 			defer deleteJob(t, b, id)
 			select {

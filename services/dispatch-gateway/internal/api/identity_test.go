@@ -257,7 +257,7 @@ func TestPresence(t *testing.T) {
 		require.True(t, served(t, gw, "t"))
 		gw.stop() // ends the streams, then deletes their rows
 		var rows int
-		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM worker_presence`).Scan(&rows))
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM worker_presence`).Scan(&rows))
 		require.Zero(t, rows)
 	})
 

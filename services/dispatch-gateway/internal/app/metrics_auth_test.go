@@ -26,9 +26,9 @@ func TestMetricsNeedCredentialsWhenAsked(t *testing.T) {
 	t.Setenv("PULSE_METRICS_AUTH", "true")
 	var cfg gwconfig.Config
 	require.NoError(t, config.Load(&cfg))
-	s, err := service.New(context.Background(), app.Spec(cfg, slog.New(slog.DiscardHandler)))
+	s, err := service.New(t.Context(), app.Spec(cfg, slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
-	require.NoError(t, s.Start(context.Background()))
+	require.NoError(t, s.Start(context.Background())) //nolint:usetesting // the loops it starts run until Stop in the cleanup, not until the body ends
 	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
 
 	get := func(path, authorization string) int {
