@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
@@ -15,7 +14,7 @@ func TestEnqueueSendsTheBatch(t *testing.T) {
 	t.Parallel()
 	ctl := pulsetest.NewControl(t)
 	topics := []string{"email.send", " report.render", "image.resize "}
-	if err := enqueue(context.Background(), ctl.Client(t), batch(50, topics)); err != nil {
+	if err := enqueue(t.Context(), ctl.Client(t), batch(50, topics)); err != nil {
 		t.Fatal(err)
 	}
 	jobs := ctl.Enqueued()

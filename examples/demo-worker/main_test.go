@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"testing"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetest"
@@ -15,7 +14,7 @@ func TestHandlerCountsWhatItReports(t *testing.T) {
 	var c counts
 	for i := range 10 {
 		before := [3]int64{c.done.Load(), c.failed.Load(), c.permanent.Load()}
-		res := pulsetest.Work(context.Background(), t, handler(&c), map[string]int{"n": i}, pulsetest.WithTopic("email.send"))
+		res := pulsetest.Work(t.Context(), t, handler(&c), map[string]int{"n": i}, pulsetest.WithTopic("email.send"))
 		after := [3]int64{c.done.Load(), c.failed.Load(), c.permanent.Load()}
 		want := before
 		switch res.Outcome {

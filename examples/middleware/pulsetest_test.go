@@ -24,11 +24,11 @@ func TestTenantTravelsFromProducerToHandler(t *testing.T) {
 	ctl := pulsetest.NewControl(t)
 	client := ctl.Client(t, pulse.WithEnqueueInterceptor(middleware.TenantInterceptor))
 
-	ctx := middleware.WithTenant(context.Background(), "acme")
+	ctx := middleware.WithTenant(t.Context(), "acme")
 	if _, err := client.Enqueue(ctx, "order.confirm", order{ID: 42}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Enqueue(context.Background(), "order.confirm", order{ID: 43}); !errors.Is(err, middleware.ErrNoTenant) {
+	if _, err := client.Enqueue(t.Context(), "order.confirm", order{ID: 43}); !errors.Is(err, middleware.ErrNoTenant) {
 		t.Fatalf("an enqueue without a tenant: got %v, want ErrNoTenant", err)
 	}
 	job := ctl.RequireEnqueued(t, "order.confirm", map[string]any{"tenant": "acme", "payload": map[string]any{"id": 42}})
@@ -38,7 +38,7 @@ func TestTenantTravelsFromProducerToHandler(t *testing.T) {
 
 	var gotTenant string
 	var gotOrder order
-	res := pulsetest.Work(context.Background(), t, func(ctx context.Context, job *pulse.Job) error {
+	res := pulsetest.Work(t.Context(), t, func(ctx context.Context, job *pulse.Job) error {
 		gotTenant, _ = middleware.TenantFrom(ctx)
 		return job.UnmarshalArgs(&gotOrder)
 	}, job.Args, pulsetest.WithTopic(job.Topic), pulsetest.WithMiddleware(middleware.Tenant))
@@ -48,7 +48,7 @@ func TestTenantTravelsFromProducerToHandler(t *testing.T) {
 	}
 
 	// A job that skipped the interceptor is dead-lettered, not retried.
-	res = pulsetest.Work(context.Background(), t, func(context.Context, *pulse.Job) error { return nil },
+	res = pulsetest.Work(t.Context(), t, func(context.Context, *pulse.Job) error { return nil },
 		json.RawMessage(`{"id":42}`), pulsetest.WithJobID("bare"), pulsetest.WithMiddleware(middleware.Tenant))
 	if msg := res.RequirePermanent(t); msg != "job bare has no tenant envelope" {
 		t.Fatalf("got %q", msg)
@@ -61,13 +61,13 @@ func TestDeadLetterPanicsInARealWorker(t *testing.T) {
 	t.Parallel()
 	panics := func(context.Context, *pulse.Job) error { panic("nil map") }
 
-	res := pulsetest.Work(context.Background(), t, panics, nil)
+	res := pulsetest.Work(t.Context(), t, panics, nil)
 	if msg := res.RequireFailed(t); msg != "panic: nil map" || !res.Panicked {
 		t.Fatalf("without the policy: %q (panicked %v)", msg, res.Panicked)
 	}
 
 	var m middleware.Metrics
-	res = pulsetest.Work(context.Background(), t, panics, nil,
+	res = pulsetest.Work(t.Context(), t, panics, nil,
 		pulsetest.WithTopic("report.render"), pulsetest.WithMiddleware(m.Middleware(), middleware.DeadLetterPanics))
 	if msg := res.RequirePermanent(t); msg != "panic: nil map" {
 		t.Fatalf("with the policy: %q", msg)
@@ -82,7 +82,7 @@ func TestDeadLetterPanicsInARealWorker(t *testing.T) {
 func TestMetricsCountsARealTimeout(t *testing.T) {
 	t.Parallel()
 	var m middleware.Metrics
-	res := pulsetest.Work(context.Background(), t, func(ctx context.Context, _ *pulse.Job) error {
+	res := pulsetest.Work(t.Context(), t, func(ctx context.Context, _ *pulse.Job) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}, nil, pulsetest.WithTopic("report.render"), pulsetest.WithMiddleware(m.Middleware()),
