@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -57,7 +56,7 @@ func requireInvalid(t *testing.T, err error, field string) {
 
 func TestControlService(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("SubmitGetListCancelRetryWalkAJobThroughItsLife", func(t *testing.T) {
 		t.Parallel()

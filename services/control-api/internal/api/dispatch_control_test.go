@@ -52,7 +52,7 @@ func TestDispatchControl(t *testing.T) {
 	t.Run("PauseRecordsTheAuthenticatedActorAndCountsOnlyChanges", func(t *testing.T) {
 		t.Parallel()
 		b := setupDispatchControl(t)
-		ctx := context.Background()
+		ctx := t.Context()
 		req := &pulsev1.PauseDispatchRequest{Reason: "upgrade", Mode: pulsev1.PauseMode_PAUSE_MODE_QUIESCE, Topic: "mail",
 			PauseFor: durationpb.New(30 * time.Minute)}
 		resp, err := b.client.PauseDispatch(ctx, req)
@@ -93,7 +93,7 @@ func TestDispatchControl(t *testing.T) {
 			"until":     {Reason: "x", Until: timestamppb.New(b.now.Add(-time.Second))},
 		}
 		for field, req := range cases {
-			_, err := b.client.PauseDispatch(context.Background(), req)
+			_, err := b.client.PauseDispatch(t.Context(), req)
 			require.Equal(t, codes.InvalidArgument, status.Code(err), field)
 			require.Contains(t, status.Convert(err).Message(), field)
 		}

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -108,7 +107,7 @@ func FuzzSubmitJob(f *testing.F) {
 	f.Add("t", []byte(`{}`), "", int64(0), int32(-1), int32(11), int32(101))
 	b := setupFuzz(f)
 	f.Fuzz(func(t *testing.T, topic string, args []byte, key string, runAtSec int64, runAtNanos, prio, maxAttempts int32) {
-		ctx := context.Background()
+		ctx := t.Context()
 		before := b.CountJobs(t)
 		req := &pulsev1.SubmitJobRequest{Job: fuzzSpec(topic, args, key, runAtSec, runAtNanos, prio, maxAttempts)}
 
@@ -145,7 +144,7 @@ func FuzzSubmitJobs(f *testing.F) {
 	})
 	b := setupFuzz(f)
 	f.Fuzz(func(t *testing.T, topic string, args []byte, key string, runAtSec int64, at uint8) {
-		ctx := context.Background()
+		ctx := t.Context()
 		before := b.CountJobs(t)
 		specs := []*pulsev1.JobSpec{spec("a"), spec("b"), spec("c"), spec("d")}
 		k := int(at) % len(specs)
@@ -172,10 +171,10 @@ func FuzzListAndJobIDs(f *testing.F) {
 	f.Add("", int32(1), int32(501), "_w", "\x00")
 	f.Add("t", int32(3), int32(2), "AAAAAAAAAAAA\nAAAAAAAAAA", "not-a-uuid")
 	b := setupFuzz(f)
-	_, err := b.control.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: spec("seed")})
+	_, err := b.control.SubmitJob(f.Context(), &pulsev1.SubmitJobRequest{Job: spec("seed")})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, topic string, status, limit int32, pageToken, id string) {
-		ctx := context.Background()
+		ctx := t.Context()
 		before := b.CountRows(t)
 		list := &pulsev1.ListJobsRequest{Topic: topic, Status: pulsev1.JobStatus(status), Limit: limit, PageToken: pageToken}
 		requireAnswered(t, call(list,
@@ -208,7 +207,7 @@ func FuzzPauseResume(f *testing.F) {
 	f.Add("", "\xff", int32(0), int64(0), int32(0), int64(0), true)
 	b := setupFuzz(f)
 	f.Fuzz(func(t *testing.T, reason, topic string, mode int32, forSec int64, forNanos int32, untilSec int64, resume bool) {
-		ctx := context.Background()
+		ctx := t.Context()
 		before := b.CountRows(t)
 		var err error
 		if resume {
@@ -248,12 +247,12 @@ func FuzzSchedules(f *testing.F) {
 	add("n", "t", []byte(`{"n":1e1000000}`), "every", "1h", "\xff", "")
 	add("n", "t", []byte(`{"s":"\udc00"}`), "kind\xff", "", "", "")
 	b := setupFuzz(f)
-	existing, err := b.schedules.CreateSchedule(context.Background(), &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
+	existing, err := b.schedules.CreateSchedule(f.Context(), &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
 		Name: "existing", Topic: "reports", Kind: "every", Expression: "1h",
 	}})
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, name, topic string, args []byte, kind, expression, tz, token string, prio, maxAttempts int32) {
-		ctx := context.Background()
+		ctx := t.Context()
 		def := &pulsev1.ScheduleDefinition{Name: name, Topic: topic, Args: args, Kind: kind, Expression: expression,
 			TimeZone: tz, Priority: prio, MaxAttempts: maxAttempts}
 

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 func TestSubmitTimeoutAndUniqueForOverGRPC(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	s := spec("grpc.opts")
 	s.Timeout, s.UniqueFor = durationpb.New(45*time.Second), durationpb.New(time.Hour)
@@ -57,7 +56,7 @@ func TestSubmitTimeoutAndUniqueForOverGRPC(t *testing.T) {
 // default priority, 5; has_priority with 0 keeps 0.
 func TestSchedulePriorityDefaultsLikeAJobOverGRPC(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	b := apitest.New(t, apitest.Options{})
 	svc := api.NewSchedules(b.Store, nil, nil)
 

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 func TestSubmitRetryPolicyOverGRPC(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	d := durationpb.New
 
 	for _, p := range []*pulsev1.RetryPolicy{

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +14,7 @@ import (
 func TestListJobsLeavesArgsOutUnlessAsked(t *testing.T) {
 	t.Parallel()
 	b := apitest.New(t, apitest.Options{})
-	ctx := context.Background()
+	ctx := t.Context()
 	sub, err := b.Service.SubmitJob(ctx, &pulsev1.SubmitJobRequest{Job: &pulsev1.JobSpec{Topic: "t", Args: []byte(`{"k":"v"}`)}})
 	require.NoError(t, err)
 

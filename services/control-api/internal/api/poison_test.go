@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -50,7 +49,7 @@ func lineUp(t *testing.T, b *testBundle) <-chan error {
 	t.Helper()
 	first := make(chan error, 1)
 	go func() {
-		_, err := b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: spec("first")})
+		_, err := b.client.SubmitJob(t.Context(), &pulsev1.SubmitJobRequest{Job: spec("first")})
 		first <- err
 	}()
 	submittest.Wait(t, b.Coalescer, "the first submit taken by the flusher", func(s submit.Stats) bool { return s.Submits == 1 && s.Queued == 0 })
@@ -80,12 +79,12 @@ func TestOnePoisonedSubmitNeverHarmsItsBatch(t *testing.T) {
 				if i == culprit {
 					p.apply(s)
 					if p.direct {
-						res, err = b.Service.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+						res, err = b.Service.SubmitJob(t.Context(), &pulsev1.SubmitJobRequest{Job: s})
 					} else {
-						res, err = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+						res, err = b.client.SubmitJob(t.Context(), &pulsev1.SubmitJobRequest{Job: s})
 					}
 				} else {
-					res, err = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+					res, err = b.client.SubmitJob(t.Context(), &pulsev1.SubmitJobRequest{Job: s})
 				}
 				errs[i] = err
 				ids[i] = res.GetResult().GetId()
@@ -130,7 +129,7 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 		if i == culprit {
 			s.Args = []byte(`{"poison":true}`)
 		}
-		_, errs[i] = b.client.SubmitJob(context.Background(), &pulsev1.SubmitJobRequest{Job: s})
+		_, errs[i] = b.client.SubmitJob(t.Context(), &pulsev1.SubmitJobRequest{Job: s})
 	})
 	require.NoError(t, <-first)
 	requireInvalid(t, errs[culprit], "job.args")
@@ -146,7 +145,7 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 	// writes nothing.
 	specs := []*pulsev1.JobSpec{spec("a"), spec("b"), spec("c"), spec("d")}
 	specs[2].Args = []byte(`{"poison":1}`)
-	_, err := b.client.SubmitJobs(context.Background(), &pulsev1.SubmitJobsRequest{Jobs: specs})
+	_, err := b.client.SubmitJobs(t.Context(), &pulsev1.SubmitJobsRequest{Jobs: specs})
 	requireInvalid(t, err, "jobs[2].args")
 	require.Equal(t, n, b.CountJobs(t))
 }
@@ -155,7 +154,7 @@ func TestADataErrorPastValidationFailsOnlyItsSubmitter(t *testing.T) {
 // time and token the service sends to SQL.
 func TestUnstorableValuesAreRefusedNamingTheField(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	b := setup(t)
 	sched := api.NewSchedules(b.Store, nil, nil)
 	dispatch := api.NewDispatchControl(b.Store, api.DispatchOptions{})

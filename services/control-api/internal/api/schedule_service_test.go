@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 
 func TestSchedules(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	b := apitest.New(t, apitest.Options{})
 	now := time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
 	svc := api.NewSchedules(b.Store, func() time.Time { return now }, nil)

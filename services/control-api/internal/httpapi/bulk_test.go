@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -68,7 +67,7 @@ func (b *testBundle) jobs(t *testing.T, topic, args string, status pulsetype.Sta
 func (b *testBundle) countWhere(t *testing.T, where string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+where).Scan(&n))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE `+where).Scan(&n))
 	return n
 }
 

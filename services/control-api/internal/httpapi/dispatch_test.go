@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -144,7 +143,7 @@ func TestDispatchRoutes(t *testing.T) {
 	t.Run("StatusCountsEveryScopeAndSaysWhenItIsDrained", func(t *testing.T) {
 		t.Parallel()
 		b := setupDispatch(t)
-		ctx := context.Background()
+		ctx := t.Context()
 		_, err := b.Store.Insert(ctx, []pulsetype.NewJob{newJobSpec("mail"), newJobSpec("mail"), newJobSpec("sms")})
 		require.NoError(t, err)
 		_, err = b.Store.Claim(ctx, []string{"sms"}, []string{"w"}, time.Minute)
@@ -230,7 +229,7 @@ func TestDispatchRoutes(t *testing.T) {
 	t.Run("GetJobSaysWhyAJobIsNotRunning", func(t *testing.T) {
 		t.Parallel()
 		b := setupDispatch(t)
-		ins, err := b.Store.Insert(context.Background(), []pulsetype.NewJob{newJobSpec("mail"), newJobSpec("mail")})
+		ins, err := b.Store.Insert(t.Context(), []pulsetype.NewJob{newJobSpec("mail"), newJobSpec("mail")})
 		require.NoError(t, err)
 		b.control(t, "/v1/dispatch/pause", `{"reason":"smtp down","topic":"mail","for":"1h"}`, "alice")
 		type waiting struct {
@@ -256,7 +255,7 @@ func TestDispatchRoutes(t *testing.T) {
 		require.Contains(t, string(r.body), `"reason":"no_worker"`)
 		require.Contains(t, string(r.body), `"worker_last_seen":null`, "no worker ever served mail")
 
-		at, err := b.Store.OpenPresence(context.Background(), "gw-test", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"mail"}}, time.Minute)
+		at, err := b.Store.OpenPresence(t.Context(), "gw-test", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"mail"}}, time.Minute)
 		require.NoError(t, err)
 		got = waiting{}
 		r = b.do(t, http.MethodGet, "/v1/jobs/"+ins[1].ID.String(), "")
@@ -266,7 +265,7 @@ func TestDispatchRoutes(t *testing.T) {
 		require.EqualValues(t, 1, got.Waiting.Ahead, "the earlier job of the same priority goes first")
 		require.Nil(t, got.Waiting.PausedBy)
 
-		require.NoError(t, b.Store.LeavePresence(context.Background(), []jobstore.Left{{WorkerID: "w1", ConnectedAt: at}}))
+		require.NoError(t, b.Store.LeavePresence(t.Context(), []jobstore.Left{{WorkerID: "w1", ConnectedAt: at}}))
 		var left struct {
 			Waiting struct {
 				Reason         string     `json:"reason"`

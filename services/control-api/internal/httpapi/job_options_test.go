@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -103,6 +102,6 @@ func TestSubmitUniqueForAnswersTheFirstJob(t *testing.T) {
 		require.Equal(t, ids[0], id)
 	}
 	var n int
-	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE topic = 'report.race'`).Scan(&n))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE topic = 'report.race'`).Scan(&n))
 	require.Equal(t, 1, n)
 }

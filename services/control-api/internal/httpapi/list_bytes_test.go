@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -20,7 +19,7 @@ func TestListingsAreBoundedInBytes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// Ten jobs of about 1 MiB of args each: 10 MiB in all.
-	_, err := b.Pool.Exec(context.Background(), `
+	_, err := b.Pool.Exec(t.Context(), `
 		INSERT INTO jobs (id, topic, args)
 		SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'big',
 		       jsonb_build_object('pad', repeat('x', 1000000))

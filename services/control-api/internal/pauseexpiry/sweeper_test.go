@@ -1,7 +1,6 @@
 package pauseexpiry_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"sync"
@@ -29,7 +28,7 @@ func TestSweeper(t *testing.T) {
 		t.Cleanup(func() { _ = store.Close() })
 		m := api.NewMetrics(prometheus.NewRegistry())
 		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-		ctx := context.Background()
+		ctx := t.Context()
 		soon := time.Now().Add(50 * time.Millisecond)
 		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: jobstore.GlobalScope, Mode: jobstore.PauseDrain, Reason: "forgotten", Actor: "alice", Until: &soon})
 		require.NoError(t, err)
@@ -61,7 +60,7 @@ func TestSweeper(t *testing.T) {
 		t.Parallel()
 		store := jobstore.New(pgtest.Pool(t))
 		t.Cleanup(func() { _ = store.Close() })
-		ctx := context.Background()
+		ctx := t.Context()
 		_, err := store.Pause(ctx, jobstore.PauseRequest{Scope: "mail", Mode: jobstore.PauseDrain, Reason: "indefinite", Actor: "alice"})
 		require.NoError(t, err)
 		s := pauseexpiry.New(store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -62,7 +62,7 @@ func TestRefreshZeroesEmptiedStatusesAndDropsEmptiedTopics(t *testing.T) {
 	store.clock, store.cost = clock, time.Millisecond
 	r := New(store, g)
 	r.now = clock.now
-	require.NoError(t, r.Refresh(context.Background()))
+	require.NoError(t, r.Refresh(t.Context()))
 	require.Equal(t, map[[2]string]float64{
 		{"a", "PENDING"}: 3, {"a", "RETRYING"}: 0, {"a", "RUNNING"}: 0,
 		{"b", "PENDING"}: 0, {"b", "RETRYING"}: 0, {"b", "RUNNING"}: 1,
@@ -70,7 +70,7 @@ func TestRefreshZeroesEmptiedStatusesAndDropsEmptiedTopics(t *testing.T) {
 
 	store.depths = []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusRunning, Jobs: 5}}
 	clock.t = clock.t.Add(IntervalDefault)
-	require.NoError(t, r.Refresh(context.Background()))
+	require.NoError(t, r.Refresh(t.Context()))
 	require.Equal(t, 2, store.calls)
 	require.Equal(t, map[[2]string]float64{{"a", "PENDING"}: 0, {"a", "RETRYING"}: 0, {"a", "RUNNING"}: 5}, g.depths,
 		"b has no live job: its series are gone")
@@ -81,7 +81,7 @@ func TestRefreshZeroesEmptiedStatusesAndDropsEmptiedTopics(t *testing.T) {
 // loop's interval; a cheap count runs on every tick; the gauge says when
 // the count ran and how long it took.
 func TestRefreshBoundsTheCountsShareOfTime(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	store := &fakeStore{clock: clock, depths: []jobstore.QueueDepth{{Topic: "a", Status: pulsetype.StatusPending, Jobs: 7}}}
 	g := &fakeGauge{depths: map[[2]string]float64{}}

@@ -1,7 +1,6 @@
 package ui_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -136,7 +135,7 @@ func (tb *testBundle) insert(t *testing.T, j pulsetype.NewJob) uuid.UUID {
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = 3
 	}
-	_, err := tb.Store.Insert(context.Background(), []pulsetype.NewJob{j})
+	_, err := tb.Store.Insert(t.Context(), []pulsetype.NewJob{j})
 	require.NoError(t, err)
 	return j.ID
 }
@@ -146,7 +145,7 @@ func (tb *testBundle) insert(t *testing.T, j pulsetype.NewJob) uuid.UUID {
 func (tb *testBundle) deadLetter(t *testing.T, topic, msg string) uuid.UUID {
 	t.Helper()
 	id := tb.insert(t, pulsetype.NewJob{Topic: topic, MaxAttempts: 1})
-	ctx := context.Background()
+	ctx := t.Context()
 	claimed, err := tb.Store.Claim(ctx, []string{topic}, []string{"worker-1"}, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -162,14 +161,14 @@ func (tb *testBundle) deadLetter(t *testing.T, topic, msg string) uuid.UUID {
 func (tb *testBundle) status(t *testing.T, id uuid.UUID) string {
 	t.Helper()
 	var s string
-	require.NoError(t, tb.Pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
+	require.NoError(t, tb.Pool.QueryRow(t.Context(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
 	return s
 }
 
 // globalPause is the global scope's row as the database holds it.
 func (tb *testBundle) globalPause(t *testing.T) (paused bool, actor, reason string) {
 	t.Helper()
-	require.NoError(t, tb.Pool.QueryRow(context.Background(),
+	require.NoError(t, tb.Pool.QueryRow(t.Context(),
 		`SELECT paused, actor, COALESCE(reason, '') FROM dispatch_control WHERE scope = '*'`).Scan(&paused, &actor, &reason))
 	return paused, actor, reason
 }
@@ -177,7 +176,7 @@ func (tb *testBundle) globalPause(t *testing.T) (paused bool, actor, reason stri
 func (tb *testBundle) events(t *testing.T) int {
 	t.Helper()
 	var n int
-	require.NoError(t, tb.Pool.QueryRow(context.Background(), `SELECT count(*) FROM control_events`).Scan(&n))
+	require.NoError(t, tb.Pool.QueryRow(t.Context(), `SELECT count(*) FROM control_events`).Scan(&n))
 	return n
 }
 
@@ -303,7 +302,7 @@ func TestDashboard(t *testing.T) {
 		tb := setup(t)
 		dead := tb.deadLetter(t, "reports", "boom")
 		pending := tb.insert(t, pulsetype.NewJob{Topic: "reports"})
-		_, err := tb.dispatch.PauseDispatch(context.Background(), &pulsev1.PauseDispatchRequest{Reason: "upgrade"})
+		_, err := tb.dispatch.PauseDispatch(t.Context(), &pulsev1.PauseDispatchRequest{Reason: "upgrade"})
 		require.NoError(t, err)
 		prod := tb.browser(t, producerAuth)
 		for _, path := range []string{"/ui/", "/ui/live", "/ui/jobs/" + dead.String(), "/ui/jobs/" + pending.String(), "/ui/dead-letters", "/ui/schedules", "/ui/audit"} {
@@ -392,14 +391,14 @@ func TestDashboard(t *testing.T) {
 		require.Contains(t, body, `href="http://traces.example/trace/`+traceID+`"`)
 		require.Contains(t, body, "&#34;to&#34;: &#34;a@example.com&#34;", "args, indented")
 		require.Contains(t, body, "Due, but no connected worker serves topic img, and none ever has")
-		_, err := tb.Store.OpenPresence(context.Background(), "gw-test", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"img"}}, time.Minute)
+		_, err := tb.Store.OpenPresence(t.Context(), "gw-test", jobstore.Presence{WorkerID: "w1", Principal: "anonymous", Topics: []string{"img"}}, time.Minute)
 		require.NoError(t, err)
 		_, body = op.get("/ui/jobs/" + waiting.String())
 		require.Contains(t, body, "Due and first in line")
 		require.Contains(t, body, `id="cancel-button"`)
 		require.NotContains(t, body, `id="retry-button"`)
 
-		_, err = tb.dispatch.PauseDispatch(context.Background(), &pulsev1.PauseDispatchRequest{Reason: "maintenance", Topic: "img"})
+		_, err = tb.dispatch.PauseDispatch(t.Context(), &pulsev1.PauseDispatchRequest{Reason: "maintenance", Topic: "img"})
 		require.NoError(t, err)
 		_, body = op.get("/ui/jobs/" + waiting.String())
 		require.Contains(t, body, "Dispatch is paused for topic img (drain) by anonymous: maintenance.")
@@ -482,7 +481,7 @@ func TestDashboard(t *testing.T) {
 	t.Run("ListsSchedulesWithNextFireAndTogglesThem", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)
-		sc, err := tb.sched.CreateSchedule(context.Background(), &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
+		sc, err := tb.sched.CreateSchedule(t.Context(), &pulsev1.CreateScheduleRequest{Definition: &pulsev1.ScheduleDefinition{
 			Name: "nightly-report", Topic: "reports", Kind: "cron", Expression: "0 3 * * *", TimeZone: "Europe/Berlin",
 		}})
 		require.NoError(t, err)
@@ -499,13 +498,13 @@ func TestDashboard(t *testing.T) {
 		_, body = op.get("/ui/schedules")
 		require.Contains(t, body, "Disabled schedule nightly-report")
 		require.Contains(t, body, `data-enable="nightly-report"`)
-		got, err := tb.sched.GetSchedule(context.Background(), &pulsev1.GetScheduleRequest{Id: sc.GetId()})
+		got, err := tb.sched.GetSchedule(t.Context(), &pulsev1.GetScheduleRequest{Id: sc.GetId()})
 		require.NoError(t, err)
 		require.False(t, got.GetEnabled())
 
 		code, _, _ = op.post("/ui/schedules/"+sc.GetId()+"/enable", url.Values{})
 		require.Equal(t, http.StatusSeeOther, code)
-		got, err = tb.sched.GetSchedule(context.Background(), &pulsev1.GetScheduleRequest{Id: sc.GetId()})
+		got, err = tb.sched.GetSchedule(t.Context(), &pulsev1.GetScheduleRequest{Id: sc.GetId()})
 		require.NoError(t, err)
 		require.True(t, got.GetEnabled())
 	})

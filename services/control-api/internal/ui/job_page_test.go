@@ -1,7 +1,6 @@
 package ui_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ import (
 func TestJobPageTellsAttemptsAndWorkerByStatus(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	b := tb.browser(t, operatorAuth)
 	page := func(id string) string {
 		t.Helper()

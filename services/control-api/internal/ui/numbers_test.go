@@ -1,7 +1,6 @@
 package ui_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,7 +22,7 @@ import (
 // less ago, as a gateway's report or the reaper's sweep does.
 func (tb *testBundle) rollupNow(t *testing.T, ago time.Duration, topic, writer string, completed, failed, dead int64) {
 	t.Helper()
-	_, err := tb.Pool.Exec(context.Background(), `INSERT INTO job_throughput (bucket, topic, writer, completed, failed, dead_lettered)
+	_, err := tb.Pool.Exec(t.Context(), `INSERT INTO job_throughput (bucket, topic, writer, completed, failed, dead_lettered)
 		VALUES (date_trunc('minute', now()) - $1::interval, $2, $3, $4, $5, $6)`,
 		fmt.Sprintf("%d seconds", int(ago.Seconds())), topic, writer, completed, failed, dead)
 	require.NoError(t, err)
@@ -93,7 +92,7 @@ func TestDashboardNumbers(t *testing.T) {
 		}
 		tb.deadLetter(t, "pdf", "boom") // its report counts 1 failed, 1 dead lettered (ADR-0018)
 		tb.rollupNow(t, 0, "pdf", "gw-a", 7, 0, 0)
-		_, err := tb.dispatch.PauseDispatch(context.Background(), &pulsev1.PauseDispatchRequest{Reason: "pdf renderer upgrade", Topic: "pdf"})
+		_, err := tb.dispatch.PauseDispatch(t.Context(), &pulsev1.PauseDispatchRequest{Reason: "pdf renderer upgrade", Topic: "pdf"})
 		require.NoError(t, err)
 		op := tb.browser(t, operatorAuth)
 		_, body := op.get("/ui/")
@@ -243,7 +242,7 @@ func TestDashboardNumbers(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, code)
 		require.Equal(t, 1, tb.countStatus(t, "PENDING"))
 		var n int
-		require.NoError(t, tb.Pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE id = $1`, dead).Scan(&n))
+		require.NoError(t, tb.Pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE id = $1`, dead).Scan(&n))
 		require.Zero(t, n)
 		require.Equal(t, "PENDING", tb.status(t, pending))
 
@@ -286,6 +285,6 @@ func row(t *testing.T, body, topic string) string {
 func (tb *testBundle) countStatus(t *testing.T, status string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, tb.Pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE status = $1`, status).Scan(&n))
+	require.NoError(t, tb.Pool.QueryRow(t.Context(), `SELECT count(*) FROM jobs WHERE status = $1`, status).Scan(&n))
 	return n
 }
