@@ -70,13 +70,13 @@ func TestBinary(t *testing.T) {
 		dbURL := pgtest.EmptyURL(t)
 		res := runToEnd(t, bin, []string{"PULSE_DATABASE_URL=" + dbURL}, "migrate")
 		require.Equal(t, 0, res.Code, "stdout: %s\nstderr: %s", res.Stdout, res.Stderr)
-		conn, err := pgx.Connect(context.Background(), dbURL)
+		conn, err := pgx.Connect(t.Context(), dbURL)
 		require.NoError(t, err)
-		v, err := migrate.Version(context.Background(), conn)
+		v, err := migrate.Version(t.Context(), conn)
 		require.NoError(t, err)
 		var jobsTable *string
-		require.NoError(t, conn.QueryRow(context.Background(), `SELECT to_regclass('jobs')::text`).Scan(&jobsTable))
-		require.NoError(t, conn.Close(context.Background()))
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT to_regclass('jobs')::text`).Scan(&jobsTable))
+		require.NoError(t, conn.Close(t.Context()))
 		require.Equal(t, migrations.Latest, v)
 		require.NotNil(t, jobsTable, "migrate created the jobs table")
 
@@ -128,10 +128,10 @@ func TestBinary(t *testing.T) {
 		conn2, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		defer conn2.Close()
-		hc, err := healthpb.NewHealthClient(conn2).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		hc, err := healthpb.NewHealthClient(conn2).Check(t.Context(), &healthpb.HealthCheckRequest{})
 		require.NoError(t, err)
 		require.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.GetStatus())
-		got, err := pulsev1.NewControlServiceClient(conn2).GetJob(context.Background(), &pulsev1.GetJobRequest{Id: sub.ID})
+		got, err := pulsev1.NewControlServiceClient(conn2).GetJob(t.Context(), &pulsev1.GetJobRequest{Id: sub.ID})
 		require.NoError(t, err)
 		require.Equal(t, "e2e.http", got.GetJob().GetTopic())
 		require.NoError(t, conn2.Close())
@@ -148,7 +148,7 @@ func TestBinary(t *testing.T) {
 			err error
 		}
 		runs := make(chan run, 2)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		for range 2 {
 			go func() {
@@ -163,11 +163,11 @@ func TestBinary(t *testing.T) {
 			require.NoError(t, r.err, "%s", r.out)
 			require.Contains(t, string(r.out), "database schema is current")
 		}
-		conn, err := pgx.Connect(context.Background(), dbURL)
+		conn, err := pgx.Connect(t.Context(), dbURL)
 		require.NoError(t, err)
-		defer conn.Close(context.Background())
+		defer conn.Close(t.Context())
 		var applied int
-		require.NoError(t, conn.QueryRow(context.Background(),
+		require.NoError(t, conn.QueryRow(t.Context(),
 			`SELECT count(*) FROM goose_db_version WHERE version_id > 0 AND is_applied`).Scan(&applied))
 		require.Equal(t, int(migrations.Latest), applied, "each migration recorded once")
 	})

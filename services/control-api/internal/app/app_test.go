@@ -26,7 +26,7 @@ func TestApp(t *testing.T) {
 
 	t.Run("StopAnswersEveryAcceptedSubmitAndLosesNone", func(t *testing.T) {
 		t.Parallel()
-		ctx := context.Background()
+		ctx := t.Context()
 		cfg := config.Default()
 		cfg.Auth = "none"
 		cfg.DatabaseURL = pgtest.URL(t)

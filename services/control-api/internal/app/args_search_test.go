@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"html"
 	"io"
 	"net/http"
@@ -25,7 +24,7 @@ func TestArgsSearchWalksAWindowAPage(t *testing.T) {
 	t.Parallel()
 	var dbURL string
 	a, _ := startWith(t, func(c *config.Config) { dbURL = c.DatabaseURL })
-	ctx := context.Background()
+	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

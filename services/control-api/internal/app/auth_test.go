@@ -69,7 +69,7 @@ func setupAuth(t *testing.T, withTLS bool) *authBundle {
 	}
 	require.NoError(t, cfg.Validate())
 
-	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	a, err := app.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(context.Background()))
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(creds))
@@ -249,8 +249,8 @@ func TestAuth(t *testing.T) {
 		var logs strings.Builder
 		a, err := app.New(t.Context(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 		require.NoError(t, err)
-		require.NoError(t, a.Start(context.Background()))
-		defer func() { require.NoError(t, a.Stop(context.Background())) }()
+		require.NoError(t, a.Start(t.Context()))
+		defer func() { require.NoError(t, a.Stop(t.Context())) }()
 		require.Contains(t, logs.String(), "AUTHENTICATION IS OFF")
 
 		conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

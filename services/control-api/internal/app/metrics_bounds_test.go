@@ -38,7 +38,7 @@ func startWith(t *testing.T, tweak func(*config.Config)) (*app.App, pulsev1.Cont
 	cfg.AuthUsers = "prod:producer:prod-pass,op:operator:" + string(hash) + ",wk:worker:wk-pass"
 	tweak(&cfg)
 	require.NoError(t, cfg.Validate())
-	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	a, err := app.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(context.Background()))
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

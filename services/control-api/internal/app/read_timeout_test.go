@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,7 +35,7 @@ func TestSlowSearchesDoNotStarveSubmits(t *testing.T) {
 		c.ReadTimeout = 20 * time.Millisecond
 		dbURL = c.DatabaseURL
 	})
-	ctx := context.Background()
+	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

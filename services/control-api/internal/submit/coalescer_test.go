@@ -41,7 +41,7 @@ func (b *testBundle) open() { b.gate.Open() }
 func (b *testBundle) countJobs(t *testing.T) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs`).Scan(&n))
+	require.NoError(t, b.store.Pool().QueryRow(t.Context(), `SELECT count(*) FROM jobs`).Scan(&n))
 	return n
 }
 
@@ -91,7 +91,7 @@ func submitAll(ctx context.Context, c *submit.Coalescer, jobs []pulsetype.NewJob
 
 func TestCoalescer(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	const submitters = 50
 
 	t.Run("ConcurrentSubmitsAllLandEachWithItsOwnID", func(t *testing.T) {
