@@ -70,14 +70,14 @@ func TestSleep(t *testing.T) {
 	t.Run("WaitsTheDelayExactly", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			start := time.Now()
-			require.NoError(t, backoff.Sleep(context.Background(), 3*time.Second))
+			require.NoError(t, backoff.Sleep(t.Context(), 3*time.Second))
 			require.Equal(t, 3*time.Second, time.Since(start))
 		})
 	})
 
 	t.Run("ReturnsWhenTheContextEnds", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
 			start := time.Now()
 			require.ErrorIs(t, backoff.Sleep(ctx, time.Hour), context.DeadlineExceeded)

@@ -1,7 +1,6 @@
 package jobspec_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,12 +28,12 @@ func TestWithTraceContext(t *testing.T) {
 		Remote:     true,
 	})
 	var job pulsetype.NewJob
-	jobspec.WithTraceContext(trace.ContextWithRemoteSpanContext(context.Background(), sc), &job)
+	jobspec.WithTraceContext(trace.ContextWithRemoteSpanContext(t.Context(), sc), &job)
 	require.Equal(t, "00-01020300000000000000000000000000-0405060000000000-01", job.TraceParent)
 	require.Equal(t, "vendor=x", job.TraceState)
 
 	var untraced pulsetype.NewJob
-	jobspec.WithTraceContext(context.Background(), &untraced)
+	jobspec.WithTraceContext(t.Context(), &untraced)
 	require.Empty(t, untraced.TraceParent, "no span, no trace context")
 	require.Empty(t, untraced.TraceState)
 }

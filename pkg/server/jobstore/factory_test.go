@@ -1,7 +1,6 @@
 package jobstore_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -60,7 +59,7 @@ func newJob(topic string, prio int16) pulsetype.NewJob {
 func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) pulsetype.Status {
 	t.Helper()
 	var s string
-	require.NoError(t, pool.QueryRow(context.Background(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM jobs WHERE id = $1`, id).Scan(&s))
 	return pulsetype.Status(s)
 }
 
@@ -68,7 +67,7 @@ func statusOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) pulsetype.Status {
 // attempt n waits min(n² × unit, maxDelay).
 func setRetryPolicy(t testing.TB, store *jobstore.Store, unit, maxDelay time.Duration) {
 	t.Helper()
-	_, _, err := store.SetRetryPolicy(context.Background(), &unit, &maxDelay, "test")
+	_, _, err := store.SetRetryPolicy(t.Context(), &unit, &maxDelay, "test")
 	require.NoError(t, err)
 }
 

@@ -18,7 +18,7 @@ func TestIsolate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	exec := func(items []string) ([]int, error) {
-		rows, err := pool.Query(context.Background(), `SELECT v::int FROM unnest($1::text[]) AS t(v)`, items)
+		rows, err := pool.Query(t.Context(), `SELECT v::int FROM unnest($1::text[]) AS t(v)`, items)
 		if err != nil {
 			return nil, err
 		}

@@ -27,7 +27,7 @@ import (
 func TestSchemaLimitsAgreeWithPulsetype(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// micros spells a duration as the store sends it.
 	micros := func(d time.Duration) int64 { return d.Microseconds() }

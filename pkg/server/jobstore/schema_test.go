@@ -1,7 +1,6 @@
 package jobstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -54,7 +53,7 @@ func transitionSQL(to pulsetype.Status) string {
 func TestSchemaTransitions(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	for _, from := range pulsetype.Statuses {
 		for _, to := range pulsetype.Statuses {
@@ -82,7 +81,7 @@ func TestSchemaTransitions(t *testing.T) {
 func TestSchemaInvariants(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	cases := []struct {
 		name       string
@@ -181,7 +180,7 @@ func requireNotNull(t *testing.T, err error, column string) {
 func TestSchemaTopicRuleMatchesValidator(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	topics := []string{
 		"a", "Z", "0", "email.send", "a.b_c:d-e", "0._:-",

@@ -36,7 +36,7 @@ func countedSetup(t *testing.T) (*testBundle, *insertCounter) {
 	require.NoError(t, err)
 	counter := &insertCounter{}
 	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return &testBundle{pool: pool, store: newStore(t, pool)}, counter

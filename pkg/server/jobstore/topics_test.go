@@ -477,6 +477,6 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 // setLimit caps topic at n running jobs, as an operator would.
 func setLimit(t *testing.T, b *testBundle, topic string, n int) { //nolint:unparam // each call names the topic it limits
 	t.Helper()
-	_, err := b.store.SetTopicLimit(context.Background(), topic, ptr(n), "alice")
+	_, err := b.store.SetTopicLimit(t.Context(), topic, ptr(n), "alice")
 	require.NoError(t, err)
 }

@@ -112,7 +112,7 @@ const retryMsg = "migration gave up waiting for a lock; retrying"
 // lock while the first is inside a migration, then finds nothing to do.
 func TestConcurrentRunsApplyEachMigrationOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	url := pgtest.EmptyURL(t)
 	// The first migration waits on an advisory lock the test holds, so
 	// the first run is inside it when the second starts.
@@ -181,7 +181,7 @@ func TestConcurrentRunsOfTheRealMigrations(t *testing.T) {
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
-			v, err := migrate.Up(context.Background(), url, migrate.DefaultOptions())
+			v, err := migrate.Up(t.Context(), url, migrate.DefaultOptions())
 			if err == nil && v != migrations.Latest {
 				err = errors.New("not at the latest version")
 			}
@@ -228,7 +228,7 @@ func TestAMigrationThatHitsLockTimeoutIsRetried(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := migrate.Up(context.Background(), url, o)
+		v, err := migrate.Up(t.Context(), url, o)
 		done <- result{v, err}
 	}()
 	waitFor(t, "a retry to be logged", func() bool { return rec.count(retryMsg) >= 1 })
@@ -238,7 +238,7 @@ func TestAMigrationThatHitsLockTimeoutIsRetried(t *testing.T) {
 	require.Equal(t, int64(2), r.v)
 
 	var columns int
-	require.NoError(t, connect(t, url).QueryRow(context.Background(), `SELECT count(*) FROM information_schema.columns
+	require.NoError(t, connect(t, url).QueryRow(t.Context(), `SELECT count(*) FROM information_schema.columns
 		WHERE table_name = 'busy' AND column_name = 'm'`).Scan(&columns))
 	require.Equal(t, 1, columns, "the migration applied")
 	rec.mu.Lock()
@@ -266,12 +266,12 @@ func TestAMigrationGivesUpAfterItsRetries(t *testing.T) {
 	rec := &recorder{}
 	o := opts(set, slog.New(rec))
 	o.LockTimeout, o.LockRetries, o.RetryBackoff = 20*time.Millisecond, 2, 5*time.Millisecond
-	_, err := migrate.Up(context.Background(), url, o)
+	_, err := migrate.Up(t.Context(), url, o)
 	require.Error(t, err)
 	require.True(t, migrate.IsLockTimeout(err), "%v", err)
 	require.ErrorContains(t, err, "gave up after 2 retries on lock_timeout 20ms")
 	require.Equal(t, 2, rec.count(retryMsg))
-	v, err := migrate.Version(context.Background(), connect(t, url))
+	v, err := migrate.Version(t.Context(), connect(t, url))
 	require.NoError(t, err)
 	require.Equal(t, int64(1), v)
 }
@@ -284,10 +284,10 @@ func TestEveryMigrationSessionHasTheLockTimeout(t *testing.T) {
 	set := fstest.MapFS{"00001_seen.sql": {Data: []byte("-- +goose Up\nCREATE TABLE seen AS SELECT current_setting('lock_timeout') AS lock_timeout;\n")}}
 	o := opts(set, nil)
 	o.LockTimeout = 1234 * time.Millisecond
-	_, err := migrate.Up(context.Background(), url, o)
+	_, err := migrate.Up(t.Context(), url, o)
 	require.NoError(t, err)
 	var got string
-	require.NoError(t, connect(t, url).QueryRow(context.Background(), `SELECT lock_timeout FROM seen`).Scan(&got))
+	require.NoError(t, connect(t, url).QueryRow(t.Context(), `SELECT lock_timeout FROM seen`).Scan(&got))
 	require.Equal(t, "1234ms", got)
 }
 
@@ -295,11 +295,11 @@ func TestUpRefusesBadOptions(t *testing.T) {
 	t.Parallel()
 	o := migrate.DefaultOptions()
 	o.LockTimeout = 0
-	_, err := migrate.Up(context.Background(), "postgres://localhost:1/none", o)
+	_, err := migrate.Up(t.Context(), "postgres://localhost:1/none", o)
 	require.ErrorContains(t, err, "lock timeout must be positive")
 	o = migrate.DefaultOptions()
 	o.LockRetries = -1
-	_, err = migrate.Up(context.Background(), "postgres://localhost:1/none", o)
+	_, err = migrate.Up(t.Context(), "postgres://localhost:1/none", o)
 	require.ErrorContains(t, err, "lock retries must not be negative")
 }
 
@@ -312,7 +312,7 @@ func TestEveryMigrationAfterTheBaselineRoundTrips(t *testing.T) {
 	for name, fsys := range map[string]fs.FS{"embedded": migrations.FS, "live": liveSet(t)} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
+			ctx := t.Context()
 			url := pgtest.EmptyURL(t)
 			cfg, err := pgx.ParseConfig(url)
 			require.NoError(t, err)
