@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/buildinfo"
+	"github.com/pulsequeue/pulse/pkg/server/adminhttp"
 	"github.com/pulsequeue/pulse/pkg/server/grpcserver"
 	"github.com/pulsequeue/pulse/pkg/server/internal/background"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
