@@ -1,7 +1,6 @@
 package adminhttp_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,7 +34,7 @@ func TestInstrumentation(t *testing.T) {
 		})
 	})
 	require.NoError(t, s.Start())
-	defer func() { require.NoError(t, s.Shutdown(context.Background())) }()
+	defer func() { require.NoError(t, s.Shutdown(t.Context())) }()
 
 	const parentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	do := func(method, path string, header http.Header) int {

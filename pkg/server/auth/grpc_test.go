@@ -159,9 +159,9 @@ func TestIdentity(t *testing.T) {
 
 	t.Run("IdentityFromRoundTripsAndDefaultsToAnonymous", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, auth.Anonymous, auth.IdentityFrom(context.Background()))
+		require.Equal(t, auth.Anonymous, auth.IdentityFrom(t.Context()))
 		id := auth.Identity{Name: "op", Role: auth.RoleOperator}
-		require.Equal(t, id, auth.IdentityFrom(auth.WithIdentity(context.Background(), id)))
+		require.Equal(t, id, auth.IdentityFrom(auth.WithIdentity(t.Context(), id)))
 	})
 
 	t.Run("RequireAlwaysAdmitsOperators", func(t *testing.T) {

@@ -84,7 +84,7 @@ func TestGRPCServerMetrics(t *testing.T) {
 		m := metrics.GRPCServerMetrics(reg)
 
 		info := &grpc.UnaryServerInfo{FullMethod: "/pulse.v1.Test/Call"}
-		_, err := m.UnaryServerInterceptor()(context.Background(), nil, info,
+		_, err := m.UnaryServerInterceptor()(t.Context(), nil, info,
 			func(context.Context, any) (any, error) { return "ok", nil })
 		require.NoError(t, err)
 

@@ -77,7 +77,7 @@ func containsInOrder(got, want []event) bool {
 
 func TestListener(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("OneConnectionServesEveryChannelAndResyncsOnConnect", func(t *testing.T) {
 		t.Parallel()

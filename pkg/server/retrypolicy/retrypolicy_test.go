@@ -2,7 +2,6 @@ package retrypolicy_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -23,7 +22,7 @@ func set(d time.Duration) config.OptionalDuration { return config.OptionalDurati
 var unset config.OptionalDuration
 
 func TestApply(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	store := jobstore.New(pgtest.Pool(t))
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))

@@ -1,7 +1,6 @@
 package schemadump_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -26,7 +25,7 @@ var schemaFile = filepath.Join("..", "..", "..", "migrations", "schema.sql")
 // TestSchemaSQLMatchesMigrations: migrations/schema.sql is what the
 // migrations produce. Run `make schema` after changing a migration.
 func TestSchemaSQLMatchesMigrations(t *testing.T) {
-	got, err := schemadump.Dump(context.Background(), pgtest.URL(t))
+	got, err := schemadump.Dump(t.Context(), pgtest.URL(t))
 	require.NoError(t, err)
 	if *update {
 		require.NoError(t, os.WriteFile(schemaFile, []byte(got), 0o644))

@@ -1,7 +1,6 @@
 package storable_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -58,7 +57,7 @@ func checkJSONAgainstPostgres(t *testing.T, pool *pgxpool.Pool, doc []byte) {
 	if err == nil || err.Error() != "args: is not valid JSON" {
 		// Text parameters cannot carry invalid UTF-8 to Postgres either:
 		// send bytes and let the server convert, as the insert does.
-		_, pgErr = pool.Exec(context.Background(), `SELECT convert_from($1::bytea, 'UTF8')::jsonb`, doc)
+		_, pgErr = pool.Exec(t.Context(), `SELECT convert_from($1::bytea, 'UTF8')::jsonb`, doc)
 	}
 	if err == nil {
 		require.NoError(t, pgErr, "storable.JSON accepted %q but Postgres refused it", doc)
@@ -72,7 +71,7 @@ func TestTextAgreesWithPostgres(t *testing.T) {
 	pool := pgtest.Pool(t)
 	for _, s := range []string{"", "plain", "é日本", "a\x00b", "\xff", "ok\xc3", "\xed\xa0\x80"} {
 		err := storable.Text("reason", s)
-		_, pgErr := pool.Exec(context.Background(), `SELECT convert_from($1::bytea, 'UTF8')`, []byte(s))
+		_, pgErr := pool.Exec(t.Context(), `SELECT convert_from($1::bytea, 'UTF8')`, []byte(s))
 		if err == nil {
 			require.NoError(t, pgErr, "%q", s)
 			continue
