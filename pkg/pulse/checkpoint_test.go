@@ -169,8 +169,8 @@ func TestCheckpoint(t *testing.T) {
 
 	t.Run("OutsideAHandlerOnlyReportsTheContext", func(t *testing.T) {
 		t.Parallel()
-		require.NoError(t, Checkpoint(context.Background()))
-		ctx, cancel := context.WithCancelCause(context.Background())
+		require.NoError(t, Checkpoint(t.Context()))
+		ctx, cancel := context.WithCancelCause(t.Context())
 		cancel(ErrWorkerShutdown)
 		err := Checkpoint(ctx)
 		require.True(t, errors.Is(err, ErrWorkerShutdown) && errors.Is(err, context.Canceled), err)

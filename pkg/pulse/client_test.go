@@ -1,7 +1,6 @@
 package pulse
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"testing"
@@ -48,7 +47,7 @@ func TestClient(t *testing.T) {
 		runAt := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 		args := json.RawMessage(`{"z":1,"big":12345678901234567890123}`)
 
-		sub, err := b.client.Enqueue(context.Background(), "email.send", args,
+		sub, err := b.client.Enqueue(t.Context(), "email.send", args,
 			Priority(7), MaxAttempts(3), RunAt(runAt), IdempotencyKey("k-1"))
 		require.NoError(t, err)
 		require.Equal(t, Submitted{ID: "job-1"}, sub)
@@ -67,7 +66,7 @@ func TestClient(t *testing.T) {
 	t.Run("EnqueueLeavesUnsetOptionsToTheServer", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.client.Enqueue(context.Background(), "t", nil)
+		_, err := b.client.Enqueue(t.Context(), "t", nil)
 		require.NoError(t, err)
 		spec := b.control.recorded().submitted[0]
 		require.False(t, spec.GetHasPriority())
@@ -93,7 +92,7 @@ func TestClient(t *testing.T) {
 		}
 		b := setup(t)
 		for i, c := range cases {
-			_, err := b.client.Enqueue(context.Background(), "t", c.args)
+			_, err := b.client.Enqueue(t.Context(), "t", c.args)
 			require.NoError(t, err, c.name)
 			require.Equal(t, c.want, string(b.control.recorded().submitted[i].GetArgs()), c.name)
 		}
@@ -103,7 +102,7 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		before := time.Now()
-		_, err := b.client.Enqueue(context.Background(), "t", nil, Delay(time.Hour))
+		_, err := b.client.Enqueue(t.Context(), "t", nil, Delay(time.Hour))
 		require.NoError(t, err)
 		runAt := b.control.recorded().submitted[0].GetRunAt().AsTime()
 		require.False(t, runAt.Before(before.Add(time.Hour)))
@@ -112,7 +111,7 @@ func TestClient(t *testing.T) {
 	t.Run("DuplicateSubmitIsReported", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		sub, err := b.client.Enqueue(context.Background(), "t", nil, IdempotencyKey("seen-before"))
+		sub, err := b.client.Enqueue(t.Context(), "t", nil, IdempotencyKey("seen-before"))
 		require.NoError(t, err)
 		require.True(t, sub.Duplicate)
 	})
@@ -121,12 +120,12 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for _, opt := range []EnqueueOption{Priority(11), Priority(-1), MaxAttempts(0), MaxAttempts(101)} {
-			_, err := b.client.Enqueue(context.Background(), "t", nil, opt)
+			_, err := b.client.Enqueue(t.Context(), "t", nil, opt)
 			require.Error(t, err)
 		}
-		_, err := b.client.Enqueue(context.Background(), "", nil)
+		_, err := b.client.Enqueue(t.Context(), "", nil)
 		require.ErrorContains(t, err, "topic")
-		_, err = b.client.Enqueue(context.Background(), "t", func() {})
+		_, err = b.client.Enqueue(t.Context(), "t", func() {})
 		require.ErrorContains(t, err, "encode args")
 		require.Empty(t, b.control.recorded().submitted)
 	})
@@ -134,7 +133,7 @@ func TestClient(t *testing.T) {
 	t.Run("EnqueueManyIsOneRPCInRequestOrder", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		subs, err := b.client.EnqueueMany(context.Background(), []JobRequest{
+		subs, err := b.client.EnqueueMany(t.Context(), []JobRequest{
 			{Topic: "a", Args: []byte(`{"n":1}`)},
 			{Topic: "b", Args: map[string]int{"n": 2}, Options: []EnqueueOption{Priority(9)}},
 			{Topic: "c"},
@@ -165,7 +164,7 @@ func TestClient(t *testing.T) {
 			SubmittedAt: submittedAt, FinishedAt: submittedAt.Add(2 * time.Second),
 			ScheduleID: "sched-1", IdempotencyKey: "key-1",
 		}
-		ctx := context.Background()
+		ctx := t.Context()
 		got, err := b.client.Get(ctx, "job-1")
 		require.NoError(t, err)
 		require.Equal(t, want, got)
@@ -181,7 +180,7 @@ func TestClient(t *testing.T) {
 	t.Run("ListPassesFiltersAndReturnsTheNextToken", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobs, next, err := b.client.List(context.Background(), ListOptions{Topic: "email.send", Status: "retrying", Limit: 20, PageToken: "p1"})
+		jobs, next, err := b.client.List(t.Context(), ListOptions{Topic: "email.send", Status: "retrying", Limit: 20, PageToken: "p1"})
 		require.NoError(t, err)
 		require.Len(t, jobs, 1)
 		require.Equal(t, "job-1", jobs[0].ID)
@@ -192,14 +191,14 @@ func TestClient(t *testing.T) {
 		require.Equal(t, int32(20), req.GetLimit())
 		require.Equal(t, "p1", req.GetPageToken())
 
-		_, _, err = b.client.List(context.Background(), ListOptions{Status: "BOGUS"})
+		_, _, err = b.client.List(t.Context(), ListOptions{Status: "BOGUS"})
 		require.ErrorContains(t, err, "unknown job status")
 	})
 
 	t.Run("WithUserPassSendsBasicAuth", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, WithUserPass("producer", "s3cret"))
-		_, err := b.client.Enqueue(context.Background(), "t", nil)
+		_, err := b.client.Enqueue(t.Context(), "t", nil)
 		require.NoError(t, err)
 		want := "Basic " + base64.StdEncoding.EncodeToString([]byte("producer:s3cret"))
 		require.Equal(t, []string{want}, b.control.lastMetadata().Get("authorization"))
@@ -213,7 +212,7 @@ func TestClient(t *testing.T) {
 			SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
 			TraceFlags: trace.FlagsSampled,
 		})
-		ctx := trace.ContextWithSpanContext(context.Background(), sc)
+		ctx := trace.ContextWithSpanContext(t.Context(), sc)
 		_, err := b.client.Enqueue(ctx, "t", nil)
 		require.NoError(t, err)
 		require.Equal(t, []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},

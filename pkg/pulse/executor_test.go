@@ -18,7 +18,7 @@ func TestExecuteStopped(t *testing.T) {
 	stop := errors.New("stream closed")
 	t.Run("BeforeItGotHere", func(t *testing.T) {
 		e := noopExecutor()
-		ctx, cancel := context.WithCancelCause(context.Background())
+		ctx, cancel := context.WithCancelCause(t.Context())
 		cancel(stop)
 		_, err := e.execute(ctx, &Job{Topic: "t"}, jobKey{})
 		if !errors.Is(err, stop) {
@@ -31,7 +31,7 @@ func TestExecuteStopped(t *testing.T) {
 	t.Run("WhileWaitingForASlot", func(t *testing.T) {
 		e := noopExecutor()
 		e.sem <- struct{}{} // the only slot is taken
-		ctx, cancel := context.WithCancelCause(context.Background())
+		ctx, cancel := context.WithCancelCause(t.Context())
 		done := make(chan error, 1)
 		go func() { _, err := e.execute(ctx, &Job{Topic: "t"}, jobKey{}); done <- err }()
 		cancel(stop)
@@ -48,7 +48,7 @@ func TestExecuteStopped(t *testing.T) {
 		e := noopExecutor()
 		ran := false
 		e.handlers["t"] = topicHandler{handler: func(context.Context, *Job) error { ran = true; return nil }}
-		if _, err := e.execute(context.Background(), &Job{Topic: "t"}, jobKey{}); err != nil || !ran {
+		if _, err := e.execute(t.Context(), &Job{Topic: "t"}, jobKey{}); err != nil || !ran {
 			t.Fatalf("execute = %v, ran %v; want the handler run", err, ran)
 		}
 		if len(e.sem) != 0 {

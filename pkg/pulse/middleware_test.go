@@ -90,7 +90,7 @@ func TestWorkerUse(t *testing.T) {
 		require.Panics(t, func() { w.Use(nil) })
 		w.Use(func(Handler) Handler { return nil })
 		w.Register("t", noop)
-		require.ErrorContains(t, w.Run(context.Background()), "returned a nil handler")
+		require.ErrorContains(t, w.Run(t.Context()), "returned a nil handler")
 		require.Panics(t, func() { w.Use(func(h Handler) Handler { return h }) }, "after Run started")
 	})
 }
@@ -127,7 +127,7 @@ func TestEnqueueInterceptor(t *testing.T) {
 			return next(ctx, req)
 		}
 		control, client := setup(t, WithEnqueueInterceptor(tag("a"), tag("b")), WithEnqueueInterceptor(tenant))
-		ctx := context.WithValue(context.Background(), tenantKey{}, "acme")
+		ctx := context.WithValue(t.Context(), tenantKey{}, "acme")
 		s, err := client.Enqueue(ctx, "email.send", nil, Priority(1))
 		require.NoError(t, err)
 		require.Equal(t, "job-1", s.ID)
@@ -150,20 +150,20 @@ func TestEnqueueInterceptor(t *testing.T) {
 			return next(ctx, req)
 		}
 		control, client := setup(t, WithEnqueueInterceptor(refuse))
-		_, err := client.Enqueue(context.Background(), "forbidden", nil)
+		_, err := client.Enqueue(t.Context(), "forbidden", nil)
 		require.ErrorContains(t, err, "not allowed")
-		s, err := client.Enqueue(context.Background(), "cached", nil)
+		s, err := client.Enqueue(t.Context(), "cached", nil)
 		require.NoError(t, err)
 		require.Equal(t, Submitted{ID: "from-cache", Duplicate: true}, s)
 		require.Empty(t, control.recorded().submitted)
 
 		// In a batch, a refusal sends nothing at all.
-		_, err = client.EnqueueMany(context.Background(), []JobRequest{{Topic: "ok"}, {Topic: "forbidden"}, {Topic: "ok"}})
+		_, err = client.EnqueueMany(t.Context(), []JobRequest{{Topic: "ok"}, {Topic: "forbidden"}, {Topic: "ok"}})
 		require.ErrorContains(t, err, "job 1: not allowed")
 		require.Empty(t, control.recorded().batches)
 
 		// An answered job stays out of the batch; the rest go in one RPC.
-		out, err := client.EnqueueMany(context.Background(), []JobRequest{{Topic: "ok.1"}, {Topic: "cached"}, {Topic: "ok.2"}})
+		out, err := client.EnqueueMany(t.Context(), []JobRequest{{Topic: "ok.1"}, {Topic: "cached"}, {Topic: "ok.2"}})
 		require.NoError(t, err)
 		require.Equal(t, []Submitted{{ID: "job-a"}, {ID: "from-cache", Duplicate: true}, {ID: "job-b"}}, out)
 		batches := control.recorded().batches
@@ -186,7 +186,7 @@ func TestEnqueueInterceptor(t *testing.T) {
 			return s, err
 		}
 		control, client := setup(t, WithEnqueueInterceptor(record))
-		out, err := client.EnqueueMany(context.Background(), []JobRequest{{Topic: "t.0"}, {Topic: "t.1"}, {Topic: "t.2"}})
+		out, err := client.EnqueueMany(t.Context(), []JobRequest{{Topic: "t.0"}, {Topic: "t.1"}, {Topic: "t.2"}})
 		require.NoError(t, err)
 		require.Len(t, out, 3)
 		require.Equal(t, map[string]string{"t.0": "job-a", "t.1": "job-b", "t.2": "job-c"}, seen)
@@ -206,7 +206,7 @@ func TestEnqueueInterceptor(t *testing.T) {
 			return next(ctx, req)
 		}
 		control, client := setup(t, WithEnqueueInterceptor(twice))
-		_, err := client.Enqueue(context.Background(), "t", nil)
+		_, err := client.Enqueue(t.Context(), "t", nil)
 		require.ErrorIs(t, err, errNextTwice)
 		require.Len(t, control.recorded().submitted, 1)
 	})
@@ -215,7 +215,7 @@ func TestEnqueueInterceptor(t *testing.T) {
 		t.Parallel()
 		control, client := setup(t)
 		for _, opt := range []EnqueueOption{Timeout(0), Timeout(25 * time.Hour), Timeout(-time.Second), UniqueFor(time.Millisecond), UniqueFor(400 * 24 * time.Hour), Timeout(time.Second + time.Nanosecond)} {
-			_, err := client.Enqueue(context.Background(), "t", nil, opt)
+			_, err := client.Enqueue(t.Context(), "t", nil, opt)
 			require.Error(t, err)
 		}
 		require.Empty(t, control.recorded().submitted)

@@ -29,16 +29,16 @@ func TestHandlerFor(t *testing.T) {
 	})
 	job := func(args string) *Job { return &Job{ID: "job-1", Topic: "email.send", Args: json.RawMessage(args)} }
 
-	require.NoError(t, h(context.Background(), job(`{"to":"a@b.c","count":2,"added_later":true}`)))
+	require.NoError(t, h(t.Context(), job(`{"to":"a@b.c","count":2,"added_later":true}`)))
 	require.Equal(t, []emailArgs{{To: "a@b.c", Count: 2}}, got, "unknown fields are ignored")
 
-	err := h(context.Background(), job(`{"to":"fail"}`))
+	err := h(t.Context(), job(`{"to":"fail"}`))
 	require.EqualError(t, err, "smtp down")
 	require.False(t, IsPermanent(err), "the handler's own error keeps its kind")
 
 	for _, bad := range []string{`{"count":"two"}`, `{"to":1}`, `[1]`, `not json`, ``, `{"to":"a"`} {
 		got = nil
-		err := h(context.Background(), job(bad))
+		err := h(t.Context(), job(bad))
 		require.True(t, IsPermanent(err), "args %q: a decode failure is permanent", bad)
 		var ae *ArgsError
 		require.ErrorAs(t, err, &ae, "args %q", bad)
@@ -67,9 +67,9 @@ func TestTopic(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, client.Close()) })
 
-		_, err = sendEmail.Enqueue(context.Background(), client, emailArgs{To: "a@b.c", Count: 1}, Priority(7))
+		_, err = sendEmail.Enqueue(t.Context(), client, emailArgs{To: "a@b.c", Count: 1}, Priority(7))
 		require.NoError(t, err)
-		_, err = client.EnqueueMany(context.Background(), []JobRequest{sendEmail.Request(emailArgs{To: "x"}, MaxAttempts(2))})
+		_, err = client.EnqueueMany(t.Context(), []JobRequest{sendEmail.Request(emailArgs{To: "x"}, MaxAttempts(2))})
 		require.NoError(t, err)
 
 		rec := control.recorded()

@@ -451,7 +451,7 @@ func TestWorkerMisuse(t *testing.T) {
 		t.Parallel()
 		w, err := NewWorker([]string{"localhost:1"})
 		require.NoError(t, err)
-		require.ErrorIs(t, w.Run(context.Background()), ErrNoHandlers)
+		require.ErrorIs(t, w.Run(t.Context()), ErrNoHandlers)
 	})
 
 	t.Run("RunTwiceFails", func(t *testing.T) {
@@ -459,7 +459,7 @@ func TestWorkerMisuse(t *testing.T) {
 		gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
 		w := startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": noop})
 		gw.NextStream(t)
-		require.ErrorIs(t, w.Run(context.Background()), ErrWorkerStarted)
+		require.ErrorIs(t, w.Run(t.Context()), ErrWorkerStarted)
 	})
 
 	t.Run("BadRegistrationsPanic", func(t *testing.T) {

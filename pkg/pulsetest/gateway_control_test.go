@@ -46,7 +46,7 @@ func TestGatewayRunsTheApplicationsWorker(t *testing.T) {
 	})
 	startWorker(t, w)
 
-	ctx := context.Background()
+	ctx := t.Context()
 	gw.Dispatch(ctx, t, "email.send", signupArgs{Email: "a@example.com"}).RequireCompleted(t)
 	require.Equal(t, "no address", gw.Dispatch(ctx, t, "email.send", signupArgs{}).RequirePermanent(t))
 	require.Contains(t, gw.Dispatch(ctx, t, "not.registered", nil).RequireFailed(t), `no handler registered for topic "not.registered"`)
@@ -64,7 +64,7 @@ func TestGatewayRunsTheApplicationsWorker(t *testing.T) {
 
 func TestControlRecordsWhatTheClientEnqueued(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ctl := pulsetest.NewControl(t)
 	client := ctl.Client(t)
 
@@ -114,7 +114,7 @@ func TestControlRecordsWhatTheClientEnqueued(t *testing.T) {
 
 func TestControlRefusesWhatTheServerRefuses(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ctl := pulsetest.NewControl(t)
 	client := ctl.Client(t)
 	for args, want := range map[string]string{
@@ -134,7 +134,7 @@ func TestControlRefusesWhatTheServerRefuses(t *testing.T) {
 func TestRequireEnqueuedFailsNamingWhatWasEnqueued(t *testing.T) {
 	t.Parallel()
 	ctl := pulsetest.NewControl(t)
-	_, err := ctl.Client(t).Enqueue(context.Background(), "signup.welcome", signupArgs{Email: "a@example.com"})
+	_, err := ctl.Client(t).Enqueue(t.Context(), "signup.welcome", signupArgs{Email: "a@example.com"})
 	require.NoError(t, err)
 
 	msg := failure(func(ft testing.TB) { ctl.RequireEnqueued(ft, "signup.welcome", signupArgs{Email: "b@example.com"}) })

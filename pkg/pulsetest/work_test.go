@@ -22,7 +22,7 @@ type ctxKey struct{}
 
 func TestWork(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	t.Run("CompletesAndShowsTheJobTheHandlerSaw", func(t *testing.T) {
 		t.Parallel()
