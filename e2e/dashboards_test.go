@@ -254,7 +254,7 @@ func startPrometheus(t *testing.T, bin string, f *localfleet.Fleet) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	p, err := localfleet.Start(context.Background(), "prometheus", bin, nil, f.LogDir,
+	p, err := localfleet.Start(t.Context(), "prometheus", bin, nil, f.LogDir,
 		"--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr)
 	require.NoError(t, err)

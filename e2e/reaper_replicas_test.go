@@ -93,7 +93,7 @@ func startReaper(t *testing.T, f *localfleet.Fleet, n int) string {
 		env = append(env, k+"="+v)
 	}
 	name := fmt.Sprintf("%s-%d", localfleet.Reaper, n)
-	p, err := localfleet.Start(context.Background(), name, binaries(t)[localfleet.Reaper], env, f.LogDir)
+	p, err := localfleet.Start(t.Context(), name, binaries(t)[localfleet.Reaper], env, f.LogDir)
 	require.NoError(t, err)
 	// Down stops it in order with the fleet and reports an unclean exit.
 	f.Processes = append(f.Processes, p)

@@ -130,7 +130,7 @@ func startScheduler(t *testing.T, f *localfleet.Fleet, bin string, n int) string
 	admin := "127.0.0.1:" + strconv.Itoa(port)
 	env := []string{"PULSE_DATABASE_URL=" + f.DatabaseURL, "PULSE_ADMIN_ADDR=" + admin}
 	name := fmt.Sprintf("%s-%d", localfleet.Scheduler, n)
-	p, err := localfleet.Start(context.Background(), name, bin, env, f.LogDir)
+	p, err := localfleet.Start(t.Context(), name, bin, env, f.LogDir)
 	require.NoError(t, err)
 	f.Processes = append(f.Processes, p)
 	f.AdminURLs[name] = "http://" + admin

@@ -153,7 +153,7 @@ func startWorker(t *testing.T, f *localfleet.Fleet, spec workerSpec) *workerProc
 	if spec.Work > 0 {
 		args = append(args, "-work", spec.Work.String())
 	}
-	p, err := localfleet.Start(context.Background(), spec.ID, bin, nil, f.LogDir, args...)
+	p, err := localfleet.Start(t.Context(), spec.ID, bin, nil, f.LogDir, args...)
 	require.NoError(t, err)
 	w := &workerProcess{Process: p, ID: spec.ID, record: record}
 	t.Cleanup(func() {
