@@ -1,4 +1,4 @@
 package grpcserver
 
 // CompressedWaiting is how many compressed calls wait for s's budget.
-func CompressedWaiting(s *Server) int64 { return s.compressedWaiting.Load() }
+func BudgetWaiting(s *Server) int64 { return s.budgetWaiting.Load() }

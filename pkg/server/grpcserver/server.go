@@ -14,7 +14,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/semaphore"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -25,7 +24,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
@@ -52,8 +50,6 @@ const (
 	DefaultMaxRecvMsgSize = 4 << 20
 	// DefaultInflightBytes is Options.InflightBytes when unset.
 	DefaultInflightBytes = 512 << 20
-	// budgetRetryAfter is the retry hint of a call refused for the budget.
-	budgetRetryAfter = time.Second
 )
 
 // Options configures New. Every field is optional.
@@ -79,8 +75,10 @@ type Options struct {
 	// LargeMethods are the full method names whose messages may reach
 	// MaxRecvMsgSize. Each admitted call of one holds MaxRecvMsgSize bytes
 	// of the InflightBytes budget until it ends; a call that finds too
-	// little left is refused ResourceExhausted by the tap, after Admit and
-	// before its message is read.
+	// little left waits for it, after Admit and before its message is
+	// read, for as long as its own deadline allows: backpressure, not an
+	// error, so many producers with small batches queue briefly rather
+	// than fail.
 	LargeMethods []string
 	// SmallMsgSize bounds the messages of every other method: a larger one
 	// is refused ResourceExhausted once received, before the handler runs.
@@ -108,12 +106,12 @@ type Server struct {
 	maxRecv int
 	small   int
 	budget  *semaphore.Weighted
-	// compressedWaiting counts compressed calls waiting for the budget.
-	compressedWaiting atomic.Int64
-	grpc              *grpc.Server
-	health            *health.Server
-	metrics           *grpcprom.ServerMetrics
-	logger            *slog.Logger
+	// budgetWaiting counts calls waiting for the budget.
+	budgetWaiting atomic.Int64
+	grpc          *grpc.Server
+	health        *health.Server
+	metrics       *grpcprom.ServerMetrics
+	logger        *slog.Logger
 }
 
 // New builds the server. Interceptors run, outermost first: metrics (so
@@ -158,7 +156,7 @@ func New(opts Options) *Server {
 
 	serverOpts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.StatsHandler(compressedCalls{s}),
+		grpc.StatsHandler(budgetCalls{s}),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -233,63 +231,53 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 }
 
-// tap admits a call before its stream exists: Admit first (an
-// unauthenticated call touches no budget), then a large method's share of
-// the in-flight budget, taken without waiting (the tap runs on the
-// connection's reader goroutine) and given back when the call's context
-// ends, which grpc-go does on every way a stream ends.
+// tap admits a call before its stream exists (Admit): an unauthenticated
+// call is refused from its headers and touches no budget.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if s.admit != nil {
-		var err error
-		if ctx, err = s.admit(ctx, info); err != nil {
-			return nil, err
-		}
+	if s.admit == nil {
+		return ctx, nil
 	}
-	if s.large[info.FullMethodName] {
-		n := int64(s.maxRecv)
-		if !s.budget.TryAcquire(n) {
-			st := status.New(codes.ResourceExhausted, "too many large calls in flight on this server; retry shortly")
-			if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(budgetRetryAfter)}); err == nil {
-				st = withInfo
-			}
-			return nil, st.Err()
-		}
-		context.AfterFunc(ctx, func() { s.budget.Release(n) })
-	}
-	return ctx, nil
+	return s.admit(ctx, info)
 }
 
-// compressedCalls bounds what compressed messages may decompress to,
-// together. grpc-go decompresses a message up to MaxRecvMsgSize whatever
-// the method, and keeps grpc-encoding out of the tap's metadata; its
-// stats handlers do see it, in the InHeader event, which the server
-// handles on the call's own goroutine before it receives the message. So
-// a compressed call of a method the tap did not charge (every method but
-// LargeMethods) waits there for MaxRecvMsgSize bytes of the budget, given
-// back when the call ends. Uncompressed calls wait for nothing: their
-// messages cost what their callers send.
-type compressedCalls struct{ s *Server }
+// budgetCalls bounds what admitted calls may make the server hold at once,
+// together. A call of a large method may bring MaxRecvMsgSize bytes, and
+// grpc-go decompresses a message up to MaxRecvMsgSize whatever the
+// method, while it keeps grpc-encoding out of the tap's metadata. Its
+// stats handlers do see both, in the InHeader event, which the server
+// handles on the call's own goroutine before it receives the message — so
+// a call may wait there, where the tap, on the connection's reader
+// goroutine, may not. A call of a large method, and a compressed call of
+// any other, waits for MaxRecvMsgSize bytes of the budget, given back when
+// the call ends (grpc-go ends the call's context on every way a stream
+// ends). Uncompressed calls of small methods wait for nothing: their
+// messages cost what their callers send, within SmallMsgSize.
+type budgetCalls struct{ s *Server }
 
-func (c compressedCalls) HandleRPC(ctx context.Context, st stats.RPCStats) {
+func (c budgetCalls) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	in, ok := st.(*stats.InHeader)
-	if !ok || in.Compression == "" || in.Compression == "identity" || c.s.large[in.FullMethod] {
+	if !ok {
+		return
+	}
+	compressed := in.Compression != "" && in.Compression != "identity"
+	if !compressed && !c.s.large[in.FullMethod] {
 		return
 	}
 	n := int64(c.s.maxRecv)
-	c.s.compressedWaiting.Add(1)
+	c.s.budgetWaiting.Add(1)
 	err := c.s.budget.Acquire(ctx, n)
-	c.s.compressedWaiting.Add(-1)
+	c.s.budgetWaiting.Add(-1)
 	if err != nil {
 		return // the call ended while it waited; nothing is read for it
 	}
 	context.AfterFunc(ctx, func() { c.s.budget.Release(n) })
 }
 
-func (compressedCalls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (budgetCalls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
-func (compressedCalls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (budgetCalls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 
-func (compressedCalls) HandleConn(context.Context, stats.ConnStats) {}
+func (budgetCalls) HandleConn(context.Context, stats.ConnStats) {}
 
 // boundUnary refuses a small method's request larger than SmallMsgSize.
 func (s *Server) boundUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -321,7 +320,7 @@ func TestReceiveLimits(t *testing.T) {
 		require.Contains(t, status.Convert(err).Message(), "after decompression larger than max")
 	})
 
-	t.Run("LargeCallsDrawOnTheInflightBudget", func(t *testing.T) {
+	t.Run("LargeCallsWaitForTheInflightBudget", func(t *testing.T) {
 		t.Parallel()
 		b := setupWith(t, limits)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -331,21 +330,28 @@ func TestReceiveLimits(t *testing.T) {
 		}()
 		// The waiting call holds the whole budget once its handler runs.
 		<-b.waiting
-		err := b.callFail(t, "none")
-		require.Equal(t, codes.ResourceExhausted, status.Code(err))
-		var hint *errdetails.RetryInfo
-		for _, d := range status.Convert(err).Details() {
-			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				hint = ri
-			}
+		second := make(chan error, 1)
+		go func() { second <- b.callFail(t, "none") }()
+		require.Eventually(t, func() bool { return grpcserver.BudgetWaiting(b.server) == 1 }, patience, time.Millisecond)
+		select {
+		case err := <-second:
+			t.Fatalf("a second large call ran while the budget was spent: %v", err)
+		default:
 		}
-		require.NotNil(t, hint, "the refusal carries RetryInfo")
 		require.ErrorIs(t, b.streamFail(t, "none"), io.EOF, "small methods draw nothing (the stream ends cleanly)")
+
+		// A call whose deadline passes while it waits ends with it,
+		// having read nothing.
+		short, cancelShort := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancelShort()
+		err := b.conn.Invoke(short, failMethod, wrapperspb.String("none"), new(wrapperspb.StringValue))
+		require.Equal(t, codes.DeadlineExceeded, status.Code(err), err)
 
 		cancel()
 		require.Equal(t, codes.Canceled, status.Code(<-waited))
-		// Its end gives the budget back.
-		require.Eventually(t, func() bool { return b.callFail(t, "none") == nil }, patience, time.Millisecond)
+		// Its end gives the budget back, and the waiting call runs.
+		require.NoError(t, <-second)
+		require.Zero(t, grpcserver.BudgetWaiting(b.server))
 	})
 
 	t.Run("CompressedCallsOfSmallMethodsWaitForTheBudget", func(t *testing.T) {
@@ -372,7 +378,7 @@ func TestReceiveLimits(t *testing.T) {
 			_ = cs.CloseSend()
 			compressed <- cs.RecvMsg(new(wrapperspb.StringValue))
 		}()
-		require.Eventually(t, func() bool { return grpcserver.CompressedWaiting(b.server) == 1 }, patience, time.Millisecond)
+		require.Eventually(t, func() bool { return grpcserver.BudgetWaiting(b.server) == 1 }, patience, time.Millisecond)
 		select {
 		case err := <-compressed:
 			t.Fatalf("a compressed call ran while the budget was spent: %v", err)
@@ -383,7 +389,7 @@ func TestReceiveLimits(t *testing.T) {
 		cancel()
 		require.Equal(t, codes.Canceled, status.Code(<-waited))
 		require.ErrorIs(t, <-compressed, io.EOF, "the compressed call runs once the budget is back")
-		require.Zero(t, grpcserver.CompressedWaiting(b.server))
+		require.Zero(t, grpcserver.BudgetWaiting(b.server))
 	})
 
 	t.Run("AdmitRunsFirstAndRefusesBeforeTheBudget", func(t *testing.T) {

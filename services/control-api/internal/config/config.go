@@ -71,7 +71,7 @@ type Config struct {
 	HTTPAddr           string        `envconfig:"HTTP_ADDR" desc:"HTTP/JSON API, /metrics, /healthz and /readyz listen address"`
 	GRPCAddr           string        `envconfig:"GRPC_ADDR" desc:"gRPC ControlService listen address"`
 	GRPCReflection     bool          `envconfig:"GRPC_REFLECTION" desc:"serve gRPC server reflection (to operators only when authentication is on)"`
-	GRPCInflightBytes  int64         `envconfig:"GRPC_INFLIGHT_BYTES" desc:"budget of SubmitJobs calls in flight: each holds the batch bound (64 MiB by default) until it ends; calls beyond it are refused ResourceExhausted before their message is read"`
+	GRPCInflightBytes  int64         `envconfig:"GRPC_INFLIGHT_BYTES" desc:"budget of SubmitJobs calls in flight: each holds the batch bound (64 MiB by default) until it ends; calls beyond it wait for it, before their message is read, as long as their deadline allows"`
 	LogLevel           string        `envconfig:"LOG_LEVEL" desc:"debug, info, warn or error"`
 	DBMaxConns         int32         `envconfig:"DB_MAX_CONNS" desc:"largest number of Postgres connections in the pool"`
 	MaxArgsBytes       int           `envconfig:"MAX_ARGS_BYTES" desc:"largest args document one job may carry, in bytes"`
