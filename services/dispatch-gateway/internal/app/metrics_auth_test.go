@@ -28,7 +28,8 @@ func TestMetricsNeedCredentialsWhenAsked(t *testing.T) {
 	require.NoError(t, config.Load(&cfg))
 	s, err := service.New(t.Context(), app.Spec(cfg, slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
-	require.NoError(t, s.Start(context.Background())) //nolint:usetesting // the loops it starts run until Stop in the cleanup, not until the body ends
+	// The loops Start begins run until Stop in the cleanup, past the body.
+	require.NoError(t, s.Start(context.WithoutCancel(t.Context())))
 	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
 
 	get := func(path, authorization string) int {
