@@ -64,7 +64,7 @@ func TestLoop(t *testing.T) {
 			l := loop.New(loop.Config{Name: "t", Interval: 10 * time.Second, Immediate: true}, r.run)
 			require.NoError(t, l.Start(t.Context()))
 			time.Sleep(35 * time.Second)
-			require.NoError(t, l.Stop(context.Background()))
+			require.NoError(t, l.Stop(t.Context()))
 			require.Equal(t, []time.Duration{0, 10 * time.Second, 20 * time.Second, 30 * time.Second}, r.got())
 		})
 	})
@@ -80,7 +80,7 @@ func TestLoop(t *testing.T) {
 			time.Sleep(time.Nanosecond)
 			synctest.Wait()
 			require.Equal(t, []time.Duration{time.Second}, r.got())
-			require.NoError(t, l.Stop(context.Background()))
+			require.NoError(t, l.Stop(t.Context()))
 		})
 	})
 
@@ -110,7 +110,7 @@ func TestLoop(t *testing.T) {
 			synctest.Wait()
 			got := r.got()
 			require.Equal(t, []time.Duration{15 * time.Second, 16 * time.Second}, got[len(got)-2:])
-			require.NoError(t, l.Stop(context.Background()))
+			require.NoError(t, l.Stop(t.Context()))
 		})
 	})
 
@@ -120,7 +120,7 @@ func TestLoop(t *testing.T) {
 			l := loop.New(loop.Config{Name: "t", Interval: 10 * time.Second, Jitter: 0.5}, r.run)
 			require.NoError(t, l.Start(t.Context()))
 			time.Sleep(200 * time.Second)
-			require.NoError(t, l.Stop(context.Background()))
+			require.NoError(t, l.Stop(t.Context()))
 			runs := r.got()
 			require.GreaterOrEqual(t, len(runs), 20)
 			prev := time.Duration(0)
@@ -150,7 +150,7 @@ func TestLoop(t *testing.T) {
 				})
 			require.NoError(t, l.Start(t.Context()))
 			<-started
-			require.NoError(t, l.Stop(context.Background()))
+			require.NoError(t, l.Stop(t.Context()))
 			require.True(t, sawCancel)
 			require.Zero(t, testutil.ToFloat64(loop.NewMetrics(reg).Errors("t")), "the stop is not a failure")
 			time.Sleep(time.Hour)
@@ -161,10 +161,10 @@ func TestLoop(t *testing.T) {
 	t.Run("StopBeforeStartAndTwiceIsHarmless", func(t *testing.T) {
 		t.Parallel()
 		l := loop.New(loop.Config{Name: "t", Interval: time.Second}, func(context.Context) error { return nil })
-		require.NoError(t, l.Stop(context.Background()))
-		require.NoError(t, l.Start(context.Background()))
-		require.NoError(t, l.Stop(context.Background()))
-		require.NoError(t, l.Stop(context.Background()))
+		require.NoError(t, l.Stop(t.Context()))
+		require.NoError(t, l.Start(t.Context()))
+		require.NoError(t, l.Stop(t.Context()))
+		require.NoError(t, l.Stop(t.Context()))
 	})
 
 	t.Run("StopGivesUpWhenItsContextEnds", func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestLoop(t *testing.T) {
 				func(context.Context) error { <-release; return nil }) // ignores its context
 			require.NoError(t, l.Start(t.Context()))
 			synctest.Wait()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			require.ErrorIs(t, l.Stop(ctx), context.DeadlineExceeded)
 			close(release)

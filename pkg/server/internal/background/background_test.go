@@ -22,7 +22,7 @@ func TestRunner(t *testing.T) {
 	t.Run("RunsUntilStopKeepingValuesNotTheEnd", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var r background.Runner
-			startCtx, cancelStart := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+			startCtx, cancelStart := context.WithCancel(context.WithValue(t.Context(), key{}, "v"))
 			var got any
 			stopped := false
 			require.True(t, r.Start(startCtx, func(ctx context.Context) {
@@ -34,25 +34,25 @@ func TestRunner(t *testing.T) {
 			cancelStart() // the start-up context ending does not stop it
 			synctest.Wait()
 			require.False(t, stopped)
-			require.NoError(t, r.Stop(context.Background()))
+			require.NoError(t, r.Stop(t.Context()))
 			require.True(t, stopped)
 			require.Equal(t, "v", got)
-			require.NoError(t, r.Stop(context.Background()), "twice")
+			require.NoError(t, r.Stop(t.Context()), "twice")
 		})
 	})
 
 	t.Run("StopWithoutStartReturns", func(t *testing.T) {
 		t.Parallel()
 		var r background.Runner
-		require.NoError(t, r.Stop(context.Background()))
+		require.NoError(t, r.Stop(t.Context()))
 	})
 
 	t.Run("StopGivesUpWithItsContext", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var r background.Runner
 			release := make(chan struct{})
-			r.Start(context.Background(), func(context.Context) { <-release })
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			r.Start(t.Context(), func(context.Context) { <-release })
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
 			require.ErrorIs(t, r.Stop(ctx), context.DeadlineExceeded)
 			close(release)
