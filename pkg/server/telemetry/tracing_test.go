@@ -103,9 +103,9 @@ func startGRPC(t *testing.T, r *receiver) string {
 // emit records one span named name through the global provider and flushes.
 func emit(t *testing.T, shutdown func(context.Context) error, name string) {
 	t.Helper()
-	_, span := otel.Tracer("telemetry_test").Start(context.Background(), name)
+	_, span := otel.Tracer("telemetry_test").Start(t.Context(), name)
 	span.End()
-	require.NoError(t, shutdown(context.Background()))
+	require.NoError(t, shutdown(t.Context()))
 }
 
 func resourceAttrs(req *coltracepb.ExportTraceServiceRequest) map[string]string {
@@ -148,7 +148,7 @@ func TestSetupTracing(t *testing.T) {
 					t.Setenv(tc.protocolVar, tc.protocol)
 				}
 
-				shutdown, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+				shutdown, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 				require.NoError(t, err)
 				emit(t, shutdown, "reap.sweep")
 
@@ -168,7 +168,7 @@ func TestSetupTracing(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 		t.Setenv("OTEL_SERVICE_NAME", "reaper-eu")
 
-		shutdown, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+		shutdown, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 		require.NoError(t, err)
 		emit(t, shutdown, "reap.sweep")
 
@@ -178,13 +178,13 @@ func TestSetupTracing(t *testing.T) {
 	t.Run("CreatesNoExporterWhenNothingIsConfigured", func(t *testing.T) {
 		cleanEnv(t)
 
-		shutdown, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+		shutdown, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 		require.NoError(t, err)
 		require.IsType(t, noop.TracerProvider{}, otel.GetTracerProvider())
-		_, span := otel.Tracer("telemetry_test").Start(context.Background(), "nothing")
+		_, span := otel.Tracer("telemetry_test").Start(t.Context(), "nothing")
 		require.False(t, span.IsRecording())
 		span.End()
-		require.NoError(t, shutdown(context.Background()))
+		require.NoError(t, shutdown(t.Context()))
 	})
 
 	t.Run("StaysOffWhenDisabledEvenWithAnEndpoint", func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestSetupTracing(t *testing.T) {
 				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 				t.Setenv(tc.key, tc.value)
 
-				shutdown, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+				shutdown, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 				require.NoError(t, err)
 				emit(t, shutdown, "reap.sweep")
 
@@ -210,9 +210,9 @@ func TestSetupTracing(t *testing.T) {
 
 	t.Run("InstallsTraceContextAndBaggagePropagatorsEvenWhenOff", func(t *testing.T) {
 		cleanEnv(t)
-		shutdown, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+		shutdown, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 		require.NoError(t, err)
-		require.NoError(t, shutdown(context.Background()))
+		require.NoError(t, shutdown(t.Context()))
 
 		require.ElementsMatch(t, []string{"traceparent", "tracestate", "baggage"},
 			otel.GetTextMapPropagator().Fields())
@@ -223,7 +223,7 @@ func TestSetupTracing(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
 		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
 
-		_, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+		_, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 		require.ErrorContains(t, err, `OTEL_EXPORTER_OTLP_PROTOCOL: unsupported protocol "http/json"`)
 	})
 
@@ -231,7 +231,7 @@ func TestSetupTracing(t *testing.T) {
 		cleanEnv(t)
 		t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
 
-		_, err := telemetry.SetupTracing(context.Background(), "reaper", "1.2.3")
+		_, err := telemetry.SetupTracing(t.Context(), "reaper", "1.2.3")
 		require.ErrorContains(t, err, `OTEL_TRACES_EXPORTER: unsupported exporter "zipkin"`)
 	})
 }
