@@ -2,16 +2,15 @@ package pulse
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 )
 
 // fakeControl is an in-process ControlService that records what it is sent
@@ -49,20 +48,7 @@ func (f *fakeControl) recorded() controlRecord {
 func newFakeControl(t *testing.T, job *pulsev1.Job) *fakeControl {
 	t.Helper()
 	f := &fakeControl{job: job}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f.addr = lis.Addr().String()
-	srv := grpc.NewServer()
-	pulsev1.RegisterControlServiceServer(srv, f)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	f.addr = fakegateway.Serve(t, func(srv *grpc.Server) { pulsev1.RegisterControlServiceServer(srv, f) })
 	return f
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
@@ -62,22 +62,7 @@ type Control struct {
 func NewControl(t testing.TB) *Control {
 	t.Helper()
 	c := &Control{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pulsetest: listen: %v", err)
-	}
-	c.addr = lis.Addr().String()
-	srv := grpc.NewServer()
-	pulsev1.RegisterControlServiceServer(srv, c)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	c.addr = fakegateway.Serve(t, func(srv *grpc.Server) { pulsev1.RegisterControlServiceServer(srv, c) })
 	return c
 }
 

@@ -104,22 +104,7 @@ func New(t testing.TB, id string, welcome *pulsev1.Welcome) *Gateway {
 		streams: make(chan *Stream, 16),
 		results: make(chan *pulsev1.JobResult, 1000),
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("fakegateway: listen: %v", err)
-	}
-	g.addr = lis.Addr().String()
-	srv := grpc.NewServer()
-	pulsev1.RegisterDispatchServiceServer(srv, g)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	g.addr = Serve(t, func(srv *grpc.Server) { pulsev1.RegisterDispatchServiceServer(srv, g) })
 	return g
 }
 
@@ -411,4 +396,28 @@ func Assignment(id, topic string) *pulsev1.Assignment {
 		SubmittedAt: timestamppb.Now(),
 		LeaseUntil:  timestamppb.New(time.Now().Add(30 * time.Second)),
 	}
+}
+
+// Serve runs a gRPC server on a loopback port with what register adds,
+// and returns its host:port; the server stops when the test ends. It is
+// how the fakes here and in pulsetest listen, for a test's own fake
+// service too.
+func Serve(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fakegateway: listen: %v", err)
+	}
+	srv := grpc.NewServer()
+	register(srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return lis.Addr().String()
 }
