@@ -4,23 +4,24 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// CompareParams shape the river scenario: the same workloads through pulse,
-// through River and as raw SQL on pulse's table, in one fleet's Postgres.
+// CompareParams shape the river scenario: River's own CLI benchmark
+// workloads (BenchWorkload) through pulse, through River and as raw SQL on
+// pulse's table, in one fleet's Postgres.
 type CompareParams struct {
-	Jobs, Producers, Batch int
-	Workers, Concurrency   int // pulse's SDK workers × slots; River gets MaxWorkers = the product
-	Reps                   int // rounds; each round runs every side once per workload
-	RiverMaxWorkers        int // 0: Workers × Concurrency
-	RiverPoolConns         int32
-	// RiverClients is the River side's worker clients (RiverParams.Clients).
-	RiverClients int
-	Raw          RawSQLParams // Claimers, ClaimBatch, Completers, CompleteBatch
+	Pulse PulseBenchParams
+	// Duration is the concurrent workload's span (river bench --duration);
+	// Total the backlog workload's size (river bench --num-total-jobs).
+	Duration time.Duration
+	Total    int
+	Reps     int          // rounds; each round runs every side once per workload
+	Raw      RawSQLParams // Claimers, ClaimBatch, Completers, CompleteBatch
 	// Settle is the wait before reading Postgres's cumulative counters
 	// after each run (StatsSettle); 0 reports CPU and WAL bytes only.
 	Settle time.Duration
@@ -36,34 +37,22 @@ type CompareParams struct {
 	HoldSnapshot bool
 }
 
-// Workloads of the river scenario.
-const (
-	WorkloadConcurrent = "concurrent" // N jobs submitted while the workers run
-	WorkloadBacklog    = "backlog"    // N jobs inserted first, then worked off
-)
-
 // CompareRiver runs each workload through pulse, River and raw SQL, Reps
 // times, interleaved (pulse, river, rawsql, pulse, river, rawsql, ...),
 // emptying both queue tables and checkpointing before every run. Each run is
 // emitted with its CPU seconds per 100k jobs per process and what it wrote
-// to Postgres; the returned summary holds the medians and the ratios
-// pulse/River (ratio_concurrent, ratio_backlog) and pulse/raw SQL
-// (pulse_vs_rawsql).
+// to Postgres; the returned summary holds, per workload, the medians, each
+// round's pulse/River ratio and its minimum (ratio_concurrent_min,
+// ratio_backlog_min: the round pulse did worst against River), and
+// pulse/raw SQL.
 func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error) {
 	if p.Reps < 1 {
 		p.Reps = 1
-	}
-	if p.RiverMaxWorkers <= 0 {
-		p.RiverMaxWorkers = p.Workers * p.Concurrency
 	}
 	rs, err := NewRiverSide(ctx, t.DatabaseURL)
 	if err != nil {
 		return Result{}, err
 	}
-	tp := ThroughputParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, Workers: p.Workers, Concurrency: p.Concurrency}
-	rp := RiverParams{Jobs: p.Jobs, Producers: p.Producers, Batch: p.Batch, MaxWorkers: p.RiverMaxWorkers, PoolConns: p.RiverPoolConns, Clients: p.RiverClients}
-	raw := p.Raw
-	raw.Jobs, raw.Producers, raw.Batch = p.Jobs, p.Producers, p.Batch
 	pulseMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir}
 	riverMeter := MeterOptions{DatabaseURL: t.DatabaseURL, Table: "river_job", TableDatabaseURL: rs.URL(), WALDataDir: t.WALDataDir}
 
@@ -77,15 +66,15 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		}
 		return rs.Reset(ctx)
 	}
-	// runs[side/workload] holds each run's metrics.
+	// runs[side/workload] holds each run's metrics, in round order.
 	runs := map[string][]map[string]float64{}
-	one := func(side, workload string, rep int, meter MeterOptions,
+	one := func(side string, w BenchWorkload, rep int, meter MeterOptions,
 		run func(before func() error) (Result, error)) error {
 		if len(p.Sides) > 0 && !slices.Contains(p.Sides, side) {
 			return nil
 		}
 		if err := reset(); err != nil {
-			return fmt.Errorf("%s %s: reset: %w", side, workload, err)
+			return fmt.Errorf("%s %s: reset: %w", side, w.Mode, err)
 		}
 		var m *Meter
 		start := func() error {
@@ -100,72 +89,62 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			}
 			release, err := HoldSnapshot(ctx, url)
 			if err != nil {
-				return fmt.Errorf("%s %s: %w", side, workload, err)
+				return fmt.Errorf("%s %s: %w", side, w.Mode, err)
 			}
 			defer release()
 		}
-		before := BacklogReady(ctx, t.DatabaseURL, p.Settle, start)
-		if workload == WorkloadConcurrent {
-			if err := start(); err != nil {
-				return err
-			}
-			before = nil
+		before := start
+		if w.Mode == WorkloadBacklog {
+			before = BacklogReady(ctx, t.DatabaseURL, p.Settle, start)
 		}
 		r, err := run(before)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", side, workload, err)
+			return fmt.Errorf("%s %s: %w", side, w.Mode, err)
 		}
-		costs, err := m.Stop(ctx, p.Jobs, p.Settle)
+		costs, err := m.Stop(ctx, int(r.Metrics["jobs"]), p.Settle)
 		if err != nil {
-			return fmt.Errorf("%s %s: meter: %w", side, workload, err)
+			return fmt.Errorf("%s %s: meter: %w", side, w.Mode, err)
 		}
 		maps.Copy(r.Metrics, costs)
 		r.WAL = m.WAL()
-		r.Scenario = side + "-" + workload
 		r.Params["rep"] = rep + 1
-		runs[side+"/"+workload] = append(runs[side+"/"+workload], r.Metrics)
+		runs[side+"/"+w.Mode] = append(runs[side+"/"+w.Mode], r.Metrics)
 		if p.Emit != nil {
 			p.Emit(r)
 		}
 		return nil
 	}
+	workloads := []BenchWorkload{
+		{Mode: WorkloadConcurrent, Duration: p.Duration},
+		{Mode: WorkloadBacklog, Total: p.Total},
+	}
 	for rep := range p.Reps {
-		for _, workload := range []string{WorkloadConcurrent, WorkloadBacklog} {
-			backlog := workload == WorkloadBacklog
-			if err := one("pulse", workload, rep, pulseMeter, func(before func() error) (Result, error) {
-				if backlog {
-					return PulseBacklog(ctx, t, tp, before)
-				}
-				return Throughput(ctx, t, tp)
+		for _, w := range workloads {
+			if err := one("pulse", w, rep, pulseMeter, func(before func() error) (Result, error) {
+				return PulseBench(ctx, t, p.Pulse, w, before)
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("river", workload, rep, riverMeter, func(before func() error) (Result, error) {
-				if backlog {
-					return rs.Backlog(ctx, rp, before)
-				}
-				return rs.Concurrent(ctx, rp)
+			if err := one("river", w, rep, riverMeter, func(before func() error) (Result, error) {
+				return rs.Bench(ctx, w, before)
 			}); err != nil {
 				return Result{}, err
 			}
-			if err := one("rawsql", workload, rep, pulseMeter, func(before func() error) (Result, error) {
-				q := raw
-				q.Backlog = backlog
-				if backlog {
-					return RawSQL(ctx, t.DatabaseURL, q, before)
-				}
-				return RawSQL(ctx, t.DatabaseURL, q, nil)
+			if err := one("rawsql", w, rep, pulseMeter, func(before func() error) (Result, error) {
+				return RawSQL(ctx, t.DatabaseURL, p.Raw, w, before)
 			}); err != nil {
 				return Result{}, err
 			}
 		}
 	}
 
+	raw := p.Raw
 	out := Result{
 		Scenario: "river",
-		Params: map[string]any{"jobs": p.Jobs, "producers": p.Producers, "batch": p.Batch,
-			"workers": p.Workers, "concurrency": p.Concurrency, "gateways": len(t.GatewayAddrs), "reps": p.Reps,
-			"river_max_workers": p.RiverMaxWorkers, "river_pool_conns": p.RiverPoolConns, "river_clients": max(p.RiverClients, 1),
+		Params: map[string]any{"duration": p.Duration.String(), "total": p.Total,
+			"workers": p.Pulse.Workers, "concurrency": p.Pulse.Concurrency, "gateways": len(t.GatewayAddrs), "reps": p.Reps,
+			"insert_batch": BenchInsertBatch, "min_jobs": BenchMinJobs,
+			"river_max_workers":    RiverMaxWorkers,
 			"river_fetch_cooldown": RiverFetchCooldown.String(), "river_fetch_poll_interval": RiverFetchPollInterval.String(),
 			"rawsql_claimers": raw.Claimers, "rawsql_claim_batch": raw.ClaimBatch,
 			"rawsql_completers": raw.Completers, "rawsql_complete_batch": raw.CompleteBatch,
@@ -182,18 +161,36 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 			out.Params[side+"_"+w+"_runs"] = rates(runs[k])
 		}
 	}
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return a / b
-	}
 	m := out.Metrics
-	m["ratio_concurrent"] = ratio(m["pulse_concurrent_jobs_per_s"], m["river_concurrent_jobs_per_s"])
-	m["ratio_backlog"] = ratio(m["pulse_backlog_jobs_per_s"], m["river_backlog_jobs_per_s"])
+	for _, w := range []string{WorkloadConcurrent, WorkloadBacklog} {
+		per := roundRatios(runs["pulse/"+w], runs["river/"+w])
+		out.Params["ratio_"+w+"_rounds"] = per
+		m["ratio_"+w] = ratio(m["pulse_"+w+"_jobs_per_s"], m["river_"+w+"_jobs_per_s"])
+		if len(per) > 0 {
+			m["ratio_"+w+"_min"] = slices.Min(per)
+		}
+	}
 	m["pulse_vs_rawsql"] = ratio(m["pulse_concurrent_jobs_per_s"], m["rawsql_concurrent_jobs_per_s"])
 	m["pulse_vs_rawsql_backlog"] = ratio(m["pulse_backlog_jobs_per_s"], m["rawsql_backlog_jobs_per_s"])
 	return out, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// roundRatios is pulse's rate over River's, round by round (rounds both
+// sides ran), to two decimals.
+func roundRatios(pulse, river []map[string]float64) []float64 {
+	out := make([]float64, 0, min(len(pulse), len(river)))
+	for i := range min(len(pulse), len(river)) {
+		r := ratio(pulse[i]["jobs_per_s"], river[i]["jobs_per_s"])
+		out = append(out, math.Round(r*100)/100)
+	}
+	return out
 }
 
 // HoldSnapshot opens a REPEATABLE READ transaction on databaseURL and

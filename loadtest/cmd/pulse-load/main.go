@@ -4,8 +4,8 @@
 //
 //	go run ./loadtest/cmd/pulse-load -scenario all
 //	go run ./loadtest/cmd/pulse-load -scenario throughput -jobs 200000 -workers 4 -gateways 2
-//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3                   # one gateway and one SDK worker, one River client
-//	go run ./loadtest/cmd/pulse-load -scenario river -jobs 200000 -reps 3 -river-clients 2  # two of each
+//	go run ./loadtest/cmd/pulse-load -scenario river                       # River's CLI benchmark, five rounds, pulse in its default fleet shape
+//	go run ./loadtest/cmd/pulse-load -scenario rivercli -river-cli ~/river   # River's own CLI beside the harness's River side
 //	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
 //
 // all is latency, throughput, idle, backlog and pause; river (pulse against
@@ -13,9 +13,9 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -43,36 +43,35 @@ func main() {
 
 func run() error {
 	var (
-		which        = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
-		gateways     = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: one per River worker client (-river-clients) when only river and rawsql run, so both sides have as many dispatch loops, else 2")
-		jobs         = flag.Int("jobs", 200000, "throughput: jobs to submit")
-		producers    = flag.Int("producers", 4, "throughput: concurrent producers")
-		batch        = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
-		workers      = flag.Int("workers", 4, "throughput, river: SDK worker processes (in this process); river alone: one per River worker client (-river-clients) unless given")
-		concurrency  = flag.Int("concurrency", 256, "throughput, river: handler slots per worker; river alone: 1024 split over the workers unless given")
-		samples      = flag.Int("samples", 300, "latency: jobs submitted one at a time")
-		pauses       = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
-		idleWorkers  = flag.Int("idle-workers", 1000, "idle: connected idle workers")
-		backlog      = flag.Int("backlog", 1000000, "backlog: the large backlog size")
-		fast         = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
-		cpuProfile   = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
-		statements   = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
-		reps         = flag.Int("reps", 3, "river, rawsql, scaling: rounds (river interleaves pulse, river, rawsql in each); medians are reported, so one disturbed round of three does not move them")
-		settle       = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
-		serviceEnv   = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
-		sides        = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
-		holdSnap     = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
-		riverPool    = flag.Int("river-pool", 10, "river: connections in each River pool (worker client, inserting client); pulse's services use 10 each, River's CLI bench pgxpool's default max(4, CPUs)")
-		riverClients = flag.Int("river-clients", 1, "river: River worker clients sharing the slots, each with its own pool (as River in that many processes); 1 is River's own setup, -gateways the same number of dispatch loops as pulse")
-		riverMaxW    = flag.Int("river-max-workers", 0, "river: River's MaxWorkers; 0 means -workers × -concurrency, pulse's slot count")
-		rawClaimers  = flag.Int("rawsql-claimers", 2, "rawsql: claim loops (pulse: one claim in flight per gateway)")
-		rawClaimN    = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
-		rawSettlers  = flag.Int("rawsql-completers", 2, "rawsql: completion loops (pulse: one report in flight per gateway)")
-		rawSettleN   = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
-		scaleSizes   = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
-		timeout      = flag.Duration("timeout", time.Hour, "give up after this long")
-		cooldown     = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
-		walStats     = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
+		gateways    = flag.Int("gateways", localfleet.GatewaysDefault, "dispatch-gateway replicas in the local fleet")
+		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit; river, rawsql, rivercli: the backlog workload's size (river bench --num-total-jobs)")
+		duration    = flag.Duration("duration", 30*time.Second, "river, rawsql, rivercli: the concurrent workload's span (river bench --duration)")
+		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
+		batch       = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
+		workers     = flag.Int("workers", 4, "throughput, river: SDK worker processes (in this process); river alone: one per gateway unless given")
+		concurrency = flag.Int("concurrency", 256, "throughput, river: handler slots per worker; river alone: 1024 split over the workers unless given")
+		samples     = flag.Int("samples", 300, "latency: jobs submitted one at a time")
+		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
+		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
+		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
+		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
+		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
+		reps        = flag.Int("reps", 0, "river, rawsql, rivercli, scaling: rounds (river interleaves pulse, river, rawsql in each); 0: five for river, three otherwise; medians and (river) each round's ratio and their minimum are reported")
+		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
+		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
+		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
+		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
+		riverCLI    = flag.String("river-cli", "", "rivercli: River's own CLI binary (built from River's source), run as `river bench` beside the harness's River side")
+		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops, each one claim in flight resuming after its last job (a gateway's claim loop)")
+		rawClaimN   = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
+		rawSettlers = flag.Int("rawsql-completers", 2, "rawsql: completion loops, shared out over the claim loops (a gateway's report flusher)")
+		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
+		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
+		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
+		cooldown    = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
+		walStats    = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
 	)
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -97,26 +96,31 @@ func run() error {
 		want[strings.TrimSpace(s)] = true
 	}
 	all := want["all"]
-	if *riverClients < 1 {
-		return fmt.Errorf("-river-clients: %d; River needs at least one worker client", *riverClients)
-	}
 	given := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *gateways < 1 {
+		return fmt.Errorf("-gateways: %d; a fleet needs at least one gateway", *gateways)
+	}
 	if riverOnly(want) {
-		*workers, *concurrency = riverWorkers(*riverClients, given["workers"], *workers, given["concurrency"], *concurrency)
+		*workers, *concurrency = riverWorkers(*gateways, given["workers"], *workers, given["concurrency"], *concurrency)
 	}
 	if *workers < 1 || *concurrency < 1 {
 		return fmt.Errorf("-workers %d -concurrency %d: a worker needs at least one slot, and a run at least one worker", *workers, *concurrency)
 	}
-	if slots := cmp.Or(*riverMaxW, *workers**concurrency); *riverClients > slots {
-		return fmt.Errorf("-river-clients: %d clients for %d slots; each client needs at least one", *riverClients, slots)
+	if *duration <= 0 {
+		return fmt.Errorf("-duration: %s; the concurrent workload needs a span", *duration)
 	}
-
-	if *gateways < 0 {
-		return fmt.Errorf("-gateways: %d; a fleet needs at least one gateway (0 picks the default)", *gateways)
+	if *reps < 0 {
+		return fmt.Errorf("-reps: %d; at least one round (0 picks the default)", *reps)
 	}
-	if *gateways == 0 {
-		*gateways = defaultGateways(want, *riverClients)
+	if *reps == 0 {
+		*reps = 3
+		if want["river"] {
+			*reps = 5
+		}
+	}
+	if want["rivercli"] && *riverCLI == "" {
+		return errors.New("-scenario rivercli needs -river-cli: the path of River's CLI built from its source (see docs/benchmarks.md)")
 	}
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
@@ -159,8 +163,11 @@ func run() error {
 	}
 	emitRun := func(r scenario.Result) { _ = emit(r, nil) }
 	tp := scenario.ThroughputParams{Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency}
-	raw := scenario.RawSQLParams{Jobs: *jobs, Producers: *producers, Batch: *batch,
-		Claimers: *rawClaimers, ClaimBatch: *rawClaimN, Completers: *rawSettlers, CompleteBatch: *rawSettleN}
+	raw := scenario.RawSQLParams{Claimers: *rawClaimers, ClaimBatch: *rawClaimN, Completers: *rawSettlers, CompleteBatch: *rawSettleN}
+	workloads := []scenario.BenchWorkload{
+		{Mode: scenario.WorkloadConcurrent, Duration: *duration},
+		{Mode: scenario.WorkloadBacklog, Total: *jobs},
+	}
 
 	// scaling starts a fleet per gateway count; everything else shares one.
 	needFleet := all
@@ -233,8 +240,8 @@ func run() error {
 	}
 	if want["river"] {
 		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
-			Jobs: *jobs, Producers: *producers, Batch: *batch, Workers: *workers, Concurrency: *concurrency,
-			Reps: *reps, RiverMaxWorkers: *riverMaxW, RiverPoolConns: int32(*riverPool), RiverClients: *riverClients, Raw: raw,
+			Pulse:    scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency},
+			Duration: *duration, Total: *jobs, Reps: *reps, Raw: raw,
 			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","), HoldSnapshot: *holdSnap,
 		})
 		r.Scenario = "river"
@@ -244,8 +251,8 @@ func run() error {
 	}
 	if want["rawsql"] {
 		for rep := range *reps {
-			for _, backlog := range []bool{false, true} {
-				r, err := rawSQLRun(ctx, target, raw, backlog, *settle)
+			for _, w := range workloads {
+				r, err := rawSQLRun(ctx, target, raw, w, *settle)
 				if err == nil {
 					r.Params["rep"] = rep + 1
 				}
@@ -253,6 +260,15 @@ func run() error {
 					return err
 				}
 			}
+		}
+	}
+	if want["rivercli"] {
+		r, err := scenario.CalibrateRiver(ctx, target.DatabaseURL, scenario.CalibrateParams{
+			CLI: *riverCLI, Duration: *duration, Total: *jobs, Reps: *reps, Emit: emitRun,
+		})
+		r.Scenario = "rivercli"
+		if err := emit(r, err); err != nil {
+			return err
 		}
 	}
 	if want["scaling"] {
@@ -266,30 +282,17 @@ func run() error {
 	return nil
 }
 
-// defaultGateways is the fleet's size when -gateways is not given: for a
-// comparison with River alone, one gateway per River worker client, so that
-// each side runs as many dispatch loops (ADR-0026); for every other
-// scenario two, so that pause, latency and idle cost are measured across
-// replicas.
-func defaultGateways(want map[string]bool, riverClients int) int {
-	if riverOnly(want) {
-		return riverClients
-	}
-	return 2
-}
-
 // riverSlots is the comparison's slot count when neither -workers nor
 // -concurrency is given: the other scenarios' default, 4 × 256.
 const riverSlots = 1024
 
-// riverWorkers is pulse's side of a comparison with River alone: as many
-// SDK workers as River has worker clients, one worker process a side
-// (ADR-0027), each with its share of the slots River's clients split. A
-// flag given keeps its value; -concurrency stays per worker, so with
-// -workers given alone the slots are still split over them.
-func riverWorkers(riverClients int, workersGiven bool, workers int, concGiven bool, conc int) (int, int) {
+// riverWorkers is pulse's side of a comparison with River alone: one SDK
+// worker per gateway, each starting at a different one, with its share of
+// riverSlots. A flag given keeps its value; -concurrency stays per worker,
+// so with -workers given alone the slots are still split over them.
+func riverWorkers(gateways int, workersGiven bool, workers int, concGiven bool, conc int) (int, int) {
 	if !workersGiven {
-		workers = riverClients
+		workers = gateways
 	}
 	if !concGiven && workers > 0 {
 		conc = max(riverSlots/workers, 1)
@@ -298,44 +301,41 @@ func riverWorkers(riverClients int, workersGiven bool, workers int, concGiven bo
 }
 
 // riverOnly reports whether the run compares pulse with River alone: river,
-// with or without rawsql (which needs no gateway and no SDK worker).
+// with or without rawsql and rivercli (which need no gateway and no SDK
+// worker).
 func riverOnly(want map[string]bool) bool {
 	if !want["river"] {
 		return false
 	}
 	for s := range want {
-		if s != "river" && s != "rawsql" && s != "" {
+		if s != "river" && s != "rawsql" && s != "rivercli" && s != "" {
 			return false
 		}
 	}
 	return true
 }
 
-// rawSQLRun is one metered raw-SQL ceiling run on a freshly emptied jobs
-// table.
-func rawSQLRun(ctx context.Context, t scenario.Target, p scenario.RawSQLParams, backlog bool, settle time.Duration) (scenario.Result, error) {
-	p.Backlog = backlog
+// rawSQLRun is one metered raw-SQL ceiling run of w on a freshly emptied
+// jobs table.
+func rawSQLRun(ctx context.Context, t scenario.Target, p scenario.RawSQLParams, w scenario.BenchWorkload, settle time.Duration) (scenario.Result, error) {
 	r := scenario.Result{Scenario: "rawsql"}
 	if err := scenario.ResetJobs(ctx, t.DatabaseURL); err != nil {
 		return r, err
 	}
 	var m *scenario.Meter
-	start := func() error {
+	before := func() error {
 		var err error
 		m, err = scenario.StartMeter(ctx, t.PIDs, scenario.MeterOptions{DatabaseURL: t.DatabaseURL, Table: "jobs", WALDataDir: t.WALDataDir})
 		return err
 	}
-	var before func() error
-	if backlog {
-		before = scenario.BacklogReady(ctx, t.DatabaseURL, settle, start)
-	} else if err := start(); err != nil {
-		return r, err
+	if w.Mode == scenario.WorkloadBacklog {
+		before = scenario.BacklogReady(ctx, t.DatabaseURL, settle, before)
 	}
-	r, err := scenario.RawSQL(ctx, t.DatabaseURL, p, before)
+	r, err := scenario.RawSQL(ctx, t.DatabaseURL, p, w, before)
 	if err != nil {
 		return scenario.Result{Scenario: "rawsql"}, err
 	}
-	costs, err := m.Stop(ctx, p.Jobs, settle)
+	costs, err := m.Stop(ctx, int(r.Metrics["jobs"]), settle)
 	if err != nil {
 		return r, err
 	}

@@ -2,36 +2,10 @@ package main
 
 import "testing"
 
-func TestDefaultGateways(t *testing.T) {
-	for _, c := range []struct {
-		scenarios    []string
-		riverClients int
-		want         int
-	}{
-		{[]string{"river"}, 1, 1},
-		{[]string{"river"}, 3, 3},
-		{[]string{"river", "rawsql"}, 2, 2},
-		{[]string{"river", ""}, 1, 1}, // -scenario river,
-		{[]string{"river", "pause"}, 1, 2},
-		{[]string{"all", "river"}, 1, 2},
-		{[]string{"all"}, 1, 2},
-		{[]string{"throughput"}, 4, 2},
-		{[]string{"rawsql"}, 1, 2},
-	} {
-		want := map[string]bool{}
-		for _, s := range c.scenarios {
-			want[s] = true
-		}
-		if got := defaultGateways(want, c.riverClients); got != c.want {
-			t.Errorf("defaultGateways(%v, %d) = %d, want %d", c.scenarios, c.riverClients, got, c.want)
-		}
-	}
-}
-
 func TestRiverWorkers(t *testing.T) {
 	for _, c := range []struct {
 		name                  string
-		riverClients          int
+		gateways              int
 		workersGiven          bool
 		workers               int
 		concGiven             bool
@@ -45,13 +19,13 @@ func TestRiverWorkers(t *testing.T) {
 		{"workers given, slots still split", 2, true, 8, false, 256, 8, 128},
 		{"concurrency given", 2, false, 4, true, 100, 2, 100},
 		{"both given", 1, true, 3, true, 7, 3, 7},
-		{"more clients than slots", 2000, false, 4, false, 256, 2000, 1},
+		{"more gateways than slots", 2000, false, 4, false, 256, 2000, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w, n := riverWorkers(c.riverClients, c.workersGiven, c.workers, c.concGiven, c.conc)
+			w, n := riverWorkers(c.gateways, c.workersGiven, c.workers, c.concGiven, c.conc)
 			if w != c.wantWorkers || n != c.wantConc {
 				t.Errorf("riverWorkers(%d, %v, %d, %v, %d) = %d × %d, want %d × %d",
-					c.riverClients, c.workersGiven, c.workers, c.concGiven, c.conc, w, n, c.wantWorkers, c.wantConc)
+					c.gateways, c.workersGiven, c.workers, c.concGiven, c.conc, w, n, c.wantWorkers, c.wantConc)
 			}
 		})
 	}
@@ -65,6 +39,7 @@ func TestRiverOnly(t *testing.T) {
 		{[]string{"river"}, true},
 		{[]string{"river", "rawsql"}, true},
 		{[]string{"river", ""}, true},
+		{[]string{"river", "rivercli"}, true},
 		{[]string{"rawsql"}, false},
 		{[]string{"river", "throughput"}, false},
 		{[]string{"all", "river"}, false},
