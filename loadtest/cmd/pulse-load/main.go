@@ -65,7 +65,7 @@ func run() error {
 		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
 		riverCLI    = flag.String("river-cli", "", "rivercli: River's own CLI binary (built from River's source), run as `river bench` beside the harness's River side")
 		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops, each one claim in flight resuming after its last job (a gateway's claim loop)")
-		rawClaimN   = flag.Int("rawsql-claim-batch", 100, "rawsql: jobs per claim")
+		rawClaimN   = flag.Int("rawsql-claim-batch", 500, "rawsql: jobs per claim")
 		rawSettlers = flag.Int("rawsql-completers", 2, "rawsql: completion loops, shared out over the claim loops (a gateway's report flusher)")
 		rawSettleN  = flag.Int("rawsql-complete-batch", 1000, "rawsql: at most this many jobs per completion statement (it folds what was claimed meanwhile)")
 		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
