@@ -113,9 +113,16 @@ func (riverNoopArgs) Kind() string { return "pulse_load_noop" }
 
 type riverNoopWorker struct {
 	river.WorkerDefaults[riverNoopArgs]
+	bench *riverBench
 }
 
-func (w *riverNoopWorker) Work(context.Context, *river.Job[riverNoopArgs]) error { return nil }
+// Work does nothing; under the soak it reports the job's queue lag.
+func (w *riverNoopWorker) Work(_ context.Context, j *river.Job[riverNoopArgs]) error {
+	if f := w.bench.started; f != nil {
+		f(time.Since(j.CreatedAt))
+	}
+	return nil
+}
 
 // riverBench is River under the CLI benchmark's workloads: one client on
 // one pool, as `river bench` runs.
@@ -125,11 +132,18 @@ type riverBench struct {
 	events <-chan *river.Event
 	cancel func()
 	params []river.InsertManyParams
+	// started, when set before start, is told each job's queue lag as
+	// its handler starts (the soak).
+	started func(lag time.Duration)
 }
 
 // bench opens the client as River's CLI does (see RiverMaxWorkers). Close
 // it after the run.
-func (r *RiverSide) bench(ctx context.Context) (*riverBench, error) {
+func (r *RiverSide) bench(ctx context.Context) (*riverBench, error) { return r.benchWith(ctx, 0) }
+
+// benchWith is bench with River's job cleaner deleting completed jobs
+// once retention old (0: River's default, 24 hours).
+func (r *RiverSide) benchWith(ctx context.Context, retention time.Duration) (*riverBench, error) {
 	cfg, err := pgxpool.ParseConfig(r.url)
 	if err != nil {
 		return nil, err
@@ -142,14 +156,16 @@ func (r *RiverSide) bench(ctx context.Context) (*riverBench, error) {
 	if err != nil {
 		return nil, err
 	}
+	b := &riverBench{pool: pool}
 	registry := river.NewWorkers()
-	river.AddWorker(registry, &riverNoopWorker{})
+	river.AddWorker(registry, &riverNoopWorker{bench: b})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown:     RiverFetchCooldown,
-		FetchPollInterval: RiverFetchPollInterval,
-		Logger:            r.logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: RiverMaxWorkers}},
-		Workers:           registry,
+		CompletedJobRetentionPeriod: retention,
+		FetchCooldown:               RiverFetchCooldown,
+		FetchPollInterval:           RiverFetchPollInterval,
+		Logger:                      r.logger,
+		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: RiverMaxWorkers}},
+		Workers:                     registry,
 	})
 	if err != nil {
 		pool.Close()
@@ -165,7 +181,8 @@ func (r *RiverSide) bench(ctx context.Context) (*riverBench, error) {
 	for i := range params {
 		params[i].Args = riverNoopArgs{}
 	}
-	return &riverBench{pool: pool, client: client, events: events, cancel: cancel, params: params}, nil
+	b.client, b.events, b.cancel, b.params = client, events, cancel, params
+	return b, nil
 }
 
 func (b *riverBench) close() {

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,6 +64,12 @@ func run() error {
 		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
 		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
 		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
+		soakFor     = flag.Duration("soak-duration", 30*time.Minute, "soak: how long each side runs")
+		soakRate    = flag.Float64("soak-rate", 0, "soak: jobs/s; 0: 70 % of the side's maximum, measured first (the river scenario's concurrent workload, 20 s)")
+		soakSnapAt  = flag.Duration("soak-snapshot-at", 10*time.Minute, "soak: when the analytics snapshot opens")
+		soakSnapFor = flag.Duration("soak-snapshot-for", 10*time.Minute, "soak: how long it stays open (0: none)")
+		soakKeep    = flag.Duration("soak-retention", time.Minute, "soak: how old a completed job gets before the cleaner deletes it (pulse: the reaper's PULSE_RETENTION_COMPLETED, its interval and batch left at their defaults; River: CompletedJobRetentionPeriod)")
+		soakEvery   = flag.Duration("soak-interval", time.Minute, "soak: one row of the table per interval")
 		riverCLI    = flag.String("river-cli", "", "rivercli: River's own CLI binary (built from River's source), run as `river bench` beside the harness's River side")
 		rawClaimers = flag.Int("rawsql-claimers", 2, "rawsql: claim loops, each one claim in flight resuming after its last job (a gateway's claim loop)")
 		rawClaimN   = flag.Int("rawsql-claim-batch", 500, "rawsql: jobs per claim")
@@ -124,6 +131,10 @@ func run() error {
 	}
 
 	env := map[string]string{"PULSE_LOG_LEVEL": "warn"}
+	if want["soak"] {
+		env["PULSE_RETENTION_COMPLETED"] = soakKeep.String()
+		*statements = true // the claim statement's time, per interval
+	}
 	if *cooldown >= 0 {
 		env["PULSE_CLAIM_COOLDOWN"] = cooldown.String()
 	}
@@ -262,6 +273,25 @@ func run() error {
 			}
 		}
 	}
+	if want["soak"] {
+		sp := scenario.SoakParams{Duration: *soakFor, Rate: *soakRate, SnapshotAt: *soakSnapAt, SnapshotFor: *soakSnapFor,
+			RetentionAge: *soakKeep, Interval: *soakEvery, Pulse: scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency},
+			Emit: emitRun, Out: os.Stderr}
+		if slices.Contains(strings.Split(*sides, ","), "pulse") {
+			if err := emit(scenario.PulseSoak(ctx, target, sp)); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(strings.Split(*sides, ","), "river") {
+			rs, err := scenario.NewRiverSide(ctx, target.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			if err := emit(rs.RiverSoak(ctx, target.DatabaseURL, sp)); err != nil {
+				return err
+			}
+		}
+	}
 	if want["rivercli"] {
 		r, err := scenario.CalibrateRiver(ctx, target.DatabaseURL, scenario.CalibrateParams{
 			CLI: *riverCLI, Duration: *duration, Total: *jobs, Reps: *reps, Emit: emitRun,
@@ -308,7 +338,7 @@ func riverOnly(want map[string]bool) bool {
 		return false
 	}
 	for s := range want {
-		if s != "river" && s != "rawsql" && s != "rivercli" && s != "" {
+		if s != "river" && s != "rawsql" && s != "rivercli" && s != "soak" && s != "" {
 			return false
 		}
 	}
