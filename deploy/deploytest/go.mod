@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/moby/patternmatcher v0.6.1
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
