@@ -19,6 +19,11 @@ test: ## run every test against real Postgres (installs the server binaries if m
 # FUZZTIME is how long make fuzz runs each fuzz target.
 FUZZTIME ?= 30s
 
+.PHONY: sdk-test
+sdk-test: ## hold every worker SDK (Go, TypeScript, Python) to the conformance suite on real fleets (docs/sdk-conformance.md; runs npm ci)
+	@scripts/ensure-postgres.sh
+	PULSE_SDK_TEST=all go test -count=1 -timeout 20m -v -run '^TestConformance$$' ./e2e/conformance
+
 .PHONY: fuzz
 fuzz: ## run every fuzz target of the repo for FUZZTIME each (default 30s), against real Postgres like make test
 	@pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' $(MODULES) | \
