@@ -1,0 +1,99 @@
+"""The job a handler runs (pkg/pulse/job.go), and checkpoints
+(checkpoint.go)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import threading
+from typing import Any
+
+from .errors import StopCause
+
+
+class Job:
+    """One attempt of one job, as its handler sees it.
+
+    id + attempt is the deduplication key for at-least-once delivery.
+    args is the JSON the producer enqueued, byte for byte (``json()``
+    decodes it). timeout is this attempt's bound in seconds (the job's own,
+    else its topic's, else None).
+
+    When the worker stops the attempt it cancels the handler's task, with
+    the cause's text as the cancellation message, and sets stop_cause:
+    LeaseLost, JobCanceled, WorkerShutdown or JobTimedOut. A handler that
+    runs in a thread (a plain function) cannot be interrupted: it should
+    watch ``stopping`` (a threading.Event) and return when it is set."""
+
+    __slots__ = (
+        "id",
+        "attempt",
+        "topic",
+        "args",
+        "priority",
+        "max_attempts",
+        "submitted_at",
+        "timeout",
+        "traceparent",
+        "tracestate",
+        "stop_cause",
+        "stopping",
+        "_checkpoint",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        attempt: int,
+        topic: str,
+        args: bytes,
+        priority: int = 0,
+        max_attempts: int = 0,
+        submitted_at: datetime.datetime | None = None,
+        timeout: float | None = None,
+        traceparent: str = "",
+        tracestate: str = "",
+    ) -> None:
+        self.id = id
+        self.attempt = attempt
+        self.topic = topic
+        self.args = args
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.submitted_at = submitted_at
+        self.timeout = timeout
+        self.traceparent = traceparent
+        self.tracestate = tracestate
+        self.stop_cause: StopCause | None = None
+        self.stopping = threading.Event()
+        self._checkpoint = None
+
+    def json(self) -> Any:
+        """The args decoded from JSON. Raise Permanent(err) around a failure
+        when retrying the same bytes cannot help."""
+        try:
+            return json.loads(self.args)
+        except ValueError as e:
+            raise ValueError(f"pulse: unmarshal args of job {self.id}: {e}") from e
+
+    async def checkpoint(self) -> None:
+        """A safe point in the handler. While an operator has paused the
+        job's scope (its topic, or all dispatch) in quiesce mode it waits,
+        the worker keeping the lease alive; it returns as soon as the scope
+        is resumed (or switched to drain). It returns at once when nothing
+        is quiesced; if the attempt was stopped it raises the stop cause."""
+        while True:
+            if self.stop_cause is not None:
+                raise self.stop_cause
+            cp = self._checkpoint
+            if cp is None:
+                return
+            quiesced, changed = cp()
+            if not quiesced:
+                return
+            await asyncio.shield(changed)
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, attempt={self.attempt}, topic={self.topic!r})"

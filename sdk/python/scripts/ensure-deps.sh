@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Makes sure Debian's python3 has what the SDK runs on (python3-grpcio,
+# python3-protobuf) and, with --protoc, what regenerating its protobuf code
+# needs (protobuf-compiler, libprotobuf-dev for the well-known types).
+# Installs the Debian packages when they are missing and we may (root with
+# apt-get), like scripts/ensure-postgres.sh does for Postgres. Prints the
+# interpreter to use on stdout.
+set -euo pipefail
+py="${PULSE_PYTHON:-/usr/bin/python3}"
+need=()
+if ! "$py" -c 'import grpc, google.protobuf' >/dev/null 2>&1; then
+  need+=(python3-grpcio python3-protobuf)
+fi
+if [ "${1:-}" = --protoc ]; then
+  command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  [ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing Debian's ${need[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "ensure-deps: missing ${need[*]} for $py; install those Debian packages (or set PULSE_PYTHON to an interpreter that has grpcio and protobuf)" >&2
+    exit 1
+  fi
+fi
+"$py" -c 'import grpc, google.protobuf' || { echo "ensure-deps: $py still cannot import grpc and google.protobuf" >&2; exit 1; }
+echo "$py"
