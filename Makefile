@@ -24,6 +24,11 @@ sdk-test: ## hold every worker SDK (Go, TypeScript, Python) to the conformance s
 	@scripts/ensure-postgres.sh
 	PULSE_SDK_TEST=all go test -count=1 -timeout 20m -v -run '^TestConformance$$' ./e2e/conformance
 
+.PHONY: sdk-python-test
+sdk-python-test: ## the Python SDK's own tests, the protocol against a real fleet (sdk/python; installs Debian's python3-grpcio/-protobuf if missing)
+	@scripts/ensure-postgres.sh
+	sdk/python/scripts/test.sh
+
 .PHONY: fuzz
 fuzz: ## run every fuzz target of the repo for FUZZTIME each (default 30s), against real Postgres like make test
 	@pkgs=$$(go list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' $(MODULES) | \
