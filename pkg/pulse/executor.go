@@ -81,7 +81,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	ctx, cancel := context.WithCancelCause(extractTraceContext(e.baseCtx, a))
 	if !e.running.add(k, a.GetTopic(), cancel, timeOf(a.GetLeaseUntil()), time.Now()) {
 		cancel(nil)
-		e.log.Error("gateway sent an attempt that is already running; ignoring the copy",
+		e.log.ErrorContext(ctx, "gateway sent an attempt that is already running; ignoring the copy",
 			logKeyJobID, k.id, logKeyAttempt, k.attempt)
 		// The gateway counted a slot for the copy; give it back.
 		e.ledger.assigned()
@@ -89,7 +89,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 		return
 	}
 	if held := e.ledger.assigned(); held > e.concurrency {
-		e.log.Error("gateway sent more jobs than free slots; the extra job waits for a slot",
+		e.log.ErrorContext(ctx, "gateway sent more jobs than free slots; the extra job waits for a slot",
 			logKeyJobID, k.id, logKeyCount, held)
 	}
 	job := jobFromAssignment(a)
@@ -109,7 +109,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 		if errors.Is(err, errAbandoned) {
 			// Nothing ran and the lease is gone: there is nothing to
 			// report; the reaper retries the job (or already has).
-			e.log.Warn("abandoned an attempt whose lease expired before its handler started; this worker was stalled (stopped, frozen, or starved) for longer than the lease",
+			e.log.WarnContext(ctx, "abandoned an attempt whose lease expired before its handler started; this worker was stalled (stopped, frozen, or starved) for longer than the lease",
 				logKeyJobID, k.id, logKeyAttempt, k.attempt)
 			e.ledger.finished()
 			return
@@ -230,7 +230,7 @@ func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, rel
 		return nil, &TimeoutError{Timeout: job.Timeout, Err: herr}
 	case <-grace.C:
 	}
-	e.log.Warn("handler still running after its timeout; the attempt failed, and its slot stays taken until the handler returns (handlers should return when their context is done)",
+	e.log.WarnContext(ctx, "handler still running after its timeout; the attempt failed, and its slot stays taken until the handler returns (handlers should return when their context is done)",
 		logKeyJobID, job.ID, logKeyAttempt, job.Attempt, logKeyTopic, job.Topic, "timeout", job.Timeout)
 	return done, timeout
 }
@@ -240,7 +240,7 @@ func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, rel
 func (e *executor) call(ctx context.Context, h Handler, job *Job) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			e.log.Error("handler panicked",
+			e.log.ErrorContext(ctx, "handler panicked",
 				logKeyJobID, job.ID, logKeyAttempt, job.Attempt, logKeyTopic, job.Topic,
 				logKeyError, fmt.Sprint(v), logKeyStack, string(debug.Stack()))
 			err = fmt.Errorf("panic: %v", v)

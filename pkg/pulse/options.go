@@ -217,7 +217,9 @@ func WithWorkerID(id string) WorkerOption {
 
 // WithLogger sets where the worker logs connection changes, rejected results
 // and handler panics; the default is slog.Default(). Job arguments are never
-// logged.
+// logged. Its lines about a job carry the job's trace_id and span_id
+// (pkg/tracelog wraps the logger's handler); wrap the logger handlers log
+// with the same way and log with their ctx for theirs to carry them too.
 func WithLogger(l *slog.Logger) WorkerOption {
 	return workerOption(func(c *workerConfig) {
 		if l == nil {

@@ -76,7 +76,7 @@ func (r *reporter) submit(res *pulsev1.JobResult, span trace.SpanContext, settle
 	if r.closed {
 		r.mu.Unlock()
 		settled()
-		r.log.Error("result produced after shutdown, dropped; the job will be retried after its lease expires",
+		r.log.ErrorContext(trace.ContextWithSpanContext(context.Background(), span), "result produced after shutdown, dropped; the job will be retried after its lease expires",
 			logKeyJobID, res.GetJobId(), logKeyAttempt, res.GetAttempt())
 		return
 	}
@@ -233,7 +233,7 @@ func (r *reporter) logDropped(batch []pendingResult, reason string, err error) {
 		if err != nil {
 			attrs = append(attrs, logKeyError, err)
 		}
-		r.log.Error("result dropped: "+reason, attrs...)
+		r.log.ErrorContext(trace.ContextWithSpanContext(context.Background(), p.span), "result dropped: "+reason, attrs...)
 	}
 }
 

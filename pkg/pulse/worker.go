@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/pulsequeue/pulse/pkg/tracelog"
 )
 
 // Shutdown bounds after the handler wait, named so Run's shutdown sequence
@@ -154,7 +156,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log := w.cfg.logger.With(logKeyWorkerID, w.cfg.workerID)
+	// Lines logged with a job's context carry its trace_id and span_id.
+	log := slog.New(tracelog.NewHandler(w.cfg.logger.Handler())).With(logKeyWorkerID, w.cfg.workerID)
 	pool, err := dialGateways(w.targets, w.cfg.conn.grpcDialOptions(grpc.WithChainUnaryInterceptor(injectTraceContext)))
 	if err != nil {
 		return err

@@ -5,17 +5,21 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/pulsequeue/pulse/pkg/tracelog"
 )
 
 // New returns a JSON logger writing to w at the given level, with
 // service=<service> on every record so logs from the whole fleet can share
-// one stream. level is one of debug, info, warn or error.
+// one stream, and trace_id/span_id on every record logged with a context
+// holding a span (pkg/tracelog): a request's, or a job's. level is one of
+// debug, info, warn or error.
 func New(service, level string, w io.Writer) (*slog.Logger, error) {
 	lvl, err := ParseLevel(level)
 	if err != nil {
 		return nil, err
 	}
-	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})
+	h := tracelog.NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
 	return slog.New(h).With(Service, service), nil
 }
 

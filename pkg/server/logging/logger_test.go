@@ -2,12 +2,14 @@ package logging_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/goleak"
 
 	"github.com/pulsequeue/pulse/pkg/server/logging"
@@ -33,6 +35,23 @@ func TestNew(t *testing.T) {
 		require.Equal(t, "INFO", rec["level"])
 		require.Equal(t, "j1", rec["job_id"])
 		require.EqualValues(t, 2, rec["attempt"])
+	})
+
+	t.Run("ARecordLoggedInsideASpanCarriesItsTraceID", func(t *testing.T) {
+		t.Parallel()
+		var buf bytes.Buffer
+		logger, err := logging.New("dispatch-gateway", "info", &buf)
+		require.NoError(t, err)
+		ctx := propagation.TraceContext{}.Extract(context.Background(),
+			propagation.MapCarrier{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+
+		logger.InfoContext(ctx, "settled", logging.JobID, "j1")
+
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(buf.Bytes(), &rec))
+		require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", rec["trace_id"])
+		require.Equal(t, "00f067aa0ba902b7", rec["span_id"])
+		require.Equal(t, "dispatch-gateway", rec["service"])
 	})
 
 	t.Run("DropsRecordsBelowTheLevel", func(t *testing.T) {

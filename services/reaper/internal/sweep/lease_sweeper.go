@@ -8,9 +8,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 )
 
@@ -79,8 +81,10 @@ func (s *LeaseSweeper) sweep(ctx context.Context) (int, error) {
 		s.observer.Reaped(reaped)
 		traceReaped(ctx, started, reaped)
 		for _, r := range reaped {
-			// Never the args: they belong to the application.
-			s.logger.Info("worker lease expired; job reaped",
+			// Never the args: they belong to the application. The line
+			// carries the job's trace id (its stored submit context).
+			jobCtx := trace.ContextWithSpanContext(ctx, telemetry.StoredSpanContext(r.TraceParent, r.TraceState))
+			s.logger.InfoContext(jobCtx, "worker lease expired; job reaped",
 				logging.JobID, r.ID, logging.Topic, r.Topic, logging.Attempt, r.Attempt,
 				logging.WorkerID, r.LockedBy, "outcome", reapmetrics.Outcome(r.Status))
 		}
