@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
@@ -71,4 +74,68 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 		Metrics: map[string]float64{"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": pmax,
 			"enqueue_p50_ms": s50, "enqueue_p99_ms": s99},
 	}, nil
+}
+
+// LoadedLatency is IdleLatency while the fleet also runs a steady load at
+// share of its maximum: it measures the maximum first (the river
+// scenario's concurrent workload, 20 s, load's workers), works that run's
+// queue off and empties the table, then runs the load (load's workers,
+// inserts paced as the soak's) on a topic of its own while the samples
+// go through as in IdleLatency.
+func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBenchParams, share float64) (Result, error) {
+	pool, err := pgxpool.New(ctx, t.DatabaseURL)
+	if err != nil {
+		return Result{}, err
+	}
+	defer pool.Close()
+	client, err := pulse.NewClient(t.ControlGRPC)
+	if err != nil {
+		return Result{}, err
+	}
+	defer client.Close()
+	side := func(name string) *pulseBench {
+		topic := fmt.Sprintf("load.%s.%d", name, time.Now().UnixNano())
+		reqs := make([]pulse.JobRequest, BenchInsertBatch)
+		for i := range reqs {
+			reqs[i] = pulse.JobRequest{Topic: topic, Args: []byte(`{}`)}
+		}
+		return &pulseBench{t: t, p: load, client: client, pool: pool, reqs: reqs}
+	}
+	probe := side("probe")
+	run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: soakProbe}, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("probe the maximum: %w", err)
+	}
+	if err := workOff(ctx, probe, run.inserted); err != nil {
+		return Result{}, fmt.Errorf("after the probe: %w", err)
+	}
+	if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
+		return Result{}, err
+	}
+	rate := share * run.rate()
+
+	bg := side("background")
+	stopWorkers, err := bg.start(ctx, func() {})
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopWorkers()
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var loadErr error
+	var lwg sync.WaitGroup
+	lwg.Go(func() { loadErr = producePaced(loadCtx, bg, rate) })
+	r, err := IdleLatency(ctx, t, p)
+	stopLoad()
+	lwg.Wait()
+	if err != nil {
+		return Result{}, err
+	}
+	if loadErr != nil {
+		return Result{}, fmt.Errorf("background load: %w", loadErr)
+	}
+	r.Scenario = "loaded-latency"
+	r.Params["background_rate"] = int(rate)
+	r.Params["maximum"] = int(run.rate())
+	r.Params["share"] = share
+	return r, nil
 }

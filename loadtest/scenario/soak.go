@@ -377,7 +377,7 @@ func holdAnalyticsSnapshot(ctx context.Context, side soakSide) (func(), error) {
 
 // workOff runs the side's workers until its table shows inserted jobs
 // completed: what the probe left queued, so that the table can be emptied.
-func workOff(ctx context.Context, side soakSide, inserted int64) error {
+func workOff(ctx context.Context, side benchSide, inserted int64) error {
 	stop, err := side.start(ctx, func() {})
 	if err != nil {
 		return err

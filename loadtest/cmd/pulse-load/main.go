@@ -208,6 +208,13 @@ func run() error {
 			return err
 		}
 	}
+	if want["loaded-latency"] {
+		r, err := scenario.LoadedLatency(ctx, target, scenario.LatencyParams{Samples: *samples, Gap: 20 * time.Millisecond, Workers: 2},
+			scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency}, 0.5)
+		if err := emit(r, err); err != nil {
+			return err
+		}
+	}
 	if all || want["throughput"] {
 		// CPU per process and WAL bytes per job; the counters that need a
 		// settle wait are left to the river and scaling scenarios.
