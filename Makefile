@@ -8,7 +8,7 @@ help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-10s %s\n", $$1, $$2}'
 
 .PHONY: dev
-dev: ## run the whole fleet locally without Docker (throwaway Postgres, 2 gateways, demo producer + worker)
+dev: ## run the whole fleet locally without Docker (throwaway Postgres, 1 gateway as compose runs it, demo producer + worker)
 	@scripts/ensure-postgres.sh
 	go run ./deploy/localfleet/cmd/pulse-dev
 

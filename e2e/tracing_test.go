@@ -152,6 +152,7 @@ func TestOneTracePerJob(t *testing.T) {
 	recv := startOTLPReceiver(t)
 	f := upFleet(t, localfleet.Options{
 		Binaries: binaries(t),
+		Gateways: 2, // the retry runs on the second gateway
 		Env: map[string]string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT": recv.url,
 			"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",

@@ -21,8 +21,12 @@ import (
 )
 
 // Defaults for Options, named so pulse-dev's flags and the docs agree.
+// GatewaysDefault is the shipped shape on one machine, as docker compose
+// runs it: one gateway, which is cheaper per job than two on the same
+// cores (docs/scaling.md); more replicas are for availability, on
+// machines of their own.
 const (
-	GatewaysDefault     = 2
+	GatewaysDefault     = 1
 	ReadyTimeoutDefault = 90 * time.Second
 	// StopTimeout is how long Down waits after SIGTERM before SIGKILL; it is
 	// the services' own default shutdown budget.
@@ -42,7 +46,7 @@ const (
 )
 
 // Options choose what Up starts. The zero value (plus RepoRoot or a working
-// directory inside the repo) is control-api and two gateways on a fresh
+// directory inside the repo) is control-api and one gateway on a fresh
 // Postgres.
 type Options struct {
 	// RepoRoot is the directory holding go.work; empty means found by walking

@@ -45,7 +45,7 @@ func main() {
 func run() error {
 	var (
 		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
-		gateways    = flag.Int("gateways", localfleet.GatewaysDefault, "dispatch-gateway replicas in the local fleet")
+		gateways    = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: the shipped default (localfleet.GatewaysDefault, one) when only river, rawsql, rivercli or soak run, else 2, so that latency, pause and idle cost are measured across replicas")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit; river, rawsql, rivercli: the backlog workload's size (river bench --num-total-jobs)")
 		duration    = flag.Duration("duration", 30*time.Second, "river, rawsql, rivercli: the concurrent workload's span (river bench --duration)")
 		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
@@ -105,8 +105,11 @@ func run() error {
 	all := want["all"]
 	given := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if *gateways < 1 {
-		return fmt.Errorf("-gateways: %d; a fleet needs at least one gateway", *gateways)
+	if *gateways < 0 {
+		return fmt.Errorf("-gateways: %d; a fleet needs at least one gateway (0 picks the default)", *gateways)
+	}
+	if *gateways == 0 {
+		*gateways = defaultGateways(want)
 	}
 	if riverOnly(want) {
 		*workers, *concurrency = riverWorkers(*gateways, given["workers"], *workers, given["concurrency"], *concurrency)
@@ -319,6 +322,18 @@ func run() error {
 	return nil
 }
 
+// defaultGateways is the fleet's size when -gateways is not given: for a
+// comparison with River alone (and the soak), the shipped default, so
+// that what is measured is what users run (ADR-0039); for every other
+// scenario two, so that pause, latency and idle cost are measured across
+// replicas.
+func defaultGateways(want map[string]bool) int {
+	if riverOnly(want) {
+		return localfleet.GatewaysDefault
+	}
+	return 2
+}
+
 // riverSlots is the comparison's slot count when neither -workers nor
 // -concurrency is given: the other scenarios' default, 4 × 256.
 const riverSlots = 1024
@@ -337,11 +352,11 @@ func riverWorkers(gateways int, workersGiven bool, workers int, concGiven bool, 
 	return workers, conc
 }
 
-// riverOnly reports whether the run compares pulse with River alone: river,
-// with or without rawsql and rivercli (which need no gateway and no SDK
-// worker).
+// riverOnly reports whether the run compares pulse with River alone: river
+// or soak, with or without each other, rawsql and rivercli (which need no
+// gateway and no SDK worker).
 func riverOnly(want map[string]bool) bool {
-	if !want["river"] {
+	if !want["river"] && !want["soak"] {
 		return false
 	}
 	for s := range want {

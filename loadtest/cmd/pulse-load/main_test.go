@@ -1,6 +1,32 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/pulsequeue/pulse/deploy/localfleet"
+)
+
+func TestDefaultGateways(t *testing.T) {
+	for _, c := range []struct {
+		scenarios []string
+		want      int
+	}{
+		{[]string{"river"}, localfleet.GatewaysDefault},
+		{[]string{"river", "rawsql", "rivercli"}, localfleet.GatewaysDefault},
+		{[]string{"soak"}, localfleet.GatewaysDefault},
+		{[]string{"river", "pause"}, 2},
+		{[]string{"all"}, 2},
+		{[]string{"latency"}, 2},
+	} {
+		want := map[string]bool{}
+		for _, s := range c.scenarios {
+			want[s] = true
+		}
+		if got := defaultGateways(want); got != c.want {
+			t.Errorf("defaultGateways(%v) = %d, want %d", c.scenarios, got, c.want)
+		}
+	}
+}
 
 func TestRiverWorkers(t *testing.T) {
 	for _, c := range []struct {
@@ -40,6 +66,8 @@ func TestRiverOnly(t *testing.T) {
 		{[]string{"river", "rawsql"}, true},
 		{[]string{"river", ""}, true},
 		{[]string{"river", "rivercli"}, true},
+		{[]string{"soak"}, true},
+		{[]string{"soak", "latency"}, false},
 		{[]string{"rawsql"}, false},
 		{[]string{"river", "throughput"}, false},
 		{[]string{"all", "river"}, false},

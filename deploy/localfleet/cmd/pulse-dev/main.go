@@ -3,7 +3,7 @@
 // scheduler (once they exist) and, by default, a demo producer and worker.
 // Run it from anywhere inside the repository:
 //
-//	go run ./deploy/localfleet/cmd/pulse-dev [-gateways 2] [-demo=true] [-keep-data=false] [-status 5s]
+//	go run ./deploy/localfleet/cmd/pulse-dev [-gateways 1] [-demo=true] [-keep-data=false] [-status 5s]
 //
 // It prints where everything listens and commands to try, then a one-line
 // status (jobs done, failed, queued, running) every -status interval.
