@@ -10,6 +10,7 @@ help: ## list targets
 .PHONY: dev
 dev: ## run the whole fleet locally without Docker (throwaway Postgres, 1 gateway as compose runs it, demo producer + worker)
 	@scripts/ensure-postgres.sh
+	@sdk/python/scripts/ensure-deps.sh >/dev/null || echo "make dev: the Python demo worker will not run (see above)"
 	go run ./deploy/localfleet/cmd/pulse-dev
 
 .PHONY: test

@@ -318,7 +318,10 @@ func (f *Fleet) startDemo(ctx context.Context, bins map[string]string) error {
 	if err := f.start(ctx, DemoProducer, bins[DemoProducer], "", producer); err != nil {
 		return err
 	}
-	return f.start(ctx, DemoWorker, bins[DemoWorker], "", worker)
+	if err := f.start(ctx, DemoWorker, bins[DemoWorker], "", worker); err != nil {
+		return err
+	}
+	return f.startPythonDemo(ctx)
 }
 
 // start runs one long-lived process and records it; adminURL is empty for

@@ -72,6 +72,7 @@ func TestPulseDev(t *testing.T) {
 	require.Contains(t, pids, "control-api")
 	require.Contains(t, pids, "postgres")
 	require.Contains(t, pids, "demo-worker")
+	require.Contains(t, pids, DemoWorkerPython, "the Python SDK's demo runs beside the Go one")
 	require.NotEmpty(t, dataDirs)
 	for _, d := range dataDirs {
 		require.DirExists(t, d)
@@ -123,6 +124,10 @@ func TestPulseDev(t *testing.T) {
 	doneCount := regexp.MustCompile(`(?m)^status: \S+  done ([2-9]|[1-9][0-9]+) · failed attempts [0-9]+ · dead [0-9]+ · queued [0-9]+ · running [0-9]+$`)
 	require.Eventually(t, func() bool { return doneCount.MatchString(stdout.String()) }, time.Minute, 100*time.Millisecond,
 		"no status line counting a completed job\n%s", output())
+
+	// The Python demo produced and completed jobs on its own topic.
+	require.Eventually(t, func() bool { return completedOn(t, controlHTTP, PythonDemoTopic) }, time.Minute, 100*time.Millisecond,
+		"no completed %s job: the Python demo did not produce and work\n%s", PythonDemoTopic, output())
 
 	stopWorker()
 	require.NoError(t, <-workerDone)
@@ -194,6 +199,26 @@ func jobStatus(t *testing.T, base, id string) string {
 	status := findString(decode(t, b), "status")
 	require.NotContains(t, []string{"DEAD_LETTERED", "CANCELED"}, strings.TrimPrefix(status, "JOB_STATUS_"), "job %s: %s", id, b)
 	return status
+}
+
+// completedOn reports whether topic has a COMPLETED job.
+func completedOn(t *testing.T, base, topic string) bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/jobs?status=COMPLETED&limit=1&topic="+topic, nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(DevProducerUser, DevProducerPassword)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET /v1/jobs: %s", b)
+	var page struct {
+		Jobs []struct {
+			ID string `json:"id"`
+		} `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal(b, &page), "not a job page: %s", b)
+	return len(page.Jobs) > 0 && page.Jobs[0].ID != ""
 }
 
 func decode(t *testing.T, b []byte) any {
