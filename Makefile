@@ -64,8 +64,11 @@ schema: ## regenerate migrations/schema.sql: apply the migrations to a throwaway
 	go test -count=1 -run '^TestSchemaSQLMatchesMigrations$$' ./pkg/server/schemadump -update
 
 .PHONY: generate
-generate: ## regenerate protobuf Go code with buf (offline, local plugins)
+generate: ## regenerate protobuf code with buf (offline, local plugins): Go into pkg/pulsepb, TypeScript into sdk/typescript/src/gen
 	cd proto/tools && GOWORK=off go tool buf lint .. && GOWORK=off go tool buf generate .. --template ../buf.gen.yaml
+	@command -v npm >/dev/null 2>&1 || { echo "generate: npm is not on PATH; the TypeScript SDK's generator (protoc-gen-es) needs Node 20+ and npm" >&2; exit 1; }
+	@[ -x sdk/typescript/node_modules/.bin/protoc-gen-es ] || (cd sdk/typescript && npm ci --no-audit --no-fund)
+	cd proto/tools && GOWORK=off go tool buf generate .. --template ../buf.gen.typescript.yaml
 
 .PHONY: lint
 lint: ## go vet + gofmt check + golangci-lint (.golangci.yaml) + buf lint

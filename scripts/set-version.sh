@@ -60,4 +60,17 @@ awk -v m="$marker" 'index($0, m) == 1 {skip=1} !skip {print} skip && /^\)$/ {ski
 } > go.work
 rm go.work.new
 go work edit -json > /dev/null
-echo "set-version: pulse modules now require each other at $version"
+
+# The TypeScript SDK's package carries the same version (without the v):
+# package.json and its lock file's root entries.
+command -v node >/dev/null 2>&1 || { echo "set-version: node is not on PATH; it rewrites sdk/typescript/package.json's version" >&2; exit 1; }
+node -e '
+const fs = require("fs");
+const v = process.argv[1];
+for (const f of ["sdk/typescript/package.json", "sdk/typescript/package-lock.json"]) {
+  const j = JSON.parse(fs.readFileSync(f, "utf8"));
+  j.version = v;
+  if (j.packages && j.packages[""]) j.packages[""].version = v;
+  fs.writeFileSync(f, JSON.stringify(j, null, 2) + "\n");
+}' "${version#v}"
+echo "set-version: pulse modules now require each other at $version (the TypeScript SDK is ${version#v})"
