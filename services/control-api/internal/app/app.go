@@ -8,6 +8,7 @@ import (
 	"maps"
 
 	"github.com/pulsequeue/pulse/migrations"
+	"github.com/pulsequeue/pulse/pkg/buildinfo"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
@@ -22,6 +23,7 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/httpapi"
+	"github.com/pulsequeue/pulse/services/control-api/internal/mcpserver"
 	"github.com/pulsequeue/pulse/services/control-api/internal/pauseexpiry"
 	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
@@ -68,7 +70,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 
 // Spec is control-api as the runtime runs it: the ControlService,
 // DispatchControlService, ScheduleService and TopicService on gRPC and on
-// HTTP/JSON, the dashboard, the submit coalescer, and the pause-expiry and
+// HTTP/JSON, the MCP server at /mcp, the dashboard, the submit coalescer, and the pause-expiry and
 // queue-depth loops. Shutdown: probes flip; the loops stop; both transports stop
 // taking requests and finish the ones in flight; then the coalescer
 // inserts (or answers with an error) every submit it accepted.
@@ -169,6 +171,12 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	jsonAPI.RegisterBulk(admin, bulkSvc)
 	jsonAPI.RegisterTopics(admin, topicSvc)
 	dashboard.Register(admin)
+	// MCP: the same services as the JSON API, and for agent workers the
+	// gateway's claim, heartbeat and report statements (on the main pool:
+	// the claim sets its own statement timeout).
+	agents := mcpserver.New(mcpserver.Deps{Jobs: svc, Dispatch: dispatchSvc, Topics: topicSvc, Queue: store},
+		mcpserver.Options{Open: authn == nil, Version: buildinfo.Version(), Logger: logger})
+	admin.Handle(mcpserver.Path, agents.Handler())
 
 	grpcSrv := s.GRPC(grpcserver.Options{
 		// A batch may be as large over gRPC as over HTTP.

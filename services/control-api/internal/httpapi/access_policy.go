@@ -44,6 +44,12 @@ func AccessPolicy() auth.Policy {
 		"GET /v1/topics/{topic}": producer,
 		"PUT /v1/topics/{topic}": operator,
 
+		// MCP (package mcpserver): every role reaches the endpoint, so an
+		// unauthenticated request is refused before its body is read; each
+		// tool then admits the roles of the route doing the same thing
+		// (mcpserver.ToolRoles).
+		"/mcp": auth.Require(auth.RoleProducer, auth.RoleWorker),
+
 		// The fallback (FallbackPattern): a path under /v1/ no route has,
 		// or a method its route does not take, answers 404 or 405 in the
 		// JSON error format to any caller with a role. It runs nothing.

@@ -5,11 +5,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -66,14 +61,7 @@ func (d *dispatchRoutes) state(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := dispatchStateJSON{Version: resp.GetVersion(), Scopes: make([]scopeStatusJSON, len(resp.GetScopes()))}
-	for i, s := range resp.GetScopes() {
-		out.Scopes[i] = scopeStatusJSON{ScopeState: scopeToJSON(s.GetState()), Queued: s.GetQueued(), Running: s.GetRunning(), Drained: s.GetDrained()}
-		if s.GetState().GetScope() == "*" {
-			out.Paused = s.GetState().GetPaused()
-		}
-	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, DispatchStateToJSON(resp))
 }
 
 func (d *dispatchRoutes) pause(w http.ResponseWriter, r *http.Request) error {
@@ -81,27 +69,9 @@ func (d *dispatchRoutes) pause(w http.ResponseWriter, r *http.Request) error {
 	if err := readControlBody(w, r, &in); err != nil {
 		return err
 	}
-	req := &pulsev1.PauseDispatchRequest{Reason: in.Reason, Topic: in.Topic}
-	if in.Mode != "" {
-		mode, ok := pausewire.ModeNamed(in.Mode)
-		if !ok {
-			return apierr.Invalid("mode", "%q is not a pause mode; use drain (the default) or quiesce", in.Mode)
-		}
-		req.Mode = mode
-	}
-	if in.For != "" {
-		dur, err := time.ParseDuration(in.For)
-		if err != nil {
-			return apierr.Invalid("for", "%q is not a duration such as 30m or 2h", in.For)
-		}
-		req.PauseFor = durationpb.New(dur)
-	}
-	if in.Until != "" {
-		t, err := time.Parse(time.RFC3339Nano, in.Until)
-		if err != nil {
-			return apierr.Invalid("until", "%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", in.Until)
-		}
-		req.Until = timestamppb.New(t)
+	req, err := PauseToWire(in)
+	if err != nil {
+		return err
 	}
 	resp, err := d.svc.Pause(r.Context(), req, "for")
 	if err != nil {
@@ -145,15 +115,7 @@ func (d *dispatchRoutes) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := eventsJSON{Events: make([]eventJSON, len(resp.GetEvents())), NextPageToken: resp.GetNextPageToken()}
-	for i, e := range resp.GetEvents() {
-		out.Events[i] = eventJSON{
-			ID: e.GetId(), Scope: e.GetScope(), Action: strings.ToLower(strings.TrimPrefix(e.GetAction().String(), "DISPATCH_ACTION_")),
-			Mode: pausewire.ModeName(e.GetMode()), Reason: e.GetReason(), Actor: e.GetActor(),
-			At: api.TimeFromWire(e.GetAt()), Until: api.TimeFromWire(e.GetUntil()), Version: e.GetVersion(),
-		}
-	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, EventsToJSON(resp))
 }
 
 // readControlBody decodes a small JSON object strictly; an empty body is
