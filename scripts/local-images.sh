@@ -9,16 +9,22 @@
 #   pulse-local/postgres:15                Debian's PostgreSQL 15, honouring POSTGRES_USER/PASSWORD/DB
 #   pulse-local/prometheus:2.42            Debian's Prometheus
 #   pulse-local/haproxy:2.6                Debian's HAProxy (gateway-proxy)
+#   pulse-local/jaeger:1.76.0              Jaeger (v1.76.0 = v2.13.0) all-in-one, in memory, built
+#                                          from its Go module (cmd/jaeger) on the static runtime
 #
 # and prints the variables that point docker-compose.yml at them:
 #
 #   eval "$(scripts/local-images.sh)"
 #   docker compose up --build
 #
-# Grafana and Jaeger have no Debian package and no stand-in: the printed
-# COMPOSE_FILE adds deploy/docker/compose.local-images.yml, which leaves
-# them out (tracing off), so `docker compose up` runs everything else.
+# Grafana has no Debian package and no stand-in: the printed COMPOSE_FILE
+# adds deploy/docker/compose.local-images.yml, which leaves it out, so
+# `docker compose up` runs everything else, tracing to Jaeger included.
 # Progress goes to stderr, the export lines to stdout.
+#
+# Jaeger's binary takes 10-20 minutes to compile on two cores the first
+# time; it is kept as $PULSE_CACHE/bin/jaeger-<version> and the image is
+# built from that.
 #
 # Each image carries a label with a hash of its recipe and is rebuilt only
 # when the recipe changes (or with --rebuild); the Debian root file system
@@ -40,6 +46,8 @@ RUNTIME_IMAGE=pulse-local/static:nonroot
 POSTGRES_IMAGE=pulse-local/postgres:15
 PROMETHEUS_IMAGE=pulse-local/prometheus:2.42
 PROXY_IMAGE=pulse-local/haproxy:2.6
+JAEGER_VERSION=v1.76.0
+JAEGER_IMAGE=pulse-local/jaeger:${JAEGER_VERSION#v}
 
 command -v docker >/dev/null 2>&1 || die "docker is not on PATH (scripts/ensure-docker.sh installs it)"
 WORK=$(mktemp -d)
@@ -249,14 +257,55 @@ CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
 EOF
 build "$PROXY_IMAGE" "$d"
 
-# Grafana and Jaeger have no stand-in: COMPOSE_FILE adds the file that
-# leaves them out, and tracing is off (no collector to export to).
+# --- Jaeger ----------------------------------------------------------------
+# The all-in-one backend (cmd/jaeger of the Go module; with no config it
+# keeps traces in memory, takes OTLP on 4317/4318 and serves the query API
+# on 16686, each on $JAEGER_LISTEN_HOST), laid out like the upstream image:
+# a static binary on a distroless-like runtime. The web UI's assets are
+# not in the module, so the UI is a placeholder page; the query API
+# (/api/services, /api/traces/<id>) is whole.
+CACHE_BIN=$CACHE/bin
+JAEGER_BIN=$CACHE_BIN/jaeger-$JAEGER_VERSION
+build_jaeger() {
+  [ -x "$JAEGER_BIN" ] && return
+  local started=$SECONDS dir src
+  log "building jaeger $JAEGER_VERSION from its Go module (10-20 minutes on two cores, once; cached in $JAEGER_BIN)"
+  dir=$(go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] && [ -d "$dir" ] || die "go mod download github.com/jaegertracing/jaeger@$JAEGER_VERSION failed"
+  src="$WORK/jaeger-src"
+  cp -r "$dir" "$src"
+  chmod -R u+w "$src"
+  mkdir -p "$CACHE_BIN"
+  (cd "$src" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$JAEGER_BIN.tmp" ./cmd/jaeger) \
+    >"$WORK/jaeger-build.log" 2>&1 || { tail -n 30 "$WORK/jaeger-build.log" >&2; die "building jaeger failed"; }
+  rm -rf "$src"
+  mv "$JAEGER_BIN.tmp" "$JAEGER_BIN"
+  log "built jaeger in $((SECONDS - started))s"
+}
+build_jaeger
+d=$WORK/jaeger
+mkdir -p "$d"
+copy_jaeger() { cp "$JAEGER_BIN" "$1/jaeger"; }
+cat >"$d/Dockerfile" <<EOF
+FROM $RUNTIME_IMAGE
+COPY --chmod=755 jaeger /usr/local/bin/jaeger
+# Every endpoint of the built-in all-in-one config listens on this host.
+ENV JAEGER_LISTEN_HOST=0.0.0.0
+# OTLP gRPC and HTTP, query API and UI, health check.
+EXPOSE 4317 4318 16686 13133
+ENTRYPOINT ["/usr/local/bin/jaeger"]
+EOF
+# The recipe names the version, so a new version rebuilds the image.
+echo "$JAEGER_VERSION" >"$d/version"
+build "$JAEGER_IMAGE" "$d" copy_jaeger
+
+# Grafana has no stand-in: COMPOSE_FILE adds the file that leaves it out.
 cat <<EOF
 export COMPOSE_FILE=$PWD/docker-compose.yml:$PWD/deploy/docker/compose.local-images.yml
-export PULSE_OTLP_ENDPOINT=
 export PULSE_GO_IMAGE=$GO_IMAGE
 export PULSE_RUNTIME_IMAGE=$RUNTIME_IMAGE
 export PULSE_POSTGRES_IMAGE=$POSTGRES_IMAGE
 export PULSE_PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 export PULSE_PROXY_IMAGE=$PROXY_IMAGE
+export PULSE_JAEGER_IMAGE=$JAEGER_IMAGE
 EOF

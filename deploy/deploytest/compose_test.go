@@ -236,15 +236,20 @@ func TestCompose(t *testing.T) {
 
 	t.Run("TracesGoToTheViewer", func(t *testing.T) {
 		jaeger := service(t, p, "jaeger")
-		require.Equal(t, "true", envValue(jaeger, "COLLECTOR_OTLP_ENABLED"))
+		require.Equal(t, "0.0.0.0", envValue(jaeger, "JAEGER_LISTEN_HOST"), "jaeger's OTLP receivers listen beyond its loopback")
 		for command := range longRunning {
 			require.Equal(t, "http://jaeger:4317", envValue(service(t, p, command), "OTEL_EXPORTER_OTLP_ENDPOINT"), "%s exports OTLP to jaeger", command)
 		}
+		// The demo producer and worker too: the publish, process and
+		// settle spans of a job's trace are theirs.
+		for _, demo := range []string{"demo-producer", "demo-worker"} {
+			require.Equal(t, "http://jaeger:4317", envValue(service(t, p, demo), "OTEL_EXPORTER_OTLP_ENDPOINT"), "%s exports OTLP to jaeger", demo)
+		}
 	})
 
-	t.Run("LocalImagesLeaveOutOnlyGrafanaAndJaeger", func(t *testing.T) {
+	t.Run("LocalImagesLeaveOutOnlyGrafana", func(t *testing.T) {
 		// scripts/local-images.sh points COMPOSE_FILE at both files: every
-		// service runs on the stand-ins but the two that have none.
+		// service runs on the stand-ins but Grafana, which has none.
 		opts, err := cli.NewProjectOptions([]string{repoPath(t, "docker-compose.yml"), repoPath(t, "deploy/docker/compose.local-images.yml")},
 			cli.WithName("pulse"), cli.WithWorkingDirectory(root(t)), cli.WithEnv(nil))
 		require.NoError(t, err)
@@ -252,7 +257,7 @@ func TestCompose(t *testing.T) {
 		require.NoError(t, err, "docker-compose.yml with compose.local-images.yml does not load")
 		var want []string
 		for _, name := range composeServices {
-			if name != "grafana" && name != "jaeger" {
+			if name != "grafana" {
 				want = append(want, name)
 			}
 		}
@@ -260,6 +265,8 @@ func TestCompose(t *testing.T) {
 		script, err := os.ReadFile(repoPath(t, "scripts/local-images.sh"))
 		require.NoError(t, err)
 		require.Contains(t, string(script), "export COMPOSE_FILE=$PWD/docker-compose.yml:$PWD/deploy/docker/compose.local-images.yml")
+		require.Contains(t, string(script), "export PULSE_JAEGER_IMAGE=$JAEGER_IMAGE", "the Jaeger stand-in is selected")
+		require.NotContains(t, string(script), "export PULSE_OTLP_ENDPOINT=", "tracing stays on with the stand-ins")
 	})
 
 	t.Run("GrafanaAllowsAnonymousViewers", func(t *testing.T) {

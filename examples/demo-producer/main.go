@@ -9,6 +9,7 @@
 //	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
 //	PULSE_PASSWORD          that user's password
 //	PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
+//	OTEL_EXPORTER_OTLP_ENDPOINT  an OTLP collector (e.g. http://jaeger:4317) to send each submit's publish span to
 //
 // -h prints this environment list.
 package main
@@ -25,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulsequeue/pulse/examples/internal/demotrace"
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
@@ -50,6 +52,7 @@ Environment:
   PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development producer)
   PULSE_PASSWORD          that user's password
   PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
+  OTEL_EXPORTER_OTLP_ENDPOINT  an OTLP collector (e.g. http://jaeger:4317) to send each submit's publish span to
 `
 )
 
@@ -75,6 +78,15 @@ func run(logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdownTracing, err := demotrace.Setup(ctx, "demo-producer")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdownTracing(context.Background()); err != nil {
+			logger.Warn("flush traces", "error", err)
+		}
+	}()
 
 	client, err := pulse.NewClient(addr, credentials()...)
 	if err != nil {

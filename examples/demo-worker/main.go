@@ -9,6 +9,11 @@
 //	PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
 //	PULSE_PASSWORD          that user's password
 //	PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
+//	OTEL_EXPORTER_OTLP_ENDPOINT  an OTLP collector (e.g. http://jaeger:4317) to send each job's process and settle spans to
+//
+// A job whose args hold "fail_attempts": n fails its first n attempts and
+// then completes, whatever the dice say: a retry on demand. Every line
+// logged about a job carries its trace_id.
 //
 // An address may be a DNS name holding every gateway replica, as in
 // docker-compose.yml's dns:///dispatch-gateway:50052: the worker balances
@@ -33,7 +38,9 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pulsequeue/pulse/examples/internal/demotrace"
 	"github.com/pulsequeue/pulse/pkg/pulse"
+	"github.com/pulsequeue/pulse/pkg/tracelog"
 )
 
 const (
@@ -60,6 +67,9 @@ Environment:
   PULSE_USER              user to authenticate as, with PULSE_PASSWORD (make dev and docker compose set the development worker)
   PULSE_PASSWORD          that user's password
   PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true sends them over plaintext to an address that is not loopback (a trusted network only)
+  OTEL_EXPORTER_OTLP_ENDPOINT  an OTLP collector (e.g. http://jaeger:4317) to send each job's process and settle spans to
+
+A job whose args hold "fail_attempts": n fails its first n attempts, then completes.
 `
 )
 
@@ -71,7 +81,8 @@ func main() {
 		fmt.Print(usage)
 		return
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("service", "demo-worker")
+	// Lines logged with a job's ctx carry its trace_id and span_id.
+	logger := slog.New(tracelog.NewHandler(slog.NewJSONHandler(os.Stdout, nil))).With("service", "demo-worker")
 	if err := run(logger); err != nil {
 		logger.Error("demo-worker failed", "error", err)
 		os.Exit(1)
@@ -88,6 +99,15 @@ func run(logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdownTracing, err := demotrace.Setup(ctx, "demo-worker")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdownTracing(context.Background()); err != nil {
+			logger.Warn("flush traces", "error", err)
+		}
+	}()
 
 	opts := append([]pulse.WorkerOption{pulse.WithConcurrency(concurrency), pulse.WithLogger(logger),
 		pulse.WithDialOptions(grpc.WithDefaultServiceConfig(roundRobin))}, credentials()...)
@@ -97,7 +117,7 @@ func run(logger *slog.Logger) error {
 	}
 	var c counts
 	for _, topic := range topics {
-		w.Register(strings.TrimSpace(topic), handler(&c))
+		w.Register(strings.TrimSpace(topic), handler(&c, logger))
 	}
 	go progress(ctx, logger, &c)
 	logger.Info("working", "gateways", addrs, "concurrency", concurrency, "topics", topics)
@@ -108,16 +128,37 @@ func run(logger *slog.Logger) error {
 	return nil
 }
 
+// demoArgs are the args the handler reads; any others are ignored.
+type demoArgs struct {
+	// FailAttempts fails the job's first FailAttempts attempts, then
+	// completes it.
+	FailAttempts int `json:"fail_attempts"`
+}
+
 // handler pretends to work for 5–200 ms, then fails about 10% of attempts
-// (retried) and 1% permanently (dead-lettered).
-func handler(c *counts) pulse.Handler {
+// (retried) and 1% permanently (dead-lettered); a job asking for
+// fail_attempts fails exactly those and then completes.
+func handler(c *counts, logger *slog.Logger) pulse.Handler {
 	return func(ctx context.Context, job *pulse.Job) error {
+		var args demoArgs
+		_ = job.UnmarshalArgs(&args) // args of another shape ask for nothing
+		if args.FailAttempts > 0 && job.Attempt <= args.FailAttempts {
+			c.failed.Add(1)
+			logger.WarnContext(ctx, "failing this attempt on purpose", "job_id", job.ID, "attempt", job.Attempt,
+				"topic", job.Topic, "fail_attempts", args.FailAttempts)
+			return fmt.Errorf("demo: asked to fail attempt %d of %d", job.Attempt, args.FailAttempts)
+		}
 		t := time.NewTimer(time.Duration(5+rand.IntN(196)) * time.Millisecond)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-t.C:
+		}
+		if args.FailAttempts > 0 {
+			c.done.Add(1)
+			logger.InfoContext(ctx, "completed after failing on purpose", "job_id", job.ID, "attempt", job.Attempt, "topic", job.Topic)
+			return nil
 		}
 		switch r := rand.Float64(); {
 		case r < permanentRate:

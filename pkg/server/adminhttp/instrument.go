@@ -1,6 +1,7 @@
 package adminhttp
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -91,10 +92,17 @@ func probe(r *http.Request) bool {
 // refused request is measured too): a server span per request named after
 // its route pattern (otelhttp; the caller's W3C trace context is its
 // parent), and the request metrics.
+//
+// The duration is observed with the request's trace id as the exemplar
+// when its span is sampled (a trace the collector keeps), so a slow bucket
+// on a dashboard links to the request's trace — for a submit, the job's.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	withRoute := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, route := s.route(r); route != RouteUnmatched {
 			trace.SpanFromContext(r.Context()).SetAttributes(semconv.HTTPRoute(route))
+		}
+		if h, ok := r.Context().Value(spanHolderKey{}).(*spanHolder); ok {
+			h.sc = trace.SpanContextFromContext(r.Context())
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -112,9 +120,26 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, route := s.route(r)
-		m := httpsnoop.CaptureMetrics(traced, w, r)
+		span := &spanHolder{}
+		m := httpsnoop.CaptureMetrics(traced, w, r.WithContext(context.WithValue(r.Context(), spanHolderKey{}, span)))
 		method := methodLabel(r.Method)
 		s.http.requests.WithLabelValues(route, method, strconv.Itoa(m.Code)).Inc()
-		s.http.duration.WithLabelValues(route, method).Observe(m.Duration.Seconds())
+		observeWithTrace(s.http.duration.WithLabelValues(route, method), m.Duration.Seconds(), span.sc)
 	})
+}
+
+// spanHolder carries the request's server span context out of otelhttp's
+// handler to the metrics around it.
+type spanHolder struct{ sc trace.SpanContext }
+
+type spanHolderKey struct{}
+
+// observeWithTrace records v with sc's trace id as the exemplar when sc is
+// sampled, else plainly.
+func observeWithTrace(o prometheus.Observer, v float64, sc trace.SpanContext) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && sc.IsValid() && sc.IsSampled() {
+		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+		return
+	}
+	o.Observe(v)
 }

@@ -80,6 +80,46 @@ func TestInstrumentation(t *testing.T) {
 	for _, sp := range spans.Ended() {
 		require.NotEqual(t, "GET /healthz", sp.Name(), "probes are not traced")
 	}
+
+	// The duration histogram carries the request's trace id as an
+	// exemplar: the caller's trace for a request that sent one. (A bucket
+	// keeps its latest exemplar, so this request is the last.)
+	const lastTrace = "0af7651916cd43dd8448eb211c80319c"
+	require.Equal(t, http.StatusTeapot, do("GET", "/instr/jobs/d4", http.Header{"Traceparent": {"00-" + lastTrace + "-b7ad6b7169203331-01"}}))
+	exemplars := durationExemplars(t, reg, "/instr/jobs/{id}")
+	require.Contains(t, exemplars, lastTrace, "the traced request's duration links to its trace")
+	require.Empty(t, durationExemplars(t, reg, "/healthz"), "probes are not traced, so carry no exemplar")
+}
+
+// durationExemplars returns the trace ids of the exemplars on route's
+// http_server_request_duration_seconds buckets.
+func durationExemplars(t *testing.T, reg *prometheus.Registry, route string) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var ids []string
+	for _, mf := range mfs {
+		if mf.GetName() != "http_server_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			matches := false
+			for _, p := range m.GetLabel() {
+				matches = matches || (p.GetName() == "route" && p.GetValue() == route)
+			}
+			if !matches {
+				continue
+			}
+			for _, b := range m.GetHistogram().GetBucket() {
+				for _, l := range b.GetExemplar().GetLabel() {
+					if l.GetName() == "trace_id" {
+						ids = append(ids, l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	return ids
 }
 
 func mustCounter(t *testing.T, reg *prometheus.Registry, route, method, code string) prometheus.Collector {
