@@ -321,7 +321,9 @@ class _Runtime:
 
     async def run(self) -> None:
         w = self.w
-        self.log.info("worker started", extra={"worker_id": w.id, "topics": sorted(self.handlers)})
+        self.log.info(
+            "worker %s started: topics %s, concurrency %d", w.id, ",".join(sorted(self.handlers)), w.concurrency
+        )
         rep = asyncio.create_task(self.reporter())
         hb = asyncio.create_task(self.heartbeater())
         run_err: BaseException | None = None
@@ -432,7 +434,12 @@ class _Runtime:
             welcomed = True
             self.update_terms(first.welcome)
             self.log.info(
-                "job stream open", extra={"target": target, "gateway_id": first.welcome.gateway_id, "in_flight": in_flight}
+                "job stream open to %s (gateway %s, %d in flight, lease %.1fs, heartbeat every %.1fs)",
+                target,
+                first.welcome.gateway_id,
+                in_flight,
+                self.ttl,
+                self.interval,
             )
             self.w._emit("welcome", target=target, gateway_id=first.welcome.gateway_id, in_flight=in_flight)
 
@@ -458,7 +465,7 @@ class _Runtime:
                 return welcomed, None  # the half-close grace ran out
             call.cancel()
             raise
-        except grpc.aio.AioRpcError as e:
+        except Exception as e:  # AioRpcError, or the channel failing under it: reconnect
             return welcomed, e
         finally:
             if grace is not None:
@@ -763,7 +770,7 @@ class _Runtime:
                 metadata=self.md,
                 timeout=min(_RPC_TIMEOUT, self.ttl),
             )
-        except grpc.aio.AioRpcError as e:
+        except Exception as e:
             self.log.warning("could not confirm a stale-looking lease; not starting job %s attempt %d: %s", *key, _describe(e))
             return False
         self.apply(resp, sent_at)
@@ -784,7 +791,10 @@ class _Runtime:
             except asyncio.TimeoutError:
                 pass
             self.beat_now = False
-            await self.beat()
+            try:
+                await self.beat()
+            except Exception:  # a bug here must not end the heartbeats of every job
+                self.log.exception("heartbeat failed")
 
     async def beat(self) -> None:
         refs = [dispatch_pb2.JobRef(job_id=k[0], attempt=k[1]) for k, a in self.running.items() if not a.given]
@@ -798,7 +808,7 @@ class _Runtime:
                 metadata=self.md,
                 timeout=min(_RPC_TIMEOUT, self.ttl),
             )
-        except grpc.aio.AioRpcError as e:
+        except Exception as e:  # renews nothing; a lease TTL without renewal gives up below
             self.log.warning("heartbeat of %d jobs failed: %s", len(refs), _describe(e))
         self.apply(resp, sent_at)
         now = time.monotonic()
@@ -930,7 +940,7 @@ class _Runtime:
                 req = dispatch_pb2.ReportResultRequest(worker_id=self.w.id, results=[p[0] for p in batch])
                 try:
                     resp = await self.current().ReportResult(req, metadata=self.md, timeout=_RPC_TIMEOUT)
-                except grpc.aio.AioRpcError as e:
+                except Exception as e:  # retried until the results are a lease TTL old
                     now = time.monotonic()
                     expired = [p for p in batch if now - p[1] > self.ttl]
                     batch = [p for p in batch if now - p[1] <= self.ttl]
