@@ -2,7 +2,8 @@
 # Makes sure Debian's python3 has what the SDK runs on (python3-grpcio,
 # python3-protobuf) and, with --protoc, what regenerating its protobuf code
 # needs (protobuf-compiler, libprotobuf-dev for the well-known types).
-# Installs the Debian packages when they are missing and we may (root with
+# With --test, also what the packaging test needs (python3-venv, python3-pip,
+# python3-setuptools). Installs the Debian packages when they are missing and we may (root with
 # apt-get), like scripts/ensure-postgres.sh does for Postgres. Prints the
 # interpreter to use on stdout.
 set -euo pipefail
@@ -10,6 +11,12 @@ py="${PULSE_PYTHON:-/usr/bin/python3}"
 need=()
 if ! "$py" -c 'import grpc, google.protobuf' >/dev/null 2>&1; then
   need+=(python3-grpcio python3-protobuf)
+fi
+if [ "${1:-}" = --test ]; then
+  # The packaging test installs the SDK into a venv with pip.
+  "$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+  "$py" -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  "$py" -c 'import setuptools' >/dev/null 2>&1 || need+=(python3-setuptools)
 fi
 if [ "${1:-}" = --protoc ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)

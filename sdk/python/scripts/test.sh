@@ -6,7 +6,7 @@
 # python3 with python3-grpcio and python3-protobuf, installed when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="$(scripts/ensure-deps.sh)"
+py="$(scripts/ensure-deps.sh --test)"
 # The generated code must be what scripts/generate.sh writes from proto/.
 if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/duration.proto ]; then
   tmp="$(mktemp -d)"

@@ -217,6 +217,33 @@ class PackagingTest(unittest.TestCase):
         with open(os.path.join(repo, "sdk", "python", "pyproject.toml")) as f:
             self.assertIn(f'version = "{pulse.__version__}"', f.read())
 
+    def test_installs_from_the_repository_folder(self):
+        # As the README says: a venv that sees Debian's grpcio and protobuf,
+        # pip installing the folder offline; then the package imports from
+        # anywhere with its generated code.
+        import shutil
+        import sys
+        import tempfile
+
+        here = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")
+            shutil.copytree(here, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+            venv = os.path.join(tmp, "venv")
+            subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
+            py = os.path.join(venv, "bin", "python")
+            out = subprocess.run(
+                [py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", src],
+                capture_output=True, text=True,
+            )
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            got = subprocess.run(
+                [py, "-c", "import pulsequeue, pulsequeue.pb.pulse.v1.dispatch_pb2; print(pulsequeue.__version__, pulsequeue.__file__)"],
+                capture_output=True, text=True, cwd=tmp, check=True,
+            ).stdout.split()
+            self.assertEqual(got[0], pulse.__version__)
+            self.assertTrue(got[1].startswith(venv), got[1])
+
 
 if __name__ == "__main__":
     unittest.main()
