@@ -11,6 +11,7 @@ help: ## list targets
 dev: ## run the whole fleet locally without Docker (throwaway Postgres, 1 gateway as compose runs it, demo producer + worker)
 	@scripts/ensure-postgres.sh
 	@sdk/python/scripts/ensure-deps.sh >/dev/null || echo "make dev: the Python demo worker will not run (see above)"
+	@(cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run --silent build) || echo "make dev: the TypeScript demo worker will not run (see above; it needs Node 20+ and npm)"
 	go run ./deploy/localfleet/cmd/pulse-dev
 
 .PHONY: test

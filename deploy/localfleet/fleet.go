@@ -321,7 +321,10 @@ func (f *Fleet) startDemo(ctx context.Context, bins map[string]string) error {
 	if err := f.start(ctx, DemoWorker, bins[DemoWorker], "", worker); err != nil {
 		return err
 	}
-	return f.startPythonDemo(ctx)
+	if err := f.startPythonDemo(ctx); err != nil {
+		return err
+	}
+	return f.startTypeScriptDemo(ctx)
 }
 
 // start runs one long-lived process and records it; adminURL is empty for

@@ -5,7 +5,7 @@
  *
  *   PULSE_CONTROL_API_ADDR   control-api gRPC address (required)
  *   PULSE_GATEWAY_ADDRS      comma-separated gateway addresses (required)
- *   PULSE_DEMO_TOPIC         topic (default typescript.greet)
+ *   PULSE_DEMO_TOPIC         topic (default ts.greet)
  *   PULSE_DEMO_RATE          jobs per second (default 5)
  *   PULSE_USER, PULSE_PASSWORD                    the worker's credentials
  *   PULSE_PRODUCER_USER, PULSE_PRODUCER_PASSWORD  the producer's credentials
@@ -23,7 +23,7 @@ function required(name: string): string {
 
 const control = required("PULSE_CONTROL_API_ADDR");
 const gateways = required("PULSE_GATEWAY_ADDRS").split(",").filter((s) => s !== "");
-const topic = process.env.PULSE_DEMO_TOPIC || "typescript.greet";
+const topic = process.env.PULSE_DEMO_TOPIC || "ts.greet";
 const rate = Number(process.env.PULSE_DEMO_RATE || "5");
 if (!(rate > 0)) {
   process.stderr.write(`demo: PULSE_DEMO_RATE must be a positive number of jobs per second, got ${JSON.stringify(process.env.PULSE_DEMO_RATE)}\n`);
