@@ -73,4 +73,11 @@ for (const f of ["sdk/typescript/package.json", "sdk/typescript/package-lock.jso
   if (j.packages && j.packages[""]) j.packages[""].version = v;
   fs.writeFileSync(f, JSON.stringify(j, null, 2) + "\n");
 }' "${version#v}"
-echo "set-version: pulse modules now require each other at $version (the TypeScript SDK is ${version#v})"
+
+# The Python SDK too: pyproject.toml's version and the package's
+# __version__ (sdk/python/tests hold them to scripts/modversion.sh).
+sed -i -e 's/^version = ".*"$/version = "'"${version#v}"'"/' sdk/python/pyproject.toml
+sed -i -e 's/^__version__ = ".*"$/__version__ = "'"${version#v}"'"/' sdk/python/pulsequeue/_version.py
+grep -qx "version = \"${version#v}\"" sdk/python/pyproject.toml || { echo "set-version: sdk/python/pyproject.toml has no version line to set" >&2; exit 1; }
+grep -qx "__version__ = \"${version#v}\"" sdk/python/pulsequeue/_version.py || { echo "set-version: sdk/python/pulsequeue/_version.py has no __version__ line to set" >&2; exit 1; }
+echo "set-version: pulse modules now require each other at $version (the TypeScript and Python SDKs are ${version#v})"
