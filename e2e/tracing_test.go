@@ -277,6 +277,21 @@ func TestOneTracePerJob(t *testing.T) {
 		require.Equal(t, "pulse", attrString(chain[4].span.GetAttributes(), "messaging.system"))
 		require.Equal(t, topic, attrString(chain[4].span.GetAttributes(), "messaging.destination.name"))
 	}
+	// The batched work in the job's trace: the coalesced INSERT under the
+	// submit, and each attempt's claim statement under the stored submit
+	// context, like its receive.
+	spans := recv.trace(traceID[:])
+	submit := chains[0][2]
+	insert, ok := find(spans, "control-api", "insert "+topic, 0)
+	require.True(t, ok, "the insert's span is in the job's trace: %v", spans)
+	require.Equal(t, submit.span.GetSpanId(), insert.span.GetParentSpanId(), "%v must be the parent of %v", submit, insert)
+	require.Equal(t, sub.ID, attrString(insert.span.GetAttributes(), "messaging.message.id"))
+	for _, attempt := range []int64{1, 2} {
+		claim, ok := find(spans, "dispatch-gateway", "claim "+topic, attempt)
+		require.True(t, ok, "attempt %d's claim span is in the job's trace: %v", attempt, spans)
+		require.Equal(t, submit.span.GetSpanId(), claim.span.GetParentSpanId(), "%v must be the parent of %v", submit, claim)
+		require.Equal(t, sub.ID, attrString(claim.span.GetAttributes(), "messaging.message.id"))
+	}
 	require.Equal(t, tracepb.Span_SPAN_KIND_PRODUCER, chains[0][1].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_SERVER, chains[0][2].span.GetKind())
 	require.Equal(t, tracepb.Span_SPAN_KIND_CONSUMER, chains[0][4].span.GetKind())

@@ -5,10 +5,15 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/logging"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 )
 
 // Inserter writes validated jobs, one statement on the happy path, and
@@ -186,7 +191,11 @@ func (c *Coalescer) flush(batch []*request) {
 	for i, r := range batch {
 		jobs[i] = r.job
 	}
+	started := time.Now()
 	res, errs := c.insert(ctx, jobs)
+	if telemetry.TracingOn() {
+		traceInserts(batch, started, res, errs)
+	}
 	if errs == nil {
 		for i, r := range batch {
 			r.done <- result{ins: res[i]}
@@ -292,4 +301,28 @@ func (c *Coalescer) Stats() Stats {
 	queued := len(c.queue)
 	c.mu.Unlock()
 	return Stats{Submits: c.submits.Load(), Statements: c.statements.Load(), Queued: queued}
+}
+
+const tracerName = "github.com/pulsequeue/pulse/services/control-api/internal/submit"
+
+// traceInserts records an "insert <topic>" span in each submitter's trace
+// (a child of its request's span): the coalesced INSERT ran outside any
+// one request, so without it the job's trace would not show it.
+func traceInserts(batch []*request, started time.Time, res []pulsetype.Inserted, errs []error) {
+	for i, r := range batch {
+		attrs := []attribute.KeyValue{
+			attribute.String("messaging.system", "pulse"),
+			attribute.String("messaging.operation.type", "create"),
+			attribute.String("messaging.destination.name", r.job.Topic),
+			attribute.String("db.system.name", "postgresql"),
+			attribute.String("db.operation.name", "INSERT"),
+			attribute.Int("pulse.batch_rows", len(batch)),
+		}
+		if errs == nil || errs[i] == nil {
+			attrs = append(attrs, attribute.String("messaging.message.id", res[i].ID.String()))
+		} else {
+			attrs = append(attrs, attribute.String("error.type", "insert_failed"))
+		}
+		telemetry.JobSpan(tracerName, "insert "+r.job.Topic, trace.SpanContextFromContext(r.ctx), started, trace.SpanKindClient, attrs...)
+	}
 }

@@ -9,10 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/backoff"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/telemetry"
 )
 
 // A failed claim backs off only what failed — the group, or after a data
@@ -567,5 +571,31 @@ func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from str
 	if d.observer != nil && (err == nil || ctx.Err() == nil) {
 		d.observer.Claimed(time.Since(start), from, claimed, err)
 	}
+	if len(claimed) > 0 && telemetry.TracingOn() {
+		traceClaimed(start, from, len(claimed), claimed)
+	}
 	return claimed, err
+}
+
+const tracerName = "github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
+
+// traceClaimed records a "claim <topic>" span in each claimed job's trace
+// (a child of its stored submit context), covering the claim statement
+// that started this attempt: one statement claims many jobs, outside any
+// one job's trace, so without it the trace would jump from the submit to
+// the dispatch.
+func traceClaimed(started time.Time, from string, batch int, claimed []pulsetype.Claimed) {
+	for _, j := range claimed {
+		telemetry.JobSpan(tracerName, "claim "+j.Topic, telemetry.StoredSpanContext(j.TraceParent, j.TraceState), started,
+			trace.SpanKindInternal,
+			attribute.String("messaging.system", "pulse"),
+			attribute.String("messaging.operation.type", "receive"),
+			attribute.String("messaging.operation.name", "claim"),
+			attribute.String("messaging.destination.name", j.Topic),
+			attribute.String("messaging.message.id", j.ID.String()),
+			attribute.Int("pulse.attempt", int(j.Attempt)),
+			attribute.String("pulse.claim.from", from),
+			attribute.Int("pulse.claim.batch", batch),
+		)
+	}
 }
