@@ -18,6 +18,7 @@ from .client import (
     FixedBackoff,
     JobInfo,
     JobRequest,
+    ScopeStatus,
     Submitted,
 )
 from .errors import (
@@ -55,6 +56,7 @@ __all__ = [
     "PlaintextCredentialsError",
     "PulseError",
     "RetryAfter",
+    "ScopeStatus",
     "StopCause",
     "Submitted",
     "TLS",

@@ -154,6 +154,9 @@ class JobInfo:
     schedule_id: str
     idempotency_key: str
     timeout: float  # seconds; 0 when none
+    # The job's own backoff: ExponentialBackoff(base, max) or
+    # FixedBackoff(delay) in seconds; None when it follows the server's.
+    backoff: ExponentialBackoff | FixedBackoff | None = None
 
     def json(self) -> Any:
         return json.loads(self.args) if self.args else None
@@ -181,7 +184,33 @@ class JobInfo:
             schedule_id=j.schedule_id,
             idempotency_key=j.idempotency_key,
             timeout=d.from_pb_duration(j.timeout) / d.SECOND,
+            backoff=_backoff_from_pb(j.retry) if j.HasField("retry") else None,
         )
+
+
+def _backoff_from_pb(r: job_pb2.RetryPolicy):
+    if r.HasField("fixed"):
+        return FixedBackoff(d.from_pb_duration(r.fixed) / d.SECOND)
+    mx = d.from_pb_duration(r.max) / d.SECOND if r.HasField("max") else None
+    return ExponentialBackoff(d.from_pb_duration(r.base) / d.SECOND, mx)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopeStatus:
+    """One pause scope ("*" for all dispatch, or a topic) as control-api
+    reports it, with its queued and running jobs: safe to upgrade once
+    drained."""
+
+    scope: str
+    paused: bool
+    mode: str
+    reason: str
+    actor: str
+    until: datetime.datetime | None
+    version: int
+    queued: int
+    running: int
+    drained: bool
 
 
 EnqueueFunc = Callable[[JobRequest], Awaitable[Submitted]]
@@ -360,6 +389,20 @@ class Client:
             req.pause_for.CopyFrom(d.to_pb_duration(d.to_micros("pause for", pause_for)))
         resp = await self._call(self._rpc.PauseDispatch, req)
         return resp.changed
+
+    async def dispatch_status(self) -> list[ScopeStatus]:
+        """Every pause scope, the global one first, with its queued and
+        running counts."""
+        resp = await self._call(self._rpc.GetDispatchState, dispatch_control_pb2.GetDispatchStateRequest())
+        out = []
+        for sc in resp.scopes:
+            st = sc.state
+            mode = "quiesce" if st.mode == dispatch_control_pb2.PAUSE_MODE_QUIESCE else "drain"
+            out.append(
+                ScopeStatus(st.scope, st.paused, mode, st.reason, st.actor, d.from_pb_timestamp(st.until), st.version,
+                            sc.queued, sc.running, sc.drained)
+            )
+        return out
 
     async def resume_dispatch(self, topic: str = "") -> bool:
         resp = await self._call(self._rpc.ResumeDispatch, dispatch_control_pb2.ResumeDispatchRequest(topic=topic))

@@ -113,6 +113,8 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        if p is not None and p.stdout is not None:
+            p.stdout.close()
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None

@@ -78,6 +78,7 @@ class ProducerTest(FleetCase):
         self.assertEqual(j.json(), {"n": 12345678901234567890})
         self.assertEqual(j.idempotency_key, "k-" + self.topic)
         self.assertEqual(j.timeout, 90)
+        self.assertEqual(j.backoff, pulse.FixedBackoff(30))
         self.assertEqual(abs(j.next_run_at - run_at) < datetime.timedelta(milliseconds=1), True)
         again = await self.client.enqueue(self.topic, {}, idempotency_key="k-" + self.topic)
         self.assertEqual((again.id, again.duplicate), (s.id, True))
@@ -266,6 +267,8 @@ class WorkerTest(FleetCase):
         await eventually("the job to start", lambda: any(e == "started" for e, _ in events))
         await self.operator.pause_dispatch("python sdk test", mode="quiesce", topic=self.topic)
         try:
+            scopes = {sc.scope: sc for sc in await self.operator.dispatch_status()}
+            self.assertEqual((scopes[self.topic].paused, scopes[self.topic].mode), (True, "quiesce"))
             await eventually(
                 "the worker to learn of the quiesce",
                 lambda: any(e == "dispatch_state" and self.topic in f["quiesced"] for e, f in events),

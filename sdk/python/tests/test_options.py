@@ -240,6 +240,7 @@ class PackagingTest(unittest.TestCase):
             got = subprocess.run(
                 [py, "-c", "import pulsequeue, pulsequeue.pb.pulse.v1.dispatch_pb2; print(pulsequeue.__version__, pulsequeue.__file__)"],
                 capture_output=True, text=True, cwd=tmp, check=True,
+                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
             ).stdout.split()
             self.assertEqual(got[0], pulse.__version__)
             self.assertTrue(got[1].startswith(venv), got[1])
