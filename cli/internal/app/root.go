@@ -154,7 +154,7 @@ not sent over plain http to a host that is not loopback unless
 	})
 
 	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e), newTopicsCmd(e),
-		newLoginCmd(e), newPasswdCmd(e), newConfigCmd(e))
+		newLoginCmd(e), newPasswdCmd(e), newConfigCmd(e), newMCPCmd(e))
 	for _, c := range root.Commands() {
 		subcommandGroups(c)
 	}
