@@ -164,9 +164,11 @@ func (r *reporter) send(ctx context.Context, batch []pendingResult) {
 			req.Results[i] = p.result
 		}
 		rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		started := time.Now()
 		rpcCtx, span := startSettleSpan(rpcCtx, batch)
 		resp, err := r.pool.current().ReportResult(rpcCtx, req)
 		endSpan(span, err)
+		recordBatchedSettles(batch, span, started, err)
 		cancel()
 		if err == nil {
 			r.logRejected(resp.GetAcks())

@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -95,6 +96,37 @@ func startSettleSpan(ctx context.Context, batch []pendingResult) (context.Contex
 	}
 	return tracer().Start(ctx, "settle", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
+}
+
+// recordBatchedSettles gives each result of a batched report a "settle"
+// span of its own in its job's trace, a child of its process span covering
+// the call and linked to the batch's settle span, so every job's trace
+// shows its settle whether or not its result shared a call. A lone
+// result's settle span already is in its trace.
+func recordBatchedSettles(batch []pendingResult, call trace.Span, started time.Time, err error) {
+	if !call.SpanContext().IsSampled() { // tracing off, or not kept
+		return
+	}
+	recordBatchedSettlesWith(tracer(), batch, call, started, err)
+}
+
+func recordBatchedSettlesWith(tr trace.Tracer, batch []pendingResult, call trace.Span, started time.Time, err error) {
+	if len(batch) < 2 {
+		return
+	}
+	link := trace.Link{SpanContext: call.SpanContext()}
+	for _, p := range batch {
+		if !p.span.IsValid() {
+			continue
+		}
+		attrs := append(messagingAttrs("settle"), attrMessagingBatchCount.Int(len(batch)),
+			attrMessagingMessageID.String(p.result.GetJobId()),
+			attrPulseAttempt.Int(int(p.result.GetAttempt())))
+		_, span := tr.Start(trace.ContextWithSpanContext(context.Background(), p.span), "settle",
+			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(started),
+			trace.WithAttributes(attrs...), trace.WithLinks(link))
+		endSpan(span, err)
+	}
 }
 
 // endSpan records err, if any, and ends span.
