@@ -3,7 +3,7 @@
 # python3-protobuf) and, with --protoc, what regenerating its protobuf code
 # needs (protobuf-compiler, libprotobuf-dev for the well-known types).
 # With --test, also what the packaging test needs (python3-venv, python3-pip,
-# python3-setuptools). Installs the Debian packages when they are missing and we may (root with
+# python3-setuptools) and the TLS test (openssl). Installs the Debian packages when they are missing and we may (root with
 # apt-get), like scripts/ensure-postgres.sh does for Postgres. Prints the
 # interpreter to use on stdout.
 set -euo pipefail
@@ -17,6 +17,7 @@ if [ "${1:-}" = --test ]; then
   "$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
   "$py" -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   "$py" -c 'import setuptools' >/dev/null 2>&1 || need+=(python3-setuptools)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)  # the TLS test makes its certificates
 fi
 if [ "${1:-}" = --protoc ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
