@@ -109,6 +109,10 @@ func TestAgentsOperateAndWorkOverMCP(t *testing.T) {
 			attempt := job["attempt"]
 			require.Equal(t, false, claim["system"].(map[string]any)["paused"])
 			ref := map[string]any{"worker_id": "agent-1", "job_id": ids[0], "attempt": attempt}
+			// The worker id is the agent's while its presence lives: another
+			// identity claiming as it is refused.
+			taken := callErr(t, mallory, "queue.claim", map[string]any{"worker_id": "agent-1", "topics": []string{topic}})
+			require.Contains(t, taken, "already_exists")
 			beat := callOK(t, agent, "queue.heartbeat", ref)
 			require.Equal(t, true, beat["lease_held"])
 			require.Equal(t, false, beat["quiesced"])

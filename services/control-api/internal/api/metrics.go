@@ -42,6 +42,12 @@ type Metrics struct {
 	// before their message or body was read, by auth.Refusal (missing,
 	// invalid, rate_limited, forbidden).
 	AuthRefusals *prometheus.CounterVec
+	// MCPCalls counts MCP tool calls that reached their tool, by tool and
+	// outcome: ok, refused (a queue tool's lease or result the fence
+	// refused), or the error's code (permission_denied, invalid_argument,
+	// not_found, …). Both labels are bounded: the tools are fixed, the
+	// codes few.
+	MCPCalls *prometheus.CounterVec
 
 	// topics bounds the topic label of every metric above that has one
 	// (BoundTopics); queueDepth bounds QueueDepth's.
@@ -98,17 +104,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "pulse_auth_refusals_total",
 		Help: "Calls and requests refused by authentication before their message or body was read, by reason (missing, invalid, rate_limited, forbidden).",
 	}, []string{"reason"})
+	m.MCPCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_mcp_tool_calls_total",
+		Help: "MCP tool calls that reached their tool, by tool and outcome (ok, refused, or the error's code such as permission_denied or invalid_argument).",
+	}, []string{"tool", "outcome"})
 	for _, r := range auth.Refusals {
 		m.AuthRefusals.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.AuthRefusals, m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
-		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried)
+		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried, m.MCPCalls)
 	m.queueDepth = metrics.NewTopicGauge(m.QueueDepth, metrics.MaxTopicsDefault)
 	return m
 }
 
 // AuthRefused counts a call or request authentication refused.
 func (m *Metrics) AuthRefused(r auth.Refusal) { m.AuthRefusals.WithLabelValues(string(r)).Inc() }
+
+// MCPCalled counts one MCP tool call.
+func (m *Metrics) MCPCalled(tool, outcome string) { m.MCPCalls.WithLabelValues(tool, outcome).Inc() }
 
 // BoundTopics bounds the topic label of every metric with one to topics
 // (the service's, PULSE_METRICS_MAX_TOPICS and PULSE_METRICS_TOPIC_IDLE):

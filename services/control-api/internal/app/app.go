@@ -175,7 +175,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	// gateway's claim, heartbeat and report statements (on the main pool:
 	// the claim sets its own statement timeout).
 	agents := mcpserver.New(mcpserver.Deps{Jobs: svc, Dispatch: dispatchSvc, Topics: topicSvc, Queue: store},
-		mcpserver.Options{Open: authn == nil, Version: buildinfo.Version(), Logger: logger})
+		mcpserver.Options{Open: authn == nil, Version: buildinfo.Version(), Logger: logger, OnCall: m.MCPCalled})
 	admin.Handle(mcpserver.Path, agents.Handler())
 
 	grpcSrv := s.GRPC(grpcserver.Options{

@@ -33,9 +33,13 @@ func (b *authBundle) mcpSession(t *testing.T, authorization string) (*mcp.Client
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "role-matrix", Version: "test"}, nil)
 	hc := &http.Client{Transport: withAuthorization{header: authorization, next: b.http.Transport}}
-	return client.Connect(t.Context(), &mcp.StreamableClientTransport{
+	s, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: b.scheme + "://" + b.app.AdminAddr() + mcpserver.Path, HTTPClient: hc, DisableStandaloneSSE: true,
 	}, nil)
+	if err == nil {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	return s, err
 }
 
 // TestMCPRoleMatrix calls every MCP tool as every role: a role the tool
@@ -68,7 +72,6 @@ func TestMCPRoleMatrix(t *testing.T) {
 	for role, c := range creds {
 		s, err := b.mcpSession(t, c)
 		require.NoError(t, err, role)
-		t.Cleanup(func() { _ = s.Close() })
 		sessions[role] = s
 	}
 
@@ -118,4 +121,145 @@ func TestMCPRoleMatrix(t *testing.T) {
 		r = b.do(t, "POST", mcpserver.Path, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, authtest.Basic("op", "wrong"))
 		require.Equal(t, http.StatusUnauthorized, r.status, r.body)
 	})
+}
+
+// callTool calls name and returns whether it failed and its text.
+func callTool(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (isError bool, text string) {
+	t.Helper()
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err, name)
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text += tc.Text
+		}
+	}
+	return res.IsError, text
+}
+
+// TestMCPRefusesBadInput: what a hostile or broken agent sends is a tool
+// error naming the argument, and writes nothing: no pause, no audit
+// event, no presence, no lease.
+func TestMCPRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t, false)
+	ops, err := b.mcpSession(t, operator)
+	require.NoError(t, err)
+	wk, err := b.mcpSession(t, worker)
+	require.NoError(t, err)
+	id := b.submitHTTP(t)
+
+	cases := []struct {
+		session *mcp.ClientSession
+		tool    string
+		args    map[string]any
+		names   string // the argument the error names
+	}{
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": ""}, "reason"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": "x", "mode": "nap"}, "mode"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": "x", "for": "forever"}, "for"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": "x", "for": "1h", "until": "2030-01-01T00:00:00Z"}, "until"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": "x", "topic": "bad topic\x00"}, "topic"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": strings.Repeat("r", 501)}, "reason"},
+		{ops, mcpserver.ToolDispatchPause, map[string]any{"reason": 7}, "reason"},
+		{ops, mcpserver.ToolDispatchEvents, map[string]any{"limit": 100000}, "limit"},
+		{ops, mcpserver.ToolJobGet, map[string]any{"id": "not-a-uuid"}, "id"},
+		{ops, mcpserver.ToolJobList, map[string]any{"status": "SLEEPING"}, "status"},
+		{ops, mcpserver.ToolJobList, map[string]any{"args": []int{1}}, "args"},
+		{ops, mcpserver.ToolJobList, map[string]any{"limit": -1}, "limit"},
+		{ops, mcpserver.ToolJobCancel, map[string]any{}, "id"},
+		{ops, mcpserver.ToolTopicGet, map[string]any{"topic": "\xff"}, "topic"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": "w", "topics": []string{}}, "topics"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": "w", "topics": []string{"ok", "no spaces"}}, "topics[1]"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": "w\x00", "topics": []string{"ok"}}, "worker_id"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": strings.Repeat("w", 201), "topics": []string{"ok"}}, "worker_id"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": "w", "topics": []string{"ok"}, "lease_seconds": 5}, "lease_seconds"},
+		{wk, mcpserver.ToolQueueClaim, map[string]any{"worker_id": "w", "topics": []string{"ok"}, "lease_seconds": 1 << 40}, "lease_seconds"},
+		{wk, mcpserver.ToolQueueHeartbeat, map[string]any{"worker_id": "w", "job_id": id, "attempt": 0}, "attempt"},
+		{wk, mcpserver.ToolQueueComplete, map[string]any{"worker_id": "w", "job_id": "x", "attempt": 1}, "job_id"},
+		{wk, mcpserver.ToolQueueFail, map[string]any{"worker_id": "w", "job_id": id, "attempt": 1}, "error"},
+		{wk, mcpserver.ToolQueueFail, map[string]any{"worker_id": "w", "job_id": id, "attempt": 1, "error": "e", "retry_after": "soon"}, "retry_after"},
+		{wk, mcpserver.ToolQueueFail, map[string]any{"worker_id": "w", "job_id": id, "attempt": 1, "error": "e", "permanent": true, "retry_after": "1s"}, "retry_after"},
+	}
+	for _, tc := range cases {
+		failed, text := callTool(t, tc.session, tc.tool, tc.args)
+		require.True(t, failed, "%s %v: %s", tc.tool, tc.args, text)
+		require.Contains(t, text, tc.names, "%s %v names the argument", tc.tool, tc.args)
+	}
+
+	// Nothing was written: no pause, no audit event, no presence, and
+	// the job is still waiting.
+	failed, text := callTool(t, ops, mcpserver.ToolDispatchEvents, nil)
+	require.False(t, failed, text)
+	require.Contains(t, text, "no pause or resume recorded")
+	failed, text = callTool(t, ops, mcpserver.ToolDispatchStatus, nil)
+	require.False(t, failed, text)
+	require.Contains(t, text, "nothing is paused")
+	failed, text = callTool(t, ops, mcpserver.ToolJobGet, map[string]any{"id": id})
+	require.False(t, failed, text)
+	require.Contains(t, text, "is PENDING")
+	failed, text = callTool(t, ops, mcpserver.ToolJobWhy, map[string]any{"id": id})
+	require.False(t, failed, text)
+	require.Contains(t, text, "no connected worker", "no claim recorded presence for the job's topic")
+
+	// The calls that reached their tool are counted by outcome.
+	r := b.do(t, "GET", "/metrics", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, r.body, `pulse_mcp_tool_calls_total{outcome="invalid_argument",tool="dispatch.pause"}`)
+	require.Contains(t, r.body, `pulse_mcp_tool_calls_total{outcome="ok",tool="jobs.why_not_running"} 1`)
+
+	// A worker may not read the resources; a producer may.
+	_, err = wk.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "pulse://jobs/" + id})
+	require.ErrorContains(t, err, "permission_denied")
+	prod, err := b.mcpSession(t, producer)
+	require.NoError(t, err)
+	read, err := prod.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "pulse://jobs/" + id})
+	require.NoError(t, err)
+	require.Contains(t, read.Contents[0].Text, id)
+	_, err = prod.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "pulse://jobs/0190c0de-0000-7000-8000-000000000000"})
+	require.ErrorContains(t, err, "not found")
+}
+
+// endless is a body that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// TestMCPBoundsBodies: an unauthenticated request is answered 401 from
+// its headers, whatever its body (an endless one here: a server that read
+// it would never answer), and an authenticated body past the bound is
+// refused 413.
+func TestMCPBoundsBodies(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t, false)
+	url := b.scheme + "://" + b.app.AdminAddr() + mcpserver.Path
+	for _, authorization := range []string{"", authtest.Basic("op", "wrong")} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, endless{})
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := b.http.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+	}
+
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"jobs.get","arguments":{"id":"` +
+		strings.Repeat("a", mcpserver.MaxBodyBytes) + `"}}}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(big))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", operator)
+	resp, err := b.http.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
 }

@@ -62,6 +62,10 @@ func TestAccessPolicy(t *testing.T) {
 			{"GET", "/v1/topics", producer},
 			{"GET", "/v1/topics/email.send", producer},
 			{"PUT", "/v1/topics/email.send", operator},
+			// MCP: every role reaches the endpoint, each tool checks its own.
+			{"POST", "/mcp", auth.Require(auth.RoleProducer, auth.RoleWorker)},
+			{"GET", "/mcp", auth.Require(auth.RoleProducer, auth.RoleWorker)},
+			{"POST", "/mcp/x", nil},
 			// A wrong method or an unknown path under /v1/ reaches the
 			// fallback, which answers 405 or 404 and runs nothing.
 			{"POST", "/v1/dispatch", producer},

@@ -97,6 +97,9 @@ type Options struct {
 	// Version is the server version MCP clients are told.
 	Version string
 	Logger  *slog.Logger
+	// OnCall is told the outcome of every call that reached a tool: ok,
+	// refused, or the error's code (apierr.HTTPCode); may be nil.
+	OnCall func(tool, outcome string)
 }
 
 // Server is control-api's MCP server.
@@ -112,6 +115,9 @@ func New(deps Deps, opts Options) *Server {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.OnCall == nil {
+		opts.OnCall = func(string, string) {}
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
@@ -176,6 +182,7 @@ func tool[In, Out any](s *Server, t *mcp.Tool, h func(ctx context.Context, in In
 	mcp.AddTool(s.mcp, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
 		if err := s.admit(ctx, "tool "+t.Name, roles); err != nil {
+			s.opts.OnCall(t.Name, apierr.HTTPCode(err))
 			return nil, zero, s.toolError(ctx, t.Name, err)
 		}
 		out, summary, err := h(ctx, in)
@@ -184,10 +191,13 @@ func tool[In, Out any](s *Server, t *mcp.Tool, h func(ctx context.Context, in In
 			if errors.As(err, &refused) {
 				// A refusal still answers with its structured content (the
 				// queue tools' system envelope).
+				s.opts.OnCall(t.Name, "refused")
 				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: refused.Error()}}}, out, nil
 			}
+			s.opts.OnCall(t.Name, apierr.HTTPCode(err))
 			return nil, zero, s.toolError(ctx, t.Name, err)
 		}
+		s.opts.OnCall(t.Name, "ok")
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary}}}, out, nil
 	})
 }
