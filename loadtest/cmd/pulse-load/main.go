@@ -7,6 +7,7 @@
 //	go run ./loadtest/cmd/pulse-load -scenario river                       # River's CLI benchmark, five rounds, pulse in its default fleet shape
 //	go run ./loadtest/cmd/pulse-load -scenario rivercli -river-cli ~/river   # River's own CLI beside the harness's River side
 //	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
+//	go run ./loadtest/cmd/pulse-load -scenario sdk-workers                 # one Go, TypeScript and Python worker each, same fleet
 //
 // all is latency, throughput, idle, backlog and pause; river (pulse against
 // River and the raw-SQL ceiling), rawsql and scaling run only when named.
@@ -44,7 +45,7 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql and scaling only when named")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql, scaling and sdk-workers only when named")
 		gateways    = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: the shipped default (localfleet.GatewaysDefault, one) when only river, rawsql, rivercli or soak run, else 2, so that latency, pause and idle cost are measured across replicas")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit; river, rawsql, rivercli: the backlog workload's size (river bench --num-total-jobs)")
 		duration    = flag.Duration("duration", 30*time.Second, "river, rawsql, rivercli: the concurrent workload's span (river bench --duration)")
@@ -78,6 +79,9 @@ func run() error {
 		scaleSizes  = flag.String("scaling-gateways", "1,2,4", "scaling: gateway counts, a fresh fleet each")
 		timeout     = flag.Duration("timeout", time.Hour, "give up after this long")
 		cooldown    = flag.Duration("claim-cooldown", -1, "the gateways' PULSE_CLAIM_COOLDOWN; negative: the gateway's default")
+		sdkList     = flag.String("sdks", strings.Join(scenario.SDKWorkers, ","), "sdk-workers: the SDKs whose worker runs, comma-separated")
+		sdkJobs     = flag.Int("sdk-jobs", 50000, "sdk-workers: the backlog each SDK's worker works off, per round")
+		sdkConc     = flag.Int("sdk-concurrency", 100, "sdk-workers: the slots of each SDK's one worker")
 		walStats    = flag.Bool("wal-stats", false, "throughput, river, rawsql, scaling: break each run's WAL down by record type per job (pg_waldump; keeps 4 GB of WAL)")
 	)
 	flag.Parse()
@@ -300,6 +304,18 @@ func run() error {
 			if err := emit(rs.RiverSoak(ctx, target.DatabaseURL, sp)); err != nil {
 				return err
 			}
+		}
+	}
+	if want["sdk-workers"] {
+		root, err := localfleet.FindRepoRoot(".")
+		if err != nil {
+			return err
+		}
+		r, err := scenario.SDKWorkerThroughput(ctx, target, scenario.SDKWorkerParams{
+			RepoRoot: root, SDKs: strings.Split(*sdkList, ","), Jobs: *sdkJobs, Concurrency: *sdkConc, Reps: *reps, Emit: emitRun,
+		})
+		if err := emit(r, err); err != nil {
+			return err
 		}
 	}
 	if want["rivercli"] {

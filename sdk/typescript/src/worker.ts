@@ -1069,6 +1069,19 @@ class StreamLoop {
       let halfClosed = false;
       let graceTimer: NodeJS.Timeout | undefined;
       let call: ClientDuplexStream<StreamJobsRequest, StreamJobsResponse>;
+      // Slots freed in one turn of the event loop (a burst of handlers
+      // returning) go out as one Credit, so the gateway claims for them in
+      // one statement rather than one each.
+      let creditScheduled = false;
+      const scheduleCredits = () => {
+        if (!creditScheduled) {
+          creditScheduled = true;
+          setImmediate(() => {
+            creditScheduled = false;
+            sendCredits();
+          });
+        }
+      };
       const sendCredits = () => {
         if (!welcomed || halfClosed || ended) {
           return;
@@ -1113,7 +1126,7 @@ class StreamLoop {
           welcomed = true;
           this.terms.update(msg.msg.value);
           this.log.info("job stream open", { target, gateway_id: msg.msg.value.gatewayId, in_flight: inFlight });
-          this.ledger.onFreed = sendCredits;
+          this.ledger.onFreed = scheduleCredits;
           sendCredits();
           return;
         }
