@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/buildinfo"
@@ -174,7 +175,17 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	// MCP: the same services as the JSON API, and for agent workers the
 	// gateway's claim, heartbeat and report statements (on the main pool:
 	// the claim sets its own statement timeout).
-	agents := mcpserver.New(mcpserver.Deps{Jobs: svc, Dispatch: dispatchSvc, Topics: topicSvc, Queue: store},
+	// Their reports count in job_throughput under this process's own
+	// writer, as each gateway's do under its id, so replicas never wait on
+	// each other's rows.
+	host, _ := os.Hostname()
+	writer := fmt.Sprintf("%s-%s-%d", Service, host, os.Getpid())
+	if jobstore.ValidWriter(writer) != nil {
+		writer = Service // a host name job_throughput cannot take
+	}
+	queue := jobstore.New(s.Pool(), jobstore.ThroughputWriter(writer))
+	s.AddBackend("mcp_queue_store", service.Funcs{StopFunc: func(context.Context) error { return queue.Close() }})
+	agents := mcpserver.New(mcpserver.Deps{Jobs: svc, Dispatch: dispatchSvc, Topics: topicSvc, Queue: queue},
 		mcpserver.Options{Open: authn == nil, Version: buildinfo.Version(), Logger: logger, OnCall: m.MCPCalled})
 	admin.Handle(mcpserver.Path, agents.Handler())
 

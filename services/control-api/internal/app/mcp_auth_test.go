@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,7 +13,10 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/auth/authtest"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 
+	"github.com/pulsequeue/pulse/services/control-api/internal/app"
+	"github.com/pulsequeue/pulse/services/control-api/internal/config"
 	"github.com/pulsequeue/pulse/services/control-api/internal/mcpserver"
 )
 
@@ -262,4 +266,39 @@ func TestMCPBoundsBodies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 	require.NoError(t, resp.Body.Close())
+}
+
+// TestMCPOpenMode: with authentication off everyone is admitted, as on
+// every route, and an agent worker's lease is held as its worker id
+// alone, as a gateway holds it in open mode.
+func TestMCPOpenMode(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.Auth = "none"
+	cfg.DatabaseURL = pgtest.URL(t)
+	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
+	a, err := app.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, a.Start(t.Context()))
+	defer func() { require.NoError(t, a.Stop(context.Background())) }()
+	b := &authBundle{app: a, scheme: "http", http: &http.Client{Transport: &http.Transport{}}}
+	s, err := b.mcpSession(t, "")
+	require.NoError(t, err)
+	r := b.do(t, "POST", "/v1/jobs", `{"topic":"open.mcp"}`, "")
+	require.Equal(t, http.StatusCreated, r.status, r.body)
+
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolQueueClaim,
+		Arguments: map[string]any{"worker_id": "solo", "topics": []string{"open.mcp"}}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	job := res.StructuredContent.(map[string]any)["job"].(map[string]any)
+	res, err = s.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolJobGet, Arguments: map[string]any{"id": job["id"]}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "solo", res.StructuredContent.(map[string]any)["locked_by"])
+	res, err = s.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolQueueComplete,
+		Arguments: map[string]any{"worker_id": "solo", "job_id": job["id"], "attempt": job["attempt"]}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	require.Equal(t, "COMPLETED", res.StructuredContent.(map[string]any)["status"])
 }
