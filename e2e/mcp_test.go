@@ -22,7 +22,7 @@ import (
 var mcpTools = []string{
 	"dispatch.status", "dispatch.pause", "dispatch.resume", "dispatch.drain_progress", "dispatch.events",
 	"jobs.get", "jobs.list", "jobs.why_not_running", "jobs.retry", "jobs.cancel", "jobs.dead_letters",
-	"topics.list", "topics.get",
+	"topics.list", "topics.get", "topics.set_limit",
 	"queue.claim", "queue.heartbeat", "queue.complete", "queue.fail",
 }
 

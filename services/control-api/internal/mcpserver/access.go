@@ -23,6 +23,7 @@ const (
 	ToolDeadLetters    = "jobs.dead_letters"
 	ToolTopicList      = "topics.list"
 	ToolTopicGet       = "topics.get"
+	ToolTopicSetLimit  = "topics.set_limit"
 	ToolQueueClaim     = "queue.claim"
 	ToolQueueHeartbeat = "queue.heartbeat"
 	ToolQueueComplete  = "queue.complete"
@@ -35,7 +36,7 @@ var ResourceRoles = auth.Require(auth.RoleProducer)
 
 // ToolRoles is who may call each tool: the roles the HTTP policy admits
 // to the route doing the same thing. Reads are for producers (and
-// operators); pause, resume, retry and cancel for operators; the queue
+// operators); pause, resume, retry, cancel and topic limits for operators; the queue
 // tools for workers only, with no operator override, since a claim,
 // heartbeat or report acts in the caller's own name (ADR-0012).
 func ToolRoles() map[string][]auth.Role {
@@ -54,6 +55,7 @@ func ToolRoles() map[string][]auth.Role {
 		ToolJobCancel:      operate,
 		ToolTopicList:      read,
 		ToolTopicGet:       read,
+		ToolTopicSetLimit:  operate,
 		ToolQueueClaim:     work,
 		ToolQueueHeartbeat: work,
 		ToolQueueComplete:  work,

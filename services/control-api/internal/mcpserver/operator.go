@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
@@ -83,6 +84,12 @@ type WhyNotRunning struct {
 // TopicArg names one topic.
 type TopicArg struct {
 	Topic string `json:"topic" jsonschema:"the topic"`
+}
+
+// LimitArgs set a topic's limit.
+type LimitArgs struct {
+	Topic      string `json:"topic" jsonschema:"the topic"`
+	MaxRunning *int64 `json:"max_running" jsonschema:"the most jobs of the topic running at once across the fleet (0 to 1000000; 0 holds the topic), or null to clear the limit"`
 }
 
 // Empty takes no arguments.
@@ -286,6 +293,22 @@ func (s *Server) addOperatorTools() {
 			}
 			return out, fmt.Sprintf("%s: %d pending, %d running, %d dead-lettered, %s", out.Topic, out.Pending, out.Running, out.DeadLettered, limit), nil
 		})
+}
+
+func (s *Server) addLimitTool() {
+	tool(s, &mcp.Tool{Name: ToolTopicSetLimit, Title: "Limit a topic", Annotations: destructive(true),
+		Description: "Set how many jobs of a topic may run at once across the fleet (max_running; 0 holds the topic like a pause), or clear the limit with null. Enforced in the claim on every gateway. Operators only; recorded with the actor."},
+		func(ctx context.Context, in LimitArgs) (pulsehttp.Topic, string, error) {
+			ti, err := s.deps.Topics.SetLimit(ctx, in.Topic, in.MaxRunning)
+			if err != nil {
+				return pulsehttp.Topic{}, "", err
+			}
+			out := httpapi.TopicToJSON(ti)
+			if out.MaxRunning == nil {
+				return out, fmt.Sprintf("%s has no limit", out.Topic), nil
+			}
+			return out, fmt.Sprintf("%s runs at most %d jobs at once (%d running now)", out.Topic, *out.MaxRunning, out.Running), nil
+		}, bound{prop: "max_running", min: 0, max: pulsetype.MaxTopicLimit})
 }
 
 func (s *Server) list(ctx context.Context, q api.JobQuery, what string) (pulsehttp.JobList, string, error) {

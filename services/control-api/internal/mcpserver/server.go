@@ -67,6 +67,7 @@ type Dispatch interface {
 type Topics interface {
 	ListTopics(ctx context.Context, req *pulsev1.ListTopicsRequest) (*pulsev1.ListTopicsResponse, error)
 	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
+	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
 }
 
 // Queue is what the queue tools call: the jobstore statements
@@ -128,6 +129,7 @@ func New(deps Deps, opts Options) *Server {
 		Logger:       logger,
 	})
 	s.addOperatorTools()
+	s.addLimitTool()
 	s.addQueueTools()
 	s.addResources()
 	return s
