@@ -9,6 +9,8 @@
 #   pulse-local/postgres:15                Debian's PostgreSQL 15, honouring POSTGRES_USER/PASSWORD/DB
 #   pulse-local/prometheus:2.42            Debian's Prometheus
 #   pulse-local/haproxy:2.6                Debian's HAProxy (gateway-proxy)
+#   pulse-local/python:bookworm            Debian's python3 with python3-grpcio and python3-protobuf
+#                                          (the Dockerfile's PYTHON_IMAGE, the Python SDK's demo)
 #   pulse-local/jaeger:1.76.0              Jaeger (v1.76.0 = v2.13.0) all-in-one, in memory, built
 #                                          from its Go module (cmd/jaeger) on the static runtime
 #
@@ -46,6 +48,7 @@ RUNTIME_IMAGE=pulse-local/static:nonroot
 POSTGRES_IMAGE=pulse-local/postgres:15
 PROMETHEUS_IMAGE=pulse-local/prometheus:2.42
 PROXY_IMAGE=pulse-local/haproxy:2.6
+PYTHON_IMAGE=pulse-local/python:bookworm
 JAEGER_VERSION=v1.76.0
 JAEGER_IMAGE=pulse-local/jaeger:${JAEGER_VERSION#v}
 
@@ -257,6 +260,17 @@ CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]
 EOF
 build "$PROXY_IMAGE" "$d"
 
+# --- Python (the Python SDK's demo) ----------------------------------------
+# debian:bookworm-slim with what the demo's Dockerfile target would install:
+# python3, python3-grpcio, python3-protobuf, so its build needs no mirror.
+d=$WORK/python
+mkdir -p "$d"
+cat >"$d/Dockerfile" <<EOF
+FROM $BASE
+RUN $APT python3 python3-grpcio python3-protobuf >/dev/null && $APT_CLEAN
+EOF
+build "$PYTHON_IMAGE" "$d"
+
 # --- Jaeger ----------------------------------------------------------------
 # The all-in-one backend (cmd/jaeger of the Go module; with no config it
 # keeps traces in memory, takes OTLP on 4317/4318 and serves the query API
@@ -307,5 +321,6 @@ export PULSE_RUNTIME_IMAGE=$RUNTIME_IMAGE
 export PULSE_POSTGRES_IMAGE=$POSTGRES_IMAGE
 export PULSE_PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 export PULSE_PROXY_IMAGE=$PROXY_IMAGE
+export PULSE_PYTHON_IMAGE=$PYTHON_IMAGE
 export PULSE_JAEGER_IMAGE=$JAEGER_IMAGE
 EOF

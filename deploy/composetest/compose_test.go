@@ -31,14 +31,14 @@ const (
 // grafana and jaeger (no image for them here), plus the test's workers.
 var services = []string{
 	"postgres", "migrate", "control-api", "dispatch-gateway", "gateway-proxy", "reaper", "scheduler",
-	"prometheus", "demo-producer", "demo-worker", "test-worker-proxy", "test-worker-dns",
+	"prometheus", "demo-producer", "demo-worker", "demo-worker-python", "test-worker-proxy", "test-worker-dns",
 }
 
 // healthchecked are the services whose containers must report healthy.
 var healthchecked = []string{"postgres", "control-api", "dispatch-gateway", "gateway-proxy", "reaper", "scheduler", "prometheus"}
 
 // afterMigrate are the services that must start only after migrate exited.
-var afterMigrate = []string{"control-api", "dispatch-gateway", "reaper", "scheduler", "demo-producer", "demo-worker", "test-worker-proxy", "test-worker-dns"}
+var afterMigrate = []string{"control-api", "dispatch-gateway", "reaper", "scheduler", "demo-producer", "demo-worker", "demo-worker-python", "test-worker-proxy", "test-worker-dns"}
 
 // TestComposeUp runs docker-compose.yml for real: it builds every pulse
 // image from deploy/docker/Dockerfile, starts the fleet with three gateway
@@ -346,6 +346,9 @@ func TestComposeUp(t *testing.T) {
 		w := of(cs, "demo-worker")
 		require.NotEmpty(t, w)
 		require.Positive(t, countLines(f.logs(w[0].Name, 0), `"msg":"progress"`), "demo-worker logs its progress")
+		py := of(cs, "demo-worker-python")
+		require.NotEmpty(t, py)
+		require.Positive(t, countLines(f.logs(py[0].Name, 0), `"msg":"progress"`), "the Python SDK's demo logs its progress")
 		for _, c := range cs {
 			if c.Service != "dispatch-gateway" { // one was killed on purpose
 				require.Zero(t, c.RestartCount, "%s restarted", c.Name)

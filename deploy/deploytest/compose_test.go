@@ -17,7 +17,7 @@ import (
 // composeServices are the services docker-compose.yml must define.
 var composeServices = []string{
 	"postgres", "migrate", "control-api", "dispatch-gateway", "gateway-proxy", "reaper", "scheduler",
-	"prometheus", "grafana", "jaeger", "demo-producer", "demo-worker",
+	"prometheus", "grafana", "jaeger", "demo-producer", "demo-worker", "demo-worker-python",
 }
 
 // pulseServices maps each compose service built from this repo to the
@@ -245,6 +245,54 @@ func TestCompose(t *testing.T) {
 		for _, demo := range []string{"demo-producer", "demo-worker"} {
 			require.Equal(t, "http://jaeger:4317", envValue(service(t, p, demo), "OTEL_EXPORTER_OTLP_ENDPOINT"), "%s exports OTLP to jaeger", demo)
 		}
+	})
+
+	t.Run("PythonDemoIsWired", func(t *testing.T) {
+		// The Python SDK's demo has no -h to check its variables against:
+		// its docstring lists what it reads, and every variable compose
+		// sets on it must be there.
+		s := service(t, p, "demo-worker-python")
+		require.NotNil(t, s.Build)
+		require.Equal(t, "demo-worker-python", s.Build.Target)
+		require.Regexp(t, "^pulse/demo-worker-python:", s.Image)
+		for arg, def := range df.args {
+			require.NotNil(t, s.Build.Args[arg], "demo-worker-python passes build argument %s", arg)
+			require.Equal(t, def, *s.Build.Args[arg], "demo-worker-python's %s defaults to the Dockerfile's", arg)
+		}
+		stage := df.stages["demo-worker-python"]
+		require.NotNil(t, stage, "the Dockerfile has a demo-worker-python target")
+		require.Equal(t, "debian:bookworm-slim", df.baseImage(stage), "the Python demo runs on Debian 12, whose python3-grpcio the SDK is built for")
+		var script string
+		for _, in := range stage.body {
+			if in.cmd == "COPY" {
+				f := strings.Fields(in.args)
+				require.Len(t, f, 2, "COPY %s", in.args)
+				_, err := os.Stat(repoPath(t, f[0]))
+				require.NoError(t, err, "demo-worker-python copies %s, which is not in the repo", f[0])
+			}
+			if in.cmd == "ENTRYPOINT" {
+				args := jsonArgs(t, in.args)
+				script = strings.TrimPrefix(args[len(args)-1], "/opt/pulse/")
+			}
+		}
+		user, ok := df.last("demo-worker-python", "USER")
+		require.True(t, ok)
+		require.NotEqual(t, "root", user.args)
+		doc, err := os.ReadFile(repoPath(t, script))
+		require.NoError(t, err, "the entrypoint runs %s", script)
+		for name := range s.Environment {
+			if strings.HasPrefix(name, "PULSE_") {
+				require.True(t, strings.Contains(string(doc), "\n  "+name+" "), "demo-worker-python sets %s, which %s does not list", name, script)
+			}
+		}
+		gwPort := addrPort(t, envValue(service(t, p, "dispatch-gateway"), "PULSE_GRPC_ADDR"))
+		require.Equal(t, "dns:///dispatch-gateway:"+gwPort, envValue(s, "PULSE_GATEWAY_ADDRS"))
+		require.Equal(t, types.ServiceConditionCompletedSuccessfully, s.DependsOn["migrate"].Condition)
+		require.Equal(t, types.ServiceConditionHealthy, s.DependsOn["control-api"].Condition)
+		require.Equal(t, types.ServiceConditionHealthy, s.DependsOn["dispatch-gateway"].Condition)
+		local, err := os.ReadFile(repoPath(t, "scripts/local-images.sh"))
+		require.NoError(t, err)
+		require.Contains(t, string(local), "export PULSE_PYTHON_IMAGE=$PYTHON_IMAGE", "the Python stand-in is selected offline")
 	})
 
 	t.Run("LocalImagesLeaveOutOnlyGrafana", func(t *testing.T) {

@@ -12,9 +12,11 @@ Environment:
   PULSE_DEMO_TOPIC           the topic (default py.thumbnail.render)
   PULSE_DEMO_CONCURRENCY     handlers at once (default 4)
   PULSE_DEMO_RATE            jobs enqueued per second (default 5; 0: no producer)
-  PULSE_USER, PULSE_PASSWORD                    the worker's credentials (unset: none)
-  PULSE_PRODUCER_USER, PULSE_PRODUCER_PASSWORD  the producer's credentials (unset: none)
-  PULSE_ALLOW_PLAINTEXT_CREDENTIALS             true: send them over plaintext beyond loopback (a trusted network only)
+  PULSE_USER                 the worker's user (unset: no credentials)
+  PULSE_PASSWORD             the worker's password
+  PULSE_PRODUCER_USER        the producer's user (unset: no credentials)
+  PULSE_PRODUCER_PASSWORD    the producer's password
+  PULSE_ALLOW_PLAINTEXT_CREDENTIALS  true: send them over plaintext beyond loopback (a trusted network only)
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class JSONFormatter(logging.Formatter):
         out = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.created)), "level": r.levelname,
                "msg": r.getMessage(), "logger": r.name}
         out.update(getattr(r, "fields", {}))
-        return json.dumps(out)
+        return json.dumps(out, separators=(",", ":"))
 
 
 log = logging.getLogger("demo-worker-python")
