@@ -259,6 +259,12 @@ func TestMCPBoundsBodies(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 	}
 
+	// Stateless: no stream to open, no session to end.
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		r := b.do(t, method, mcpserver.Path, "", operator)
+		require.Equal(t, http.StatusMethodNotAllowed, r.status, "%s: %s", method, r.body)
+	}
+
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"jobs.get","arguments":{"id":"` +
 		strings.Repeat("a", mcpserver.MaxBodyBytes) + `"}}}`
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(big))
