@@ -28,7 +28,11 @@ const (
 	// retry_policy and pulse_retry_delay, topic_limits and job_throughput.
 	// Every service requires it.
 	VersionBaseline int64 = 1
+	// VersionJobResults adds a completed job's result (jobs.result,
+	// only with COMPLETED, validated by 00003) and the wake of waiters on
+	// a settle (settle_listeners, pulse_notify_settled).
+	VersionJobResults int64 = 3
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionBaseline
+const Latest = VersionJobResults

@@ -282,6 +282,23 @@ CREATE FUNCTION public.pulse_is_terminal(status text) RETURNS boolean
 $$;
 
 --
+-- Name: pulse_notify_settled(uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.pulse_notify_settled(ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF cardinality(ids) > 0 AND EXISTS (SELECT 1 FROM settle_listeners WHERE until > now()) THEN
+        PERFORM pg_notify('pulse_jobs_settled', string_agg(c.id::text, ','))
+        FROM (SELECT u.id, (u.ord - 1) / 200 AS chunk
+              FROM unnest(ids) WITH ORDINALITY AS u(id, ord)) AS c
+        GROUP BY c.chunk;
+    END IF;
+END
+$$;
+
+--
 -- Name: pulse_retry_delay(integer, interval, interval); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -515,6 +532,7 @@ CREATE TABLE public.jobs (
     retry_base interval,
     retry_max interval,
     retry_fixed interval,
+    result bytea,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND (attempts <= max_attempts))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_finished_iff_terminal CHECK ((public.pulse_is_terminal(status) = (finished_at IS NOT NULL))),
@@ -522,6 +540,8 @@ CREATE TABLE public.jobs (
     CONSTRAINT jobs_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
     CONSTRAINT jobs_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
     CONSTRAINT jobs_queued_has_attempts_left CHECK (((status <> ALL (ARRAY['PENDING'::text, 'RETRYING'::text])) OR (attempts < max_attempts))),
+    CONSTRAINT jobs_result_only_completed CHECK (((result IS NULL) OR (status = 'COMPLETED'::text))),
+    CONSTRAINT jobs_result_size CHECK ((octet_length(result) <= 1048576)),
     CONSTRAINT jobs_running_is_leased CHECK ((((status = 'RUNNING'::text) = (lease_until IS NOT NULL)) AND ((status <> 'RUNNING'::text) OR ((locked_by IS NOT NULL) AND (started_at IS NOT NULL))))),
     CONSTRAINT jobs_status_known CHECK ((status = ANY (ARRAY['PENDING'::text, 'RUNNING'::text, 'RETRYING'::text, 'COMPLETED'::text, 'DEAD_LETTERED'::text, 'CANCELED'::text]))),
     CONSTRAINT jobs_timestamps_finite CHECK ((isfinite(submitted_at) AND isfinite(next_run_at) AND ((lease_until IS NULL) OR isfinite(lease_until)) AND ((started_at IS NULL) OR isfinite(started_at)) AND ((finished_at IS NULL) OR isfinite(finished_at)))),
@@ -569,6 +589,16 @@ CREATE TABLE public.schedules (
     CONSTRAINT schedules_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$'::text)),
     CONSTRAINT schedules_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
     CONSTRAINT schedules_topic_format CHECK ((topic ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$'::text))
+);
+
+--
+-- Name: settle_listeners; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.settle_listeners (
+    process text NOT NULL,
+    until timestamp with time zone NOT NULL,
+    CONSTRAINT settle_listeners_process_length CHECK (((length(process) >= 1) AND (length(process) <= 200)))
 );
 
 --
@@ -658,6 +688,13 @@ ALTER TABLE ONLY public.retry_policy
 
 ALTER TABLE ONLY public.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
+
+--
+-- Name: settle_listeners settle_listeners_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.settle_listeners
+    ADD CONSTRAINT settle_listeners_pkey PRIMARY KEY (process);
 
 --
 -- Name: topic_limits topic_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -

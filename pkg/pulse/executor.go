@@ -253,6 +253,7 @@ func (e *executor) result(job *Job, err error) *pulsev1.JobResult {
 	res := &pulsev1.JobResult{JobId: job.ID, Attempt: int32(job.Attempt), Outcome: pulsev1.Outcome_OUTCOME_COMPLETE}
 	switch {
 	case err == nil:
+		res.Result = job.result
 	case IsPermanent(err):
 		res.Outcome = pulsev1.Outcome_OUTCOME_FAIL_PERMANENT
 		res.Error = errorText(err)

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 // Job is one attempt of a job as its handler sees it.
@@ -26,6 +28,44 @@ type Job struct {
 	// else its topic's ([WithTimeout]), else zero for none. The handler's
 	// context carries the deadline.
 	Timeout time.Duration
+
+	// result is what SetResult recorded: JSON text, nil for none.
+	result json.RawMessage
+}
+
+// SetResult records v as the job's result, stored with its completion:
+// control-api returns it ([Client.Get], [Client.Wait], GET /v1/jobs/{id})
+// until retention deletes the job. v is sent as-is when it is a []byte or
+// json.RawMessage holding JSON, and JSON-encoded otherwise. A later call
+// replaces an earlier one; a handler that returns an error stores none.
+// Call it from the handler, before it returns.
+//
+// A result is an answer, not a file: it is refused here above
+// pulsetype.MaxResultBytes, and a gateway stores at most its
+// PULSE_MAX_RESULT_BYTES (64 KiB unless configured), dead-lettering a
+// completion whose result is larger with an error that says so. Put large
+// outputs in object storage and return their address.
+func (j *Job) SetResult(v any) error {
+	var b []byte
+	switch r := v.(type) {
+	case json.RawMessage:
+		b = r
+	case []byte:
+		b = r
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("pulse: encode result of job %s: %w", j.ID, err)
+		}
+	}
+	if !json.Valid(b) || !utf8.Valid(b) {
+		return fmt.Errorf("pulse: result of job %s is not valid JSON", j.ID)
+	}
+	if len(b) > pulsetype.MaxResultBytes {
+		return fmt.Errorf("pulse: result of job %s is %d bytes; the limit is %d", j.ID, len(b), pulsetype.MaxResultBytes)
+	}
+	j.result = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 // UnmarshalArgs decodes the job's JSON arguments into v, so handlers do not

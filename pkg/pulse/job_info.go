@@ -2,6 +2,7 @@ package pulse
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,6 +43,25 @@ type JobInfo struct {
 	// Retry is the job's own backoff ([ExponentialBackoff],
 	// [FixedBackoff]); zero when it follows the server's retry policy.
 	Retry RetryPolicy
+	// Result is what the handler of a COMPLETED job returned as JSON
+	// ([Job.SetResult]); nil when it returned none. Decode it with
+	// [JobInfo.UnmarshalResult].
+	Result json.RawMessage
+}
+
+// ErrNoResult is UnmarshalResult's error for a job without a result.
+var ErrNoResult = errors.New("pulse: the job has no result")
+
+// UnmarshalResult decodes the job's result into v. A job that did not
+// complete, or whose handler set no result, has none ([ErrNoResult]).
+func (j *JobInfo) UnmarshalResult(v any) error {
+	if len(j.Result) == 0 {
+		return fmt.Errorf("%w (job %s is %s)", ErrNoResult, j.ID, j.Status)
+	}
+	if err := json.Unmarshal(j.Result, v); err != nil {
+		return fmt.Errorf("pulse: unmarshal result of job %s: %w", j.ID, err)
+	}
+	return nil
 }
 
 // RetryPolicy is a job's own backoff between attempts: exponential from
@@ -106,6 +126,7 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		ScheduleID:     j.GetScheduleId(),
 		IdempotencyKey: j.GetIdempotencyKey(),
 		Timeout:        j.GetTimeout().AsDuration(),
+		Result:         resultOf(j.GetResult()),
 		Retry: RetryPolicy{
 			Base:  j.GetRetry().GetBase().AsDuration(),
 			Max:   j.GetRetry().GetMax().AsDuration(),
@@ -130,4 +151,11 @@ func timeOf(ts *timestamppb.Timestamp) time.Time {
 		return time.Time{}
 	}
 	return ts.AsTime()
+}
+
+func resultOf(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.RawMessage(b)
 }

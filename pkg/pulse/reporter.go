@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
 const (
@@ -125,13 +126,29 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
+// batchLen is how many queued results the next batch takes: at most
+// maxBatch, and no more than fit in pulsetype.MaxReportBatchBytes of
+// results and error texts (at least one), so a batch of large results
+// still fits one gRPC message.
+func batchLen(queue []pendingResult, maxBatch int) int {
+	n := min(len(queue), maxBatch)
+	size := 0
+	for i := range n {
+		size += len(queue[i].result.GetResult()) + len(queue[i].result.GetError())
+		if size > pulsetype.MaxReportBatchBytes && i > 0 {
+			return i
+		}
+	}
+	return n
+}
+
 // nextBatch blocks until results are queued and returns up to maxBatch of
 // them. It returns false once stopping with nothing queued, or when ctx is
 // done; from then on submit drops results.
 func (r *reporter) nextBatch(ctx context.Context) ([]pendingResult, bool) {
 	for {
 		r.mu.Lock()
-		if n := min(len(r.queue), r.maxBatch); n > 0 {
+		if n := batchLen(r.queue, r.maxBatch); n > 0 {
 			batch := r.queue[:n:n]
 			r.queue = r.queue[n:]
 			r.mu.Unlock()

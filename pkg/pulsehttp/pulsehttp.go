@@ -87,6 +87,9 @@ type Job struct {
 	// Retry is the job's own backoff, null when it follows the schema's
 	// policy.
 	Retry *RetryPolicy `json:"retry"`
+	// Result is what the handler of a COMPLETED job returned (JSON),
+	// absent when it returned nothing, and in listings.
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // AttemptError is one entry of a job's error history.

@@ -68,6 +68,10 @@ type Result struct {
 	// The failed attempt counts like any other (ADR-0018): on the last one
 	// the job is dead-lettered.
 	RetryAfter time.Duration
+	// Result, for OutcomeComplete, is what the handler returned: JSON
+	// text of at most MaxResultBytes (checked by the gateway), stored
+	// with the COMPLETED status in the same statement; nil: none.
+	Result []byte
 }
 
 // Ack answers one Result. A rejected result (Accepted false) changed

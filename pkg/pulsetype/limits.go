@@ -49,6 +49,22 @@ const (
 	// (jobs_args_object).
 	DefaultMaxArgsBytes = 1 << 20
 
+	// MaxResultBytes is the largest result a completed job may store, in
+	// bytes of its JSON text (jobs_result_size): the most a gateway may be
+	// configured to accept (PULSE_MAX_RESULT_BYTES) and what the SDK's
+	// Job.SetResult refuses above. It stays well under a gRPC message
+	// (4 MiB), which a report batch must fit in.
+	MaxResultBytes = 1 << 20
+	// DefaultMaxResultBytes is the largest result a gateway stores unless
+	// configured otherwise (PULSE_MAX_RESULT_BYTES): a result is an
+	// answer, not a file; larger outputs belong in object storage, with
+	// their address as the result.
+	DefaultMaxResultBytes = 64 << 10
+	// MaxReportBatchBytes is where the SDK cuts a report batch by the
+	// bytes of its results and error texts, so a batch of large results
+	// still fits one gRPC message.
+	MaxReportBatchBytes = 2 << 20
+
 	// MinTimeout and MaxTimeout bound one attempt's timeout
 	// (jobs_timeout_range).
 	MinTimeout = time.Second

@@ -45,4 +45,13 @@ func TestLimitsAreOrdered(t *testing.T) {
 	if pulsetype.MaxReportedErrorBytes > pulsetype.MaxErrorBytes {
 		t.Errorf("the SDK cuts at %d bytes, above the gateway's %d", pulsetype.MaxReportedErrorBytes, pulsetype.MaxErrorBytes)
 	}
+	if !(0 < pulsetype.DefaultMaxResultBytes && pulsetype.DefaultMaxResultBytes <= pulsetype.MaxResultBytes) {
+		t.Errorf("DefaultMaxResultBytes %d outside 1..%d", pulsetype.DefaultMaxResultBytes, pulsetype.MaxResultBytes)
+	}
+	// One result at the cap, and the largest error text, fit a batch,
+	// which fits a gRPC message (4 MiB, grpc-go's default receive bound).
+	if pulsetype.MaxResultBytes+pulsetype.MaxErrorBytes > pulsetype.MaxReportBatchBytes || pulsetype.MaxReportBatchBytes*2 > 4<<20+1 {
+		t.Errorf("a report batch of %d bytes does not hold a %d-byte result, or does not fit a gRPC message with room to spare",
+			pulsetype.MaxReportBatchBytes, pulsetype.MaxResultBytes)
+	}
 }

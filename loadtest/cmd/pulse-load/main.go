@@ -45,7 +45,7 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql, scaling and sdk-workers only when named")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql, scaling, sdk-workers and waiters only when named")
 		gateways    = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: the shipped default (localfleet.GatewaysDefault, one) when only river, rawsql, rivercli or soak run, else 2, so that latency, pause and idle cost are measured across replicas")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit; river, rawsql, rivercli: the backlog workload's size (river bench --num-total-jobs)")
 		duration    = flag.Duration("duration", 30*time.Second, "river, rawsql, rivercli: the concurrent workload's span (river bench --duration)")
@@ -56,6 +56,7 @@ func run() error {
 		samples     = flag.Int("samples", 300, "latency: jobs submitted one at a time")
 		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
 		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
+		waiters     = flag.Int("waiters", 10000, "waiters: concurrent Client.Wait calls, each on a job of its own")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
@@ -245,6 +246,13 @@ func run() error {
 	if all || want["idle"] {
 		r, err := scenario.IdleWorkers(ctx, target, scenario.IdleParams{Workers: *idleWorkers, Window: 10 * time.Second, GatewayAdmin: fleet.AdminURLs["dispatch-gateway-1"]})
 		r.Scenario = "idle-workers"
+		if err := emit(r, err); err != nil {
+			return err
+		}
+	}
+	if want["waiters"] {
+		r, err := scenario.Waiters(ctx, target, scenario.WaitersParams{Waiters: *waiters, Window: 10 * time.Second})
+		r.Scenario = "waiters"
 		if err := emit(r, err); err != nil {
 			return err
 		}

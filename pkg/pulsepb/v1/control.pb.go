@@ -9,6 +9,7 @@ package pulsev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -820,11 +821,119 @@ func (x *RetryJobResponse) GetJob() *Job {
 	return nil
 }
 
+type WaitJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How long to wait at most: 1ms..5m; unset is 30s. The call's own
+	// deadline, when earlier, ends it first (DEADLINE_EXCEEDED).
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitJobRequest) Reset() {
+	*x = WaitJobRequest{}
+	mi := &file_pulse_v1_control_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobRequest) ProtoMessage() {}
+
+func (x *WaitJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_control_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobRequest.ProtoReflect.Descriptor instead.
+func (*WaitJobRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WaitJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WaitJobRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job when it finished, or when the timeout passed.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The job is COMPLETED, DEAD_LETTERED or CANCELED.
+	Finished      bool `protobuf:"varint,2,opt,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitJobResponse) Reset() {
+	*x = WaitJobResponse{}
+	mi := &file_pulse_v1_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitJobResponse) ProtoMessage() {}
+
+func (x *WaitJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitJobResponse.ProtoReflect.Descriptor instead.
+func (*WaitJobResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WaitJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *WaitJobResponse) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
+}
+
 var File_pulse_v1_control_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"7\n" +
+	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"7\n" +
 	"\x10SubmitJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.pulse.v1.JobSpecR\x03job\"<\n" +
 	"\fSubmitResult\x12\x0e\n" +
@@ -866,14 +975,20 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x0fRetryJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x10RetryJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job*\xc9\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\"U\n" +
+	"\x0eWaitJobRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
+	"\x0fWaitJobResponse\x12\x1f\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished*\xc9\x01\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n" +
 	"\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
-	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x052\xa8\x03\n" +
+	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x052\xe8\x03\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +
@@ -881,7 +996,8 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x06GetJob\x12\x17.pulse.v1.GetJobRequest\x1a\x18.pulse.v1.GetJobResponse\x12A\n" +
 	"\bListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12D\n" +
 	"\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12A\n" +
-	"\bRetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\bRetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n" +
+	"\aWaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_control_proto_rawDescOnce sync.Once
@@ -896,7 +1012,7 @@ func file_pulse_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pulse_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_pulse_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_pulse_v1_control_proto_goTypes = []any{
 	(JobWaitReason)(0),            // 0: pulse.v1.JobWaitReason
 	(*SubmitJobRequest)(nil),      // 1: pulse.v1.SubmitJobRequest
@@ -913,44 +1029,51 @@ var file_pulse_v1_control_proto_goTypes = []any{
 	(*CancelJobResponse)(nil),     // 12: pulse.v1.CancelJobResponse
 	(*RetryJobRequest)(nil),       // 13: pulse.v1.RetryJobRequest
 	(*RetryJobResponse)(nil),      // 14: pulse.v1.RetryJobResponse
-	(*JobSpec)(nil),               // 15: pulse.v1.JobSpec
-	(*Job)(nil),                   // 16: pulse.v1.Job
-	(*ScopeState)(nil),            // 17: pulse.v1.ScopeState
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(JobStatus)(0),                // 19: pulse.v1.JobStatus
+	(*WaitJobRequest)(nil),        // 15: pulse.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),       // 16: pulse.v1.WaitJobResponse
+	(*JobSpec)(nil),               // 17: pulse.v1.JobSpec
+	(*Job)(nil),                   // 18: pulse.v1.Job
+	(*ScopeState)(nil),            // 19: pulse.v1.ScopeState
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(JobStatus)(0),                // 21: pulse.v1.JobStatus
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_pulse_v1_control_proto_depIdxs = []int32{
-	15, // 0: pulse.v1.SubmitJobRequest.job:type_name -> pulse.v1.JobSpec
+	17, // 0: pulse.v1.SubmitJobRequest.job:type_name -> pulse.v1.JobSpec
 	2,  // 1: pulse.v1.SubmitJobResponse.result:type_name -> pulse.v1.SubmitResult
-	15, // 2: pulse.v1.SubmitJobsRequest.jobs:type_name -> pulse.v1.JobSpec
+	17, // 2: pulse.v1.SubmitJobsRequest.jobs:type_name -> pulse.v1.JobSpec
 	2,  // 3: pulse.v1.SubmitJobsResponse.results:type_name -> pulse.v1.SubmitResult
-	16, // 4: pulse.v1.GetJobResponse.job:type_name -> pulse.v1.Job
+	18, // 4: pulse.v1.GetJobResponse.job:type_name -> pulse.v1.Job
 	8,  // 5: pulse.v1.GetJobResponse.wait:type_name -> pulse.v1.JobWait
 	0,  // 6: pulse.v1.JobWait.reason:type_name -> pulse.v1.JobWaitReason
-	17, // 7: pulse.v1.JobWait.paused_by:type_name -> pulse.v1.ScopeState
-	18, // 8: pulse.v1.JobWait.not_before:type_name -> google.protobuf.Timestamp
-	18, // 9: pulse.v1.JobWait.worker_last_seen:type_name -> google.protobuf.Timestamp
-	19, // 10: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
-	16, // 11: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
-	16, // 12: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
-	16, // 13: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
-	1,  // 14: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
-	4,  // 15: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
-	6,  // 16: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
-	9,  // 17: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
-	11, // 18: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
-	13, // 19: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
-	3,  // 20: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
-	5,  // 21: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
-	7,  // 22: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
-	10, // 23: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
-	12, // 24: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
-	14, // 25: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	19, // 7: pulse.v1.JobWait.paused_by:type_name -> pulse.v1.ScopeState
+	20, // 8: pulse.v1.JobWait.not_before:type_name -> google.protobuf.Timestamp
+	20, // 9: pulse.v1.JobWait.worker_last_seen:type_name -> google.protobuf.Timestamp
+	21, // 10: pulse.v1.ListJobsRequest.status:type_name -> pulse.v1.JobStatus
+	18, // 11: pulse.v1.ListJobsResponse.jobs:type_name -> pulse.v1.Job
+	18, // 12: pulse.v1.CancelJobResponse.job:type_name -> pulse.v1.Job
+	18, // 13: pulse.v1.RetryJobResponse.job:type_name -> pulse.v1.Job
+	22, // 14: pulse.v1.WaitJobRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 15: pulse.v1.WaitJobResponse.job:type_name -> pulse.v1.Job
+	1,  // 16: pulse.v1.ControlService.SubmitJob:input_type -> pulse.v1.SubmitJobRequest
+	4,  // 17: pulse.v1.ControlService.SubmitJobs:input_type -> pulse.v1.SubmitJobsRequest
+	6,  // 18: pulse.v1.ControlService.GetJob:input_type -> pulse.v1.GetJobRequest
+	9,  // 19: pulse.v1.ControlService.ListJobs:input_type -> pulse.v1.ListJobsRequest
+	11, // 20: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
+	13, // 21: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
+	15, // 22: pulse.v1.ControlService.WaitJob:input_type -> pulse.v1.WaitJobRequest
+	3,  // 23: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
+	5,  // 24: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
+	7,  // 25: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
+	10, // 26: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
+	12, // 27: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
+	14, // 28: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
+	16, // 29: pulse.v1.ControlService.WaitJob:output_type -> pulse.v1.WaitJobResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_control_proto_init() }
@@ -966,7 +1089,7 @@ func file_pulse_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_control_proto_rawDesc), len(file_pulse_v1_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

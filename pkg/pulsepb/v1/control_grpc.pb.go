@@ -25,6 +25,7 @@ const (
 	ControlService_ListJobs_FullMethodName   = "/pulse.v1.ControlService/ListJobs"
 	ControlService_CancelJob_FullMethodName  = "/pulse.v1.ControlService/CancelJob"
 	ControlService_RetryJob_FullMethodName   = "/pulse.v1.ControlService/RetryJob"
+	ControlService_WaitJob_FullMethodName    = "/pulse.v1.ControlService/WaitJob"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -47,6 +48,11 @@ type ControlServiceClient interface {
 	// RetryJob moves a DEAD_LETTERED or CANCELED job back to PENDING with a
 	// fresh attempt budget, keeping its error history.
 	RetryJob(ctx context.Context, in *RetryJobRequest, opts ...grpc.CallOption) (*RetryJobResponse, error)
+	// WaitJob answers once the job is finished (COMPLETED, DEAD_LETTERED or
+	// CANCELED), or when its timeout passes, whichever comes first, with the
+	// job as it is then. It is woken by the statement that finished the job
+	// (NOTIFY), not by polling; call it again to wait longer.
+	WaitJob(ctx context.Context, in *WaitJobRequest, opts ...grpc.CallOption) (*WaitJobResponse, error)
 }
 
 type controlServiceClient struct {
@@ -117,6 +123,16 @@ func (c *controlServiceClient) RetryJob(ctx context.Context, in *RetryJobRequest
 	return out, nil
 }
 
+func (c *controlServiceClient) WaitJob(ctx context.Context, in *WaitJobRequest, opts ...grpc.CallOption) (*WaitJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitJobResponse)
+	err := c.cc.Invoke(ctx, ControlService_WaitJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -137,6 +153,11 @@ type ControlServiceServer interface {
 	// RetryJob moves a DEAD_LETTERED or CANCELED job back to PENDING with a
 	// fresh attempt budget, keeping its error history.
 	RetryJob(context.Context, *RetryJobRequest) (*RetryJobResponse, error)
+	// WaitJob answers once the job is finished (COMPLETED, DEAD_LETTERED or
+	// CANCELED), or when its timeout passes, whichever comes first, with the
+	// job as it is then. It is woken by the statement that finished the job
+	// (NOTIFY), not by polling; call it again to wait longer.
+	WaitJob(context.Context, *WaitJobRequest) (*WaitJobResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -164,6 +185,9 @@ func (UnimplementedControlServiceServer) CancelJob(context.Context, *CancelJobRe
 }
 func (UnimplementedControlServiceServer) RetryJob(context.Context, *RetryJobRequest) (*RetryJobResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RetryJob not implemented")
+}
+func (UnimplementedControlServiceServer) WaitJob(context.Context, *WaitJobRequest) (*WaitJobResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method WaitJob not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -294,6 +318,24 @@ func _ControlService_RetryJob_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_WaitJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).WaitJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_WaitJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).WaitJob(ctx, req.(*WaitJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +366,10 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryJob",
 			Handler:    _ControlService_RetryJob_Handler,
+		},
+		{
+			MethodName: "WaitJob",
+			Handler:    _ControlService_WaitJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

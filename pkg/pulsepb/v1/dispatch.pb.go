@@ -939,7 +939,12 @@ type JobResult struct {
 	// For OUTCOME_FAIL: the handler asked for the next attempt to wait this
 	// long (1ms..366d) instead of the job's backoff. Ignored when no attempt
 	// remains.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// For OUTCOME_COMPLETE: what the handler returned, as JSON text, stored
+	// with the completion (at most the gateway's PULSE_MAX_RESULT_BYTES; a
+	// larger one dead-letters the job with an error saying so). Refused on
+	// any other outcome.
+	Result        []byte `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1005,6 +1010,13 @@ func (x *JobResult) GetError() string {
 func (x *JobResult) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *JobResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
 	}
 	return nil
 }
@@ -1252,14 +1264,15 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12\x1a\n" +
 	"\bcanceled\x18\x05 \x01(\bR\bcanceled\x12\x1a\n" +
-	"\bquiesced\x18\x06 \x01(\bR\bquiesced\"\xbb\x01\n" +
+	"\bquiesced\x18\x06 \x01(\bR\bquiesced\"\xd3\x01\n" +
 	"\tJobResult\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12+\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x11.pulse.v1.OutcomeR\aoutcome\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"a\n" +
+	"retryAfter\x12\x16\n" +
+	"\x06result\x18\x06 \x01(\fR\x06result\"a\n" +
 	"\x13ReportResultRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12-\n" +
 	"\aresults\x18\x02 \x03(\v2\x13.pulse.v1.JobResultR\aresults\"?\n" +

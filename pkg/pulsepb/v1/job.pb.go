@@ -381,7 +381,10 @@ type Job struct {
 	// How long one attempt may run; unset when the job has no timeout.
 	Timeout *durationpb.Duration `protobuf:"bytes,19,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// The job's own backoff; unset when it follows the schema's policy.
-	Retry         *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
+	// What the handler returned, as JSON text, for a COMPLETED job; empty
+	// when it returned nothing, and in listings.
+	Result        []byte `protobuf:"bytes,21,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +559,13 @@ func (x *Job) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *Job) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
@@ -582,7 +592,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb2\x06\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xca\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -610,7 +620,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"tracestate\x18\x12 \x01(\tR\n" +
 	"tracestate\x123\n" +
 	"\atimeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12+\n" +
-	"\x05retry\x18\x14 \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry*\xc1\x01\n" +
+	"\x05retry\x18\x14 \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\x12\x16\n" +
+	"\x06result\x18\x15 \x01(\fR\x06result*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_STATUS_PENDING\x10\x01\x12\x16\n" +

@@ -56,14 +56,16 @@ var (
 // CountMatching afterwards tells the caller it still matches. The UPDATE
 // repeats the status guard of the single cancel (cancelSQL). It answers
 // the jobs canceled, the rows the batch examined and the last id it
-// examined (the next cursor).
-const bulkCancelSQL = bulkPickSQL + `, done AS (
+// examined (the next cursor), and wakes the canceled jobs' waiters
+// (notifySettledSQL; the final WHERE makes it run).
+const bulkCancelSQL = bulkPickSQL + `, settled AS (
     UPDATE jobs j
     SET status = 'CANCELED', finished_at = GREATEST(now(), j.submitted_at), lease_until = NULL
     FROM picked
     WHERE j.id = picked.id AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
-    RETURNING j.id
-)` + bulkTallySQL
+    RETURNING j.id, j.status
+), done AS (SELECT id FROM settled), ` + notifySettledSQL + bulkTallySQL + `
+WHERE (SELECT count(*) FROM notified) >= 0`
 
 // bulkDeleteSQL deletes the next batch of matching finished jobs, as
 // bulkCancelSQL walks them. The status guard keeps the DELETE to finished

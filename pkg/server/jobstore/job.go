@@ -42,6 +42,9 @@ type Job struct {
 	// Retry is the job's own backoff; zero: the retry_policy row's
 	// (migration 00010).
 	Retry pulsetype.JobRetry
+	// Result is what the handler of a COMPLETED job returned (JSON text,
+	// migration 00002); nil when it returned none, and in listings.
+	Result []byte
 }
 
 // rowScanner is a pgx row or rows.

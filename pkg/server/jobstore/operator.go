@@ -13,12 +13,16 @@ import (
 // cancelSQL ends a live job. A running attempt learns it on its next
 // heartbeat; its late report no longer matches status RUNNING. finished_at
 // is never before submitted_at (jobs_timestamps_ordered), even for a job
-// whose insert committed after this statement's clock was read.
+// whose insert committed after this statement's clock was read. Its
+// waiters are woken (notifySettledSQL).
 const cancelSQL = `
-UPDATE jobs
-SET status = 'CANCELED', finished_at = GREATEST(now(), submitted_at), lease_until = NULL
-WHERE id = ? AND status IN ('PENDING', 'RETRYING', 'RUNNING')
-RETURNING ` // + jobReturning
+WITH settled AS (
+    UPDATE jobs
+    SET status = 'CANCELED', finished_at = GREATEST(now(), submitted_at), lease_until = NULL
+    WHERE id = ? AND status IN ('PENDING', 'RETRYING', 'RUNNING')
+    RETURNING *
+), ` + notifySettledSQL + `
+SELECT ` // + jobReturning FROM settled, ...
 
 // retrySQL gives a dead-lettered or canceled job a fresh attempt budget and
 // makes it claimable now. The error history stays, and so does locked_by
@@ -38,7 +42,8 @@ SELECT ` // + jobReturning FROM retried, ...
 
 // Cancel moves a PENDING, RETRYING or RUNNING job to CANCELED.
 func (s *Store) Cancel(ctx context.Context, id uuid.UUID) (*Job, error) {
-	return s.guarded(ctx, "cancel job", cancelSQL+jobReturning, id, "cannot cancel job %s: it is %s")
+	return s.guarded(ctx, "cancel job", cancelSQL+jobReturning+` FROM settled, (SELECT count(*) FROM notified) AS n`,
+		id, "cannot cancel job %s: it is %s")
 }
 
 // Retry moves a DEAD_LETTERED or CANCELED job back to PENDING.

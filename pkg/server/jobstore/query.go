@@ -19,7 +19,7 @@ import (
 // Get reads one job.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Job, error) {
 	var row jobRow
-	err := s.selectJobs(&row).Where("j.id = ?", id).Scan(ctx)
+	err := s.selectJobs(&row).ColumnExpr(resultColumnSQL).Where("j.id = ?", id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, apierr.NotFound("job", id.String())
 	}

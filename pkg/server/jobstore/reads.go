@@ -106,7 +106,13 @@ type jobRow struct {
 	RetryBaseMicros  int64 `bun:"retry_base_micros,scanonly"`
 	RetryMaxMicros   int64 `bun:"retry_max_micros,scanonly"`
 	RetryFixedMicros int64 `bun:"retry_fixed_micros,scanonly"`
+	// Result is jobs.result (migration 00002), read only where one job is
+	// read whole (Get, resultColumnSQL): a listing never carries results.
+	Result []byte `bun:"result,scanonly"`
 }
+
+// resultColumnSQL adds a job's result to a SELECT of selectJobs.
+const resultColumnSQL = `j.result`
 
 // intervalMicrosSQL reads the interval columns of a job (alias j) as
 // microseconds (0: none).
@@ -123,6 +129,7 @@ func (r *jobRow) job() *Job {
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, ScheduleID: r.ScheduleID,
 		IdempotencyKey: r.IdempotencyKey, TraceParent: r.TraceParent, TraceState: r.TraceState,
 		Timeout: time.Duration(r.TimeoutMicros) * time.Microsecond,
+		Result:  r.Result,
 		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,

@@ -56,7 +56,7 @@ WITH expired AS (
     WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
     RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '') AS locked_by,
               COALESCE(j.traceparent, '') AS traceparent, COALESCE(j.tracestate, '') AS tracestate
-), ` + countSettled(2) + `, ` + wakeLimitedSQL + `
+), ` + countSettled(2) + `, ` + wakeLimitedSQL + `, ` + notifySettledSQL + `
 SELECT id, topic, status, attempts, locked_by, traceparent, tracestate FROM settled
 ` + wokenFilter
 

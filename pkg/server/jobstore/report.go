@@ -35,9 +35,12 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 //	fail on the last attempt,
 //	or fail permanently              → DEAD_LETTERED
 //
-// Failures append {attempt, error, worker, at} to the error history. The
-// same statement adds what it settled to job_throughput (countSettledSQL,
-// writer $7).
+// Failures append {attempt, error, worker, at} to the error history. A
+// completion stores its result ($7, NULL for none; the schema refuses a
+// result on any other status, jobs_result_only_completed). The same
+// statement adds what it settled to job_throughput (countSettledSQL,
+// writer $8) and wakes the waiters of what it finished
+// (notifySettledSQL).
 //
 // The RUNNING fence is written (status || ”) = 'RUNNING' on purpose: it is
 // the same test, but the planner cannot match it to the partial index
@@ -56,7 +59,7 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 // at topic_limits per distinct topic per statement.
 var reportSQL = `
 WITH settled AS (` + reportUpdateSQL + `
-), ` + countSettled(7) + `, ` + wakeLimitedSQL + `
+), ` + countSettled(8) + `, ` + wakeLimitedSQL + `, ` + notifySettledSQL + `
 SELECT id, attempts, status, topic, submitted_at, started_at, next_run_at FROM settled
 ` + wokenFilter
 
@@ -76,9 +79,19 @@ woken AS (
     WHERE l.topic IN (SELECT topic FROM settled)
 )`
 
-// wokenFilter ends a statement with wakeLimitedSQL: the one-time filter
-// that makes it run.
-const wokenFilter = `WHERE (SELECT count(*) FROM woken) >= 0`
+// notifySettledSQL wakes the waiters of the jobs the CTE settled finished
+// (COMPLETED, DEAD_LETTERED or CANCELED): pulse_notify_settled sends their
+// ids on SettledChannel, one NOTIFY per 200, but only while some
+// control-api process has a waiter (settle_listeners, migration 00002).
+// With nobody waiting it costs one look at an empty table per statement.
+const notifySettledSQL = `
+notified AS (
+    SELECT pulse_notify_settled(array_agg(id)) FROM settled WHERE status <> 'RETRYING'
+)`
+
+// wokenFilter ends a statement with wakeLimitedSQL and notifySettledSQL:
+// the one-time filter that makes them run.
+const wokenFilter = `WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM notified) >= 0`
 
 // reportUpdateSQL is reportSQL's fenced UPDATE, on its own a statement
 // that settles without counting (the benchmark's baseline).
@@ -97,13 +110,14 @@ const reportUpdateSQL = `
                               ELSE ` + retryDelaySQL + ` END
             ELSE j.next_run_at END,
         lease_until = NULL,
+        result = CASE WHEN r.outcome = 1 THEN r.result END,
         errors = CASE
             WHEN r.outcome = 1 THEN j.errors
             ELSE j.errors || jsonb_build_array(jsonb_build_object(
                 'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
             END
-    FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[], $6::bigint[])
-         AS r(worker, id, attempt, outcome, error, retry_after)
+    FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[], $6::bigint[], $7::bytea[])
+         AS r(worker, id, attempt, outcome, error, retry_after, result)
     WHERE j.id = r.id
       AND j.attempts = r.attempt
       AND (j.status || '') = 'RUNNING'
@@ -138,14 +152,18 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 	outcomes := make([]int16, n)
 	errs := make([]string, n)
 	after := make([]int64, n)
+	out := make([][]byte, n)
 	for i, r := range results {
 		if r.Worker == "" {
 			results[i].Worker = worker
 		}
 		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
 		after[i] = r.RetryAfter.Microseconds()
+		if r.Outcome == pulsetype.OutcomeComplete && r.Result != nil {
+			out[i] = r.Result
+		}
 	}
-	params := []any{workers, ids, attempts, outcomes, errs, after}
+	params := []any{workers, ids, attempts, outcomes, errs, after, out}
 	if counted {
 		params = append(params, s.writer)
 	}

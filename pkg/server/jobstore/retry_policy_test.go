@@ -160,7 +160,7 @@ func TestRetryDelayIsInlinedAndThePolicyReadOncePerStatement(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"report": {jobstore.ReportSQL, []any{[]string{"w"}, []uuid.UUID{uuid.New()}, []int32{1}, []int16{2}, []string{"boom"}, []int64{0}, "gw-1"}},
+		"report": {jobstore.ReportSQL, []any{[]string{"w"}, []uuid.UUID{uuid.New()}, []int32{1}, []int16{2}, []string{"boom"}, []int64{0}, [][]byte{nil}, "gw-1"}},
 		"reap":   {jobstore.ReapSQL, []any{10, "reaper-1"}},
 	} {
 		tx, err := b.pool.Begin(ctx)

@@ -43,7 +43,7 @@ func TestSettlePlansLookUpEachID(t *testing.T) {
 	// PinnedPlanSQL makes every execution use the generic plan a
 	// connection keeps (plan_cache_mode force_generic_plan): that plan is
 	// the one that must look each id up.
-	report := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs, after, "gw-1")
+	report := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ReportSQL, workers, ids, attempts, outcomes, errs, after, make([][]byte, n), "gw-1")
 	beat := explain(t, b, jobstore.PinnedPlanSQL, jobstore.HeartbeatSQL, "w", ids, attempts, "30 seconds")
 	for name, p := range map[string]plan{"report": report, "heartbeat": beat} {
 		require.NotContains(t, p.nodes(), "Index Scan jobs_expired_lease_idx", "%s walks every running job: %s", name, p.text)

@@ -162,6 +162,7 @@ var lifecycleRules = map[string]bool{
 	"jobs_timestamps_not_future": true, // started_at, finished_at not ahead of the clock
 	"jobs_timestamps_ordered":    true, // nothing starts or finishes before it was submitted
 	"jobs_delete_terminal_only":  true, // only a finished job is deleted
+	"jobs_result_only_completed": true, // only a COMPLETED job has a result
 }
 
 func constraintField(name string) string {
@@ -182,6 +183,8 @@ func constraintField(name string) string {
 		return "idempotency_key"
 	case "jobs_timeout_range":
 		return "timeout"
+	case "jobs_result_size":
+		return "result"
 	case "job_uniques_period_range":
 		return "unique_for"
 	case "dispatch_control_scope_format", "topic_limits_topic_format":

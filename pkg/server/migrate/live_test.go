@@ -170,7 +170,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 	migTook := time.Since(migStart)
 	phase.Store(2)
 	require.NoError(t, err)
-	require.Equal(t, int64(4), v)
+	require.Equal(t, liveVersion(4), v)
 	// ... and after it ends.
 	waitFor(t, "claims to commit after the migration", reached(&reported[2]))
 	stopLoad()
@@ -197,7 +197,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 		return fmt.Sprintf("%d claims, median %s, p99 %s, worst %s", len(s),
 			s[len(s)/2].Round(time.Microsecond), s[len(s)*99/100].Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond))
 	}
-	t.Logf("migration 00002-00004 on %d rows took %s, %d lock_timeout retries", liveTableRows, migTook.Round(time.Millisecond), rec.count(retryMsg))
+	t.Logf("the live test's migrations 00002-00004 on %d rows took %s, %d lock_timeout retries", liveTableRows, migTook.Round(time.Millisecond), rec.count(retryMsg))
 	t.Logf("during the migration: %d jobs submitted, %d claimed; claim wait: %s", submitted[1].Load(), claimed[1].Load(), stats(claimWaits[1]))
 	t.Logf("outside it: claim wait before: %s; after: %s", stats(claimWaits[0]), stats(claimWaits[2]))
 }

@@ -3,9 +3,12 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -27,14 +30,21 @@ func TestMain(m *testing.M) { os.Exit(pgtest.MainLeakChecked(m)) }
 // patience bounds every wait for an event in these tests.
 const patience = time.Minute
 
-// liveSet is the baseline plus testdata/live: migrations written the way
-// migrations/README.md asks, that a live jobs table needs care for.
+// liveSet is every migration of the repository, then testdata/live:
+// migrations written the way migrations/README.md asks, that a live jobs
+// table needs care for, numbered after migrations.Latest (their files
+// count from 00002; liveVersion maps them), so a database migrated to the
+// repository's schema takes them next.
 func liveSet(t testing.TB) fs.FS {
 	t.Helper()
 	set := fstest.MapFS{}
-	baseline, err := fs.ReadFile(migrations.FS, "00001_baseline.sql")
+	real, err := fs.Glob(migrations.FS, "0*.sql")
 	require.NoError(t, err)
-	set["00001_baseline.sql"] = &fstest.MapFile{Data: baseline}
+	for _, n := range real {
+		b, err := fs.ReadFile(migrations.FS, n)
+		require.NoError(t, err)
+		set[n] = &fstest.MapFile{Data: b}
+	}
 	live := os.DirFS("testdata/live")
 	names, err := fs.Glob(live, "*.sql")
 	require.NoError(t, err)
@@ -42,10 +52,18 @@ func liveSet(t testing.TB) fs.FS {
 	for _, n := range names {
 		b, err := fs.ReadFile(live, n)
 		require.NoError(t, err)
-		set[n] = &fstest.MapFile{Data: b}
+		num, rest, ok := strings.Cut(n, "_")
+		require.True(t, ok, n)
+		v, err := strconv.Atoi(num)
+		require.NoError(t, err, n)
+		set[fmt.Sprintf("%05d_%s", liveVersion(int64(v)), rest)] = &fstest.MapFile{Data: b}
 	}
 	return set
 }
+
+// liveVersion is the version testdata/live's file number n takes in
+// liveSet: 00002 is the first after migrations.Latest.
+func liveVersion(n int64) int64 { return migrations.Latest + n - 1 }
 
 func opts(fsys fs.FS, log *slog.Logger) migrate.Options {
 	o := migrate.DefaultOptions()

@@ -14,6 +14,7 @@ func AccessPolicy() auth.Policy {
 		pulsev1.ControlService_SubmitJob_FullMethodName:  auth.Require(auth.RoleProducer),
 		pulsev1.ControlService_SubmitJobs_FullMethodName: auth.Require(auth.RoleProducer),
 		pulsev1.ControlService_GetJob_FullMethodName:     auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_WaitJob_FullMethodName:    auth.Require(auth.RoleProducer),
 		pulsev1.ControlService_ListJobs_FullMethodName:   auth.Require(auth.RoleProducer),
 		pulsev1.ControlService_CancelJob_FullMethodName:  auth.Require(auth.RoleOperator),
 		pulsev1.ControlService_RetryJob_FullMethodName:   auth.Require(auth.RoleOperator),

@@ -43,6 +43,14 @@ type Options struct {
 	Limits       jobspec.Limits
 	MaxBatchJobs int
 	Metrics      *Metrics // nil: none
+	// Waiters wakes WaitJob's waiters when their job finishes; nil:
+	// WaitJob is unavailable.
+	Waiters Waiters
+}
+
+// Waiters is waiter.Hub as the service uses it.
+type Waiters interface {
+	Watch(ctx context.Context, id uuid.UUID) (<-chan struct{}, func(), error)
 }
 
 // ControlService implements pulsev1.ControlServiceServer. Its errors are

@@ -48,6 +48,8 @@ type Metrics struct {
 	// not_found, …). Both labels are bounded: the tools are fixed, the
 	// codes few.
 	MCPCalls *prometheus.CounterVec
+	// reg registers the waiters gauge (WatchWaiters).
+	reg prometheus.Registerer
 
 	// topics bounds the topic label of every metric above that has one
 	// (BoundTopics); queueDepth bounds QueueDepth's.
@@ -114,7 +116,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.AuthRefusals, m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
 		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried, m.MCPCalls)
 	m.queueDepth = metrics.NewTopicGauge(m.QueueDepth, metrics.MaxTopicsDefault)
+	m.reg = reg
 	return m
+}
+
+// WatchWaiters exports pulse_job_waiters: the calls waiting for a job to
+// finish (WaitJob, GET /v1/jobs/{id}?wait=) at each scrape, read from n.
+func (m *Metrics) WatchWaiters(n func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulse_job_waiters",
+		Help: "Calls waiting for a job to finish (WaitJob, GET /v1/jobs/{id}?wait=), on this process.",
+	}, func() float64 { return float64(n()) }))
 }
 
 // AuthRefused counts a call or request authentication refused.

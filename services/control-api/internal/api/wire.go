@@ -54,6 +54,7 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		IdempotencyKey: j.IdempotencyKey,
 		Traceparent:    j.TraceParent,
 		Tracestate:     j.TraceState,
+		Result:         j.Result,
 	}
 	if j.ScheduleID != nil {
 		out.ScheduleId = j.ScheduleID.String()

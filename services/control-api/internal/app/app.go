@@ -19,6 +19,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/loop"
 	"github.com/pulsequeue/pulse/pkg/server/pgconn"
+	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/service"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
@@ -29,18 +30,20 @@ import (
 	"github.com/pulsequeue/pulse/services/control-api/internal/queuedepth"
 	"github.com/pulsequeue/pulse/services/control-api/internal/submit"
 	"github.com/pulsequeue/pulse/services/control-api/internal/ui"
+	"github.com/pulsequeue/pulse/services/control-api/internal/waiter"
 )
 
 // Service is the name control-api reports in logs, metrics, traces and
 // pg_stat_activity.
 const Service = "control-api"
 
-// MinSchemaVersion is the oldest schema control-api runs on: the baseline.
+// MinSchemaVersion is the oldest schema control-api runs on: job results
+// (a job's result, and the settle_listeners row its waiters keep).
 // Explaining a waiting job reads worker_presence; a submit writes
 // jobs.timeout and the job's retry policy and claims unique keys in
 // job_uniques; topics read and set topic_limits; the dashboard reads
 // job_throughput.
-const MinSchemaVersion = migrations.VersionBaseline
+const MinSchemaVersion = migrations.VersionJobResults
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {
@@ -132,10 +135,18 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		}
 		return nil
 	}})
+	// Waiters for finished jobs (WaitJob, GET /v1/jobs/{id}?wait=): woken
+	// by pulse_jobs_settled on the process's LISTEN connection; the hub
+	// stops (waking every waiter) before the listeners close.
+	waiters := waiter.New(store, waiter.Options{Logger: logger})
+	s.Listener().Handle(jobstore.SettledChannel, pglisten.Handler{Notify: waiters.Notify, Resync: waiters.Resync})
+	s.Add("waiters", waiters)
+	m.WatchWaiters(waiters.Waiters)
 	svc := api.NewControlService(splitStore{Store: reads, writes: store}, coalescer, api.Options{
 		Limits:       jobspec.Limits{MaxArgsBytes: cfg.MaxArgsBytes},
 		MaxBatchJobs: cfg.MaxBatchJobs,
 		Metrics:      m,
+		Waiters:      waiters,
 	})
 
 	jsonAPI := httpapi.New(svc, httpapi.Options{

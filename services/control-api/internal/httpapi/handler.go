@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
@@ -45,6 +47,7 @@ type Service interface {
 	ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error)
 	CancelJob(ctx context.Context, req *pulsev1.CancelJobRequest) (*pulsev1.CancelJobResponse, error)
 	RetryJob(ctx context.Context, req *pulsev1.RetryJobRequest) (*pulsev1.RetryJobResponse, error)
+	WaitJob(ctx context.Context, req *pulsev1.WaitJobRequest) (*pulsev1.WaitJobResponse, error)
 }
 
 // Options configure a Handler.
@@ -226,11 +229,40 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Query().Has("wait") {
+		return h.wait(w, r)
+	}
 	resp, err := h.svc.GetJob(r.Context(), &pulsev1.GetJobRequest{Id: r.PathValue("id")})
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, jobWithWaitJSON{Job: jobToJSON(resp.GetJob()), Waiting: waitToJSON(resp.GetWait())})
+}
+
+// wait is GET /v1/jobs/{id}?wait=30s: the job once it is finished
+// (COMPLETED, DEAD_LETTERED or CANCELED), or as it is when the wait (a Go
+// duration, 1ms..5m; empty is 30s) passes. Its status says which.
+func (h *Handler) wait(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := onlyParams(q, []string{"wait"}); err != nil {
+		return err
+	}
+	req := &pulsev1.WaitJobRequest{Id: r.PathValue("id")}
+	if s := q.Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return apierr.Invalid("wait", "%q is not a duration (like 30s or 2m)", s)
+		}
+		if d < api.MinWaitTimeout || d > api.MaxWaitTimeout {
+			return apierr.Invalid("wait", "is %s; it must be between %s and %s", d, api.MinWaitTimeout, api.MaxWaitTimeout)
+		}
+		req.Timeout = durationpb.New(d)
+	}
+	resp, err := h.svc.WaitJob(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, jobWithWaitJSON{Job: jobToJSON(resp.GetJob())})
 }
 
 // listParams are the query parameters GET /v1/jobs understands.

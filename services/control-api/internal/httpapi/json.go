@@ -175,6 +175,11 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		out.Timeout = &s
 	}
 	out.Retry = retryToJSON(j.GetRetry())
+	// The gateway stores only valid JSON; a result written some other way
+	// is left out rather than breaking the response.
+	if r := j.GetResult(); len(r) > 0 && json.Valid(r) {
+		out.Result = r
+	}
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

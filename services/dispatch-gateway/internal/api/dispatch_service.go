@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
@@ -86,6 +88,10 @@ type Config struct {
 	// with authentication on (BindLeases): in open mode every caller is
 	// the one anonymous identity.
 	MaxStreamsPerIdentity int
+	// MaxResultBytes is the largest result a completion stores
+	// (PULSE_MAX_RESULT_BYTES); a larger one dead-letters its job with an
+	// error saying so. 0: pulsetype.DefaultMaxResultBytes.
+	MaxResultBytes int
 }
 
 // CreditObserver is told about credits refused because the stream does
@@ -447,6 +453,9 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 			return nil, err
 		}
 		results[i] = pulsetype.Result{Ref: ref, Outcome: outcome, Error: msg, Worker: worker, RetryAfter: after}
+		if err := s.withResult(entryField("results", i, "result"), &results[i], r.GetResult()); err != nil {
+			return nil, err
+		}
 	}
 	acks, refused, err := s.reports.Report(ctx, results)
 	if err != nil {
@@ -472,6 +481,39 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		resp.Acks[i] = ack
 	}
 	return resp, nil
+}
+
+// withResult puts a completion's result on res. Only a completion may
+// carry one, and it must be JSON: a worker sending anything else has a
+// bug worth hearing about. One larger than the gateway stores
+// (MaxResultBytes) is not refused, which would leave the job running until
+// its lease lapsed and then run it again to the same end: the attempt
+// fails permanently instead, with an error that says why, and the job is
+// dead-lettered for an operator to see.
+func (s *DispatchService) withResult(field string, res *pulsetype.Result, result []byte) error {
+	if len(result) == 0 {
+		return nil
+	}
+	if res.Outcome != pulsetype.OutcomeComplete {
+		return apierr.Invalid(field, "is for OUTCOME_COMPLETE only")
+	}
+	if !json.Valid(result) {
+		return apierr.Invalid(field, "is not valid JSON")
+	}
+	if !utf8.Valid(result) {
+		return apierr.Invalid(field, "is not valid UTF-8")
+	}
+	limit := s.cfg.MaxResultBytes
+	if limit <= 0 {
+		limit = pulsetype.DefaultMaxResultBytes
+	}
+	if len(result) > limit {
+		res.Outcome = pulsetype.OutcomeFailPermanent
+		res.Error = fmt.Sprintf("the handler's result is %d bytes; this gateway stores at most %d (PULSE_MAX_RESULT_BYTES)", len(result), limit)
+		return nil
+	}
+	res.Result = result
+	return nil
 }
 
 // MinRetryAfter and MaxRetryAfter bound the wait a handler may ask for

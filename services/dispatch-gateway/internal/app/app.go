@@ -28,12 +28,12 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "dispatch-gateway"
 
-// MinSchemaVersion is the oldest schema this build can run against: the
-// baseline. It records its streams in worker_presence, its report
+// MinSchemaVersion is the oldest schema this build can run against: job
+// results, which its report stores and whose waiters it wakes. It records its streams in worker_presence, its report
 // schedules a failed attempt's retry with pulse_retry_delay and the job's
 // own policy, counts settled attempts in job_throughput, and its claim
 // reads jobs.timeout and topic_limits.
-const MinSchemaVersion = migrations.VersionBaseline
+const MinSchemaVersion = migrations.VersionJobResults
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
@@ -112,6 +112,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		Presence:          tracker,
 
 		MaxStreamsPerIdentity: cfg.MaxStreamsPerIdentity,
+		MaxResultBytes:        cfg.MaxResultBytes,
 	}, store, dispatcher.Registry(), m, logger)
 	grpcSrv := s.GRPC(grpcserver.Options{
 		Admit:             auth.TapHandle(authn, api.AccessPolicy()),

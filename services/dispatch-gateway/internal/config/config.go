@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/auth"
 	"github.com/pulsequeue/pulse/pkg/server/config"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -89,10 +90,17 @@ type Config struct {
 	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
 	MetricsTopicIdle time.Duration `envconfig:"METRICS_TOPIC_IDLE" default:"1h"`
 	MetricsAuth      bool          `envconfig:"METRICS_AUTH" default:"false"`
+	// MaxResultBytes is the largest result a handler's completion may
+	// store (1..pulsetype.MaxResultBytes); a larger one dead-letters the
+	// job with an error that says so.
+	MaxResultBytes int `envconfig:"MAX_RESULT_BYTES" default:"65536"`
 }
 
 // Validate checks ranges and relations, naming the variable at fault.
 func (c *Config) Validate() error {
+	if c.MaxResultBytes < 1 || c.MaxResultBytes > pulsetype.MaxResultBytes {
+		return config.Invalid("PULSE_MAX_RESULT_BYTES", "is %d; it must be between 1 and %d", c.MaxResultBytes, pulsetype.MaxResultBytes)
+	}
 	switch {
 	case c.LeaseTTL < MinLeaseTTL:
 		return config.Invalid("PULSE_LEASE_TTL", "is %s; it must be at least %s", c.LeaseTTL, MinLeaseTTL)

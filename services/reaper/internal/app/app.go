@@ -21,11 +21,12 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "reaper"
 
-// MinSchemaVersion is the oldest schema this build can run against: the
-// baseline, whose pulse_retry_delay (with the job's own policy) schedules a
+// MinSchemaVersion is the oldest schema this build can run against: job
+// results, whose pulse_notify_settled wakes the waiters of a job the sweep
+// dead-letters; the baseline before it, whose pulse_retry_delay (with the job's own policy) schedules a
 // lapsed attempt's retry, whose job_throughput counts it, and whose
 // control_events guard lets the pruner delete audit rows older than a day.
-const MinSchemaVersion = migrations.VersionBaseline
+const MinSchemaVersion = migrations.VersionJobResults
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {

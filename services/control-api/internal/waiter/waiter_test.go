@@ -1,0 +1,138 @@
+package waiter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
+	"github.com/pulsequeue/pulse/services/control-api/internal/waiter"
+)
+
+func listeners(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT process FROM settle_listeners WHERE until > now() ORDER BY process`)
+	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var p string
+		require.NoError(t, rows.Scan(&p))
+		out = append(out, p)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// The first waiter registers the process's row; a notification naming a
+// job wakes every waiter of that job and no other; a released waiter
+// leaves no trace; after the linger without waiters the row goes; Stop
+// wakes whoever still waits and removes the row.
+func TestHub(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := jobstore.New(pool)
+	t.Cleanup(func() { _ = store.Close() })
+	hub := waiter.New(store, waiter.Options{Process: "p1", ListenerTTL: 300 * time.Millisecond, Linger: time.Millisecond})
+	require.NoError(t, hub.Start(t.Context()))
+	require.Empty(t, listeners(t, pool), "no waiter, no row: settles notify nobody")
+
+	a, b := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	wa1, ra1, err := hub.Watch(t.Context(), a)
+	require.NoError(t, err)
+	wa2, ra2, err := hub.Watch(t.Context(), a)
+	require.NoError(t, err)
+	wb, rb, err := hub.Watch(t.Context(), b)
+	require.NoError(t, err)
+	require.Equal(t, []string{"p1"}, listeners(t, pool))
+	require.Equal(t, 3, hub.Waiters())
+
+	hub.Notify("not-a-uuid," + uuid.NewString() + "," + a.String())
+	require.True(t, closed(wa1))
+	require.True(t, closed(wa2))
+	require.False(t, closed(wb))
+	ra1()
+	ra2()
+	require.Equal(t, 1, hub.Waiters())
+
+	// The row outlives its TTL while someone waits: the hub refreshes it.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var refreshed bool
+		assert.NoError(c, pool.QueryRow(t.Context(),
+			`SELECT until > now() + interval '250 milliseconds' FROM settle_listeners WHERE process = 'p1'`).Scan(&refreshed))
+		assert.True(c, refreshed)
+	}, proctest.Patience, 10*time.Millisecond)
+	require.Equal(t, []string{"p1"}, listeners(t, pool))
+
+	rb()
+	require.Zero(t, hub.Waiters())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var n int
+		assert.NoError(c, pool.QueryRow(t.Context(), `SELECT count(*) FROM settle_listeners`).Scan(&n))
+		assert.Zero(c, n)
+	}, proctest.Patience, 10*time.Millisecond, "the row goes after the linger")
+
+	wc, rc, err := hub.Watch(t.Context(), b)
+	require.NoError(t, err)
+	defer rc()
+	require.NoError(t, hub.Stop(t.Context()))
+	require.True(t, closed(wc), "stopping wakes every waiter")
+	require.Empty(t, listeners(t, pool))
+	_, _, err = hub.Watch(t.Context(), b)
+	require.ErrorIs(t, err, waiter.ErrStopped)
+}
+
+// A recheck (a resync after the LISTEN connection came back, or the one
+// after the row was created) wakes the waiters of jobs that finished
+// unheard, and only those, in one read.
+func TestHubRecheckWakesFinishedJobs(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := jobstore.New(pool)
+	t.Cleanup(func() { _ = store.Close() })
+	hub := waiter.New(store, waiter.Options{Process: "p2", RecheckAfter: time.Hour})
+	require.NoError(t, hub.Start(t.Context()))
+	t.Cleanup(func() { _ = hub.Stop(t.Context()) })
+
+	ins, err := store.Insert(t.Context(), []pulsetype.NewJob{
+		{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 5, MaxAttempts: 1},
+		{ID: uuid.Must(uuid.NewV7()), Topic: "t", Args: []byte(`{}`), Priority: 5, MaxAttempts: 1},
+	})
+	require.NoError(t, err)
+	live, canceled := ins[0].ID, ins[1].ID
+	gone := uuid.Must(uuid.NewV7())
+	wLive, rLive, err := hub.Watch(t.Context(), live)
+	require.NoError(t, err)
+	defer rLive()
+	wCanceled, rCanceled, err := hub.Watch(t.Context(), canceled)
+	require.NoError(t, err)
+	defer rCanceled()
+	wGone, rGone, err := hub.Watch(t.Context(), gone)
+	require.NoError(t, err)
+	defer rGone()
+
+	// Canceled behind the hub's back: a row forged without its NOTIFY.
+	_, err = pool.Exec(t.Context(), `UPDATE jobs SET status = 'CANCELED', finished_at = now() WHERE id = $1`, canceled)
+	require.NoError(t, err)
+	hub.Resync()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, closed(wCanceled))
+		assert.True(c, closed(wGone), "a job that no longer exists will not finish")
+	}, proctest.Patience, 10*time.Millisecond)
+	require.False(t, closed(wLive))
+}
