@@ -4,8 +4,8 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { ScopeState } from "./dispatch_control_pb.js";
 import { file_pulse_v1_dispatch_control } from "./dispatch_control_pb.js";
 import type { Job, JobSpec, JobStatus } from "./job_pb.js";
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/control.proto.
  */
 export const file_pulse_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZwdWxzZS92MS9jb250cm9sLnByb3RvEghwdWxzZS52MSIyChBTdWJtaXRKb2JSZXF1ZXN0Eh4KA2pvYhgBIAEoCzIRLnB1bHNlLnYxLkpvYlNwZWMiLQoMU3VibWl0UmVzdWx0EgoKAmlkGAEgASgJEhEKCWR1cGxpY2F0ZRgCIAEoCCI7ChFTdWJtaXRKb2JSZXNwb25zZRImCgZyZXN1bHQYASABKAsyFi5wdWxzZS52MS5TdWJtaXRSZXN1bHQiNAoRU3VibWl0Sm9ic1JlcXVlc3QSHwoEam9icxgBIAMoCzIRLnB1bHNlLnYxLkpvYlNwZWMiPQoSU3VibWl0Sm9ic1Jlc3BvbnNlEicKB3Jlc3VsdHMYASADKAsyFi5wdWxzZS52MS5TdWJtaXRSZXN1bHQiGwoNR2V0Sm9iUmVxdWVzdBIKCgJpZBgBIAEoCSJNCg5HZXRKb2JSZXNwb25zZRIaCgNqb2IYASABKAsyDS5wdWxzZS52MS5Kb2ISHwoEd2FpdBgCIAEoCzIRLnB1bHNlLnYxLkpvYldhaXQi6AEKB0pvYldhaXQSJwoGcmVhc29uGAEgASgOMhcucHVsc2UudjEuSm9iV2FpdFJlYXNvbhInCglwYXVzZWRfYnkYAiABKAsyFC5wdWxzZS52MS5TY29wZVN0YXRlEi4KCm5vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFoZWFkGAQgASgDEhYKDmFoZWFkX2F0X2xlYXN0GAUgASgIEjQKEHdvcmtlcl9sYXN0X3NlZW4YBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn4KD0xpc3RKb2JzUmVxdWVzdBINCgV0b3BpYxgBIAEoCRIjCgZzdGF0dXMYAiABKA4yEy5wdWxzZS52MS5Kb2JTdGF0dXMSDQoFbGltaXQYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCRIUCgxpbmNsdWRlX2FyZ3MYBSABKAgiSAoQTGlzdEpvYnNSZXNwb25zZRIbCgRqb2JzGAEgAygLMg0ucHVsc2UudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIeChBDYW5jZWxKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIi8KEUNhbmNlbEpvYlJlc3BvbnNlEhoKA2pvYhgBIAEoCzINLnB1bHNlLnYxLkpvYiIdCg9SZXRyeUpvYlJlcXVlc3QSCgoCaWQYASABKAkiLgoQUmV0cnlKb2JSZXNwb25zZRIaCgNqb2IYASABKAsyDS5wdWxzZS52MS5Kb2IqyQEKDUpvYldhaXRSZWFzb24SHwobSk9CX1dBSVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASGgoWSk9CX1dBSVRfUkVBU09OX1BBVVNFRBABEh0KGUpPQl9XQUlUX1JFQVNPTl9TQ0hFRFVMRUQQAhIhCh1KT0JfV0FJVF9SRUFTT05fUkVUUllfQkFDS09GRhADEhoKFkpPQl9XQUlUX1JFQVNPTl9RVUVVRUQQBBIdChlKT0JfV0FJVF9SRUFTT05fTk9fV09SS0VSEAUyqAMKDkNvbnRyb2xTZXJ2aWNlEkQKCVN1Ym1pdEpvYhIaLnB1bHNlLnYxLlN1Ym1pdEpvYlJlcXVlc3QaGy5wdWxzZS52MS5TdWJtaXRKb2JSZXNwb25zZRJHCgpTdWJtaXRKb2JzEhsucHVsc2UudjEuU3VibWl0Sm9ic1JlcXVlc3QaHC5wdWxzZS52MS5TdWJtaXRKb2JzUmVzcG9uc2USOwoGR2V0Sm9iEhcucHVsc2UudjEuR2V0Sm9iUmVxdWVzdBoYLnB1bHNlLnYxLkdldEpvYlJlc3BvbnNlEkEKCExpc3RKb2JzEhkucHVsc2UudjEuTGlzdEpvYnNSZXF1ZXN0GhoucHVsc2UudjEuTGlzdEpvYnNSZXNwb25zZRJECglDYW5jZWxKb2ISGi5wdWxzZS52MS5DYW5jZWxKb2JSZXF1ZXN0GhsucHVsc2UudjEuQ2FuY2VsSm9iUmVzcG9uc2USQQoIUmV0cnlKb2ISGS5wdWxzZS52MS5SZXRyeUpvYlJlcXVlc3QaGi5wdWxzZS52MS5SZXRyeUpvYlJlc3BvbnNlQjRaMmdpdGh1Yi5jb20vcHVsc2VxdWV1ZS9wdWxzZS9wa2cvcHVsc2VwYi92MTtwdWxzZXYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
+  fileDesc("ChZwdWxzZS92MS9jb250cm9sLnByb3RvEghwdWxzZS52MSIyChBTdWJtaXRKb2JSZXF1ZXN0Eh4KA2pvYhgBIAEoCzIRLnB1bHNlLnYxLkpvYlNwZWMiLQoMU3VibWl0UmVzdWx0EgoKAmlkGAEgASgJEhEKCWR1cGxpY2F0ZRgCIAEoCCI7ChFTdWJtaXRKb2JSZXNwb25zZRImCgZyZXN1bHQYASABKAsyFi5wdWxzZS52MS5TdWJtaXRSZXN1bHQiNAoRU3VibWl0Sm9ic1JlcXVlc3QSHwoEam9icxgBIAMoCzIRLnB1bHNlLnYxLkpvYlNwZWMiPQoSU3VibWl0Sm9ic1Jlc3BvbnNlEicKB3Jlc3VsdHMYASADKAsyFi5wdWxzZS52MS5TdWJtaXRSZXN1bHQiGwoNR2V0Sm9iUmVxdWVzdBIKCgJpZBgBIAEoCSJNCg5HZXRKb2JSZXNwb25zZRIaCgNqb2IYASABKAsyDS5wdWxzZS52MS5Kb2ISHwoEd2FpdBgCIAEoCzIRLnB1bHNlLnYxLkpvYldhaXQi6AEKB0pvYldhaXQSJwoGcmVhc29uGAEgASgOMhcucHVsc2UudjEuSm9iV2FpdFJlYXNvbhInCglwYXVzZWRfYnkYAiABKAsyFC5wdWxzZS52MS5TY29wZVN0YXRlEi4KCm5vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFoZWFkGAQgASgDEhYKDmFoZWFkX2F0X2xlYXN0GAUgASgIEjQKEHdvcmtlcl9sYXN0X3NlZW4YBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn4KD0xpc3RKb2JzUmVxdWVzdBINCgV0b3BpYxgBIAEoCRIjCgZzdGF0dXMYAiABKA4yEy5wdWxzZS52MS5Kb2JTdGF0dXMSDQoFbGltaXQYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCRIUCgxpbmNsdWRlX2FyZ3MYBSABKAgiSAoQTGlzdEpvYnNSZXNwb25zZRIbCgRqb2JzGAEgAygLMg0ucHVsc2UudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIeChBDYW5jZWxKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIi8KEUNhbmNlbEpvYlJlc3BvbnNlEhoKA2pvYhgBIAEoCzINLnB1bHNlLnYxLkpvYiIdCg9SZXRyeUpvYlJlcXVlc3QSCgoCaWQYASABKAkiLgoQUmV0cnlKb2JSZXNwb25zZRIaCgNqb2IYASABKAsyDS5wdWxzZS52MS5Kb2IiSAoOV2FpdEpvYlJlcXVlc3QSCgoCaWQYASABKAkSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI/Cg9XYWl0Sm9iUmVzcG9uc2USGgoDam9iGAEgASgLMg0ucHVsc2UudjEuSm9iEhAKCGZpbmlzaGVkGAIgASgIKskBCg1Kb2JXYWl0UmVhc29uEh8KG0pPQl9XQUlUX1JFQVNPTl9VTlNQRUNJRklFRBAAEhoKFkpPQl9XQUlUX1JFQVNPTl9QQVVTRUQQARIdChlKT0JfV0FJVF9SRUFTT05fU0NIRURVTEVEEAISIQodSk9CX1dBSVRfUkVBU09OX1JFVFJZX0JBQ0tPRkYQAxIaChZKT0JfV0FJVF9SRUFTT05fUVVFVUVEEAQSHQoZSk9CX1dBSVRfUkVBU09OX05PX1dPUktFUhAFMugDCg5Db250cm9sU2VydmljZRJECglTdWJtaXRKb2ISGi5wdWxzZS52MS5TdWJtaXRKb2JSZXF1ZXN0GhsucHVsc2UudjEuU3VibWl0Sm9iUmVzcG9uc2USRwoKU3VibWl0Sm9icxIbLnB1bHNlLnYxLlN1Ym1pdEpvYnNSZXF1ZXN0GhwucHVsc2UudjEuU3VibWl0Sm9ic1Jlc3BvbnNlEjsKBkdldEpvYhIXLnB1bHNlLnYxLkdldEpvYlJlcXVlc3QaGC5wdWxzZS52MS5HZXRKb2JSZXNwb25zZRJBCghMaXN0Sm9icxIZLnB1bHNlLnYxLkxpc3RKb2JzUmVxdWVzdBoaLnB1bHNlLnYxLkxpc3RKb2JzUmVzcG9uc2USRAoJQ2FuY2VsSm9iEhoucHVsc2UudjEuQ2FuY2VsSm9iUmVxdWVzdBobLnB1bHNlLnYxLkNhbmNlbEpvYlJlc3BvbnNlEkEKCFJldHJ5Sm9iEhkucHVsc2UudjEuUmV0cnlKb2JSZXF1ZXN0GhoucHVsc2UudjEuUmV0cnlKb2JSZXNwb25zZRI+CgdXYWl0Sm9iEhgucHVsc2UudjEuV2FpdEpvYlJlcXVlc3QaGS5wdWxzZS52MS5XYWl0Sm9iUmVzcG9uc2VCNFoyZ2l0aHViLmNvbS9wdWxzZXF1ZXVlL3B1bHNlL3BrZy9wdWxzZXBiL3YxO3B1bHNldjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
 
 /**
  * @generated from message pulse.v1.SubmitJobRequest
@@ -353,6 +353,57 @@ export const RetryJobResponseSchema: GenMessage<RetryJobResponse> = /*@__PURE__*
   messageDesc(file_pulse_v1_control, 13);
 
 /**
+ * @generated from message pulse.v1.WaitJobRequest
+ */
+export type WaitJobRequest = Message<"pulse.v1.WaitJobRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * How long to wait at most: 1ms..5m; unset is 30s. The call's own
+   * deadline, when earlier, ends it first (DEADLINE_EXCEEDED).
+   *
+   * @generated from field: google.protobuf.Duration timeout = 2;
+   */
+  timeout?: Duration | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.WaitJobRequest.
+ * Use `create(WaitJobRequestSchema)` to create a new message.
+ */
+export const WaitJobRequestSchema: GenMessage<WaitJobRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_control, 14);
+
+/**
+ * @generated from message pulse.v1.WaitJobResponse
+ */
+export type WaitJobResponse = Message<"pulse.v1.WaitJobResponse"> & {
+  /**
+   * The job when it finished, or when the timeout passed.
+   *
+   * @generated from field: pulse.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * The job is COMPLETED, DEAD_LETTERED or CANCELED.
+   *
+   * @generated from field: bool finished = 2;
+   */
+  finished: boolean;
+};
+
+/**
+ * Describes the message pulse.v1.WaitJobResponse.
+ * Use `create(WaitJobResponseSchema)` to create a new message.
+ */
+export const WaitJobResponseSchema: GenMessage<WaitJobResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_control, 15);
+
+/**
  * @generated from enum pulse.v1.JobWaitReason
  */
 export enum JobWaitReason {
@@ -469,6 +520,19 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof RetryJobRequestSchema;
     output: typeof RetryJobResponseSchema;
+  },
+  /**
+   * WaitJob answers once the job is finished (COMPLETED, DEAD_LETTERED or
+   * CANCELED), or when its timeout passes, whichever comes first, with the
+   * job as it is then. It is woken by the statement that finished the job
+   * (NOTIFY), not by polling; call it again to wait longer.
+   *
+   * @generated from rpc pulse.v1.ControlService.WaitJob
+   */
+  waitJob: {
+    methodKind: "unary";
+    input: typeof WaitJobRequestSchema;
+    output: typeof WaitJobResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_control, 0);
