@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -70,13 +71,13 @@ func TestResultsAndWait(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT result FROM jobs WHERE id = $1`, info.ID).Scan(&stored))
 	require.JSONEq(t, `{"sum": 42}`, string(stored), "the result is in the row the completion settled")
 
-	plain := getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+info.ID, http.StatusOK)
+	plain := getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+info.ID)
 	require.JSONEq(t, `{"sum": 42}`, string(plain.Result))
 
 	// A queued job (no worker serves the topic) and a short wait.
 	queued, err := client.Enqueue(ctx, "e2e.result.nobody", nil)
 	require.NoError(t, err)
-	got := getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+queued.ID+"?wait=20ms", http.StatusOK)
+	got := getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+queued.ID+"?wait=20ms")
 	require.Equal(t, "PENDING", got.Status)
 
 	// Waiting on the running job, then on the queued one: each answers
@@ -86,13 +87,23 @@ func TestResultsAndWait(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "RUNNING", readJobState(t, ctx, pool, slow.ID).Status)
 	}, proctest.Patience, 20*time.Millisecond)
-	done := make(chan pulsehttp.Job, 2)
-	go func() { done <- getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+slow.ID+"?wait=5m", http.StatusOK) }()
-	go func() { done <- getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+queued.ID+"?wait=5m", http.StatusOK) }()
+	type answer struct {
+		job pulsehttp.Job
+		err error
+	}
+	done := make(chan answer, 2)
+	for _, id := range []string{slow.ID, queued.ID} {
+		go func() {
+			j, err := longPoll(ctx, f.ControlHTTP+"/v1/jobs/"+id+"?wait=5m")
+			done <- answer{j, err}
+		}()
+	}
 	waitForWaiters(t, ctx, f.ControlHTTP, 2)
 
 	close(release)
-	finished := <-done
+	a := <-done
+	require.NoError(t, a.err)
+	finished := a.job
 	require.Equal(t, slow.ID, finished.ID)
 	require.Equal(t, "COMPLETED", finished.Status)
 	require.JSONEq(t, `{"done": true}`, string(finished.Result))
@@ -103,7 +114,9 @@ func TestResultsAndWait(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	finished = <-done
+	a = <-done
+	require.NoError(t, a.err)
+	finished = a.job
 	require.Equal(t, queued.ID, finished.ID)
 	require.Equal(t, "CANCELED", finished.Status)
 	require.Empty(t, finished.Result)
@@ -115,11 +128,34 @@ func TestResultsAndWait(t *testing.T) {
 	getBody(t, ctx, f.ControlHTTP+"/v1/jobs/0190a7b4-0000-7000-8000-000000000000?wait=1s", http.StatusNotFound)
 }
 
-func getJob(t *testing.T, ctx context.Context, url string, want int) pulsehttp.Job {
+func getJob(t *testing.T, ctx context.Context, url string) pulsehttp.Job {
 	t.Helper()
 	var out pulsehttp.JobWithWait
-	require.NoError(t, json.Unmarshal([]byte(getBody(t, ctx, url, want)), &out))
+	require.NoError(t, json.Unmarshal([]byte(getBody(t, ctx, url, http.StatusOK)), &out))
 	return out.Job
+}
+
+// longPoll is GET url answered 200, from any goroutine.
+func longPoll(ctx context.Context, url string) (pulsehttp.Job, error) {
+	var out pulsehttp.JobWithWait
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return out.Job, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out.Job, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out.Job, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out.Job, fmt.Errorf("%s: %d %s", url, resp.StatusCode, body)
+	}
+	err = json.Unmarshal(body, &out)
+	return out.Job, err
 }
 
 func getBody(t *testing.T, ctx context.Context, url string, want int) string {

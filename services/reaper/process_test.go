@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
@@ -72,7 +74,7 @@ func TestReaperProcess(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stderr, "needs version 1 or newer")
+		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionJobResults))
 	})
 
 	t.Run("RefusesABadSweepIntervalNamingTheVariable", func(t *testing.T) {

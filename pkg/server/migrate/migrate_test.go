@@ -38,9 +38,9 @@ const patience = time.Minute
 func liveSet(t testing.TB) fs.FS {
 	t.Helper()
 	set := fstest.MapFS{}
-	real, err := fs.Glob(migrations.FS, "0*.sql")
+	repoFiles, err := fs.Glob(migrations.FS, "0*.sql")
 	require.NoError(t, err)
-	for _, n := range real {
+	for _, n := range repoFiles {
 		b, err := fs.ReadFile(migrations.FS, n)
 		require.NoError(t, err)
 		set[n] = &fstest.MapFile{Data: b}

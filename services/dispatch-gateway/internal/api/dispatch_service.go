@@ -484,8 +484,8 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 }
 
 // withResult puts a completion's result on res. Only a completion may
-// carry one, and it must be JSON: a worker sending anything else has a
-// bug worth hearing about. One larger than the gateway stores
+// carry one, and it must be JSON: a worker sending anything else is
+// broken and should hear so. One larger than the gateway stores
 // (MaxResultBytes) is not refused, which would leave the job running until
 // its lease lapsed and then run it again to the same end: the attempt
 // fails permanently instead, with an error that says why, and the job is
