@@ -312,3 +312,32 @@ func TestMCPOpenMode(t *testing.T) {
 	require.False(t, res.IsError)
 	require.Equal(t, "COMPLETED", res.StructuredContent.(map[string]any)["status"])
 }
+
+// TestMCPDrainProgress: a topic's progress towards drained, before its
+// first pause (no scope row yet: the topic's own counts) and after.
+func TestMCPDrainProgress(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t, false)
+	ops, err := b.mcpSession(t, operator)
+	require.NoError(t, err)
+	b.submitHTTP(t) // topic auth.test
+	progress := func() map[string]any {
+		t.Helper()
+		res, err := ops.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolDispatchDrain, Arguments: map[string]any{"topic": "auth.test"}})
+		require.NoError(t, err)
+		require.False(t, res.IsError)
+		return res.StructuredContent.(map[string]any)
+	}
+	p := progress()
+	require.Equal(t, false, p["paused"])
+	require.InDelta(t, 1, p["queued"], 0)
+	require.Equal(t, false, p["drained"])
+
+	failed, text := callTool(t, ops, mcpserver.ToolDispatchPause, map[string]any{"topic": "auth.test", "reason": "drain it"})
+	require.False(t, failed, text)
+	p = progress()
+	require.Equal(t, true, p["paused"])
+	require.Equal(t, "drain it", p["reason"])
+	require.InDelta(t, 1, p["queued"], 0)
+	require.Equal(t, true, p["drained"], "paused with nothing running")
+}

@@ -164,11 +164,20 @@ func (s *Server) addOperatorTools() {
 			if in.Topic != "" {
 				scope = in.Topic
 			}
-			out := DrainProgress{Scope: scope, Mode: "drain"}
+			out, found := DrainProgress{Scope: scope, Mode: "drain"}, false
 			for _, sc := range httpapi.DispatchStateToJSON(resp).Scopes {
 				if sc.Scope == scope {
-					out = DrainProgress{Scope: scope, Paused: sc.Paused, Mode: sc.Mode, Reason: sc.Reason, Queued: sc.Queued, Running: sc.Running, Drained: sc.Drained}
+					out, found = DrainProgress{Scope: scope, Paused: sc.Paused, Mode: sc.Mode, Reason: sc.Reason, Queued: sc.Queued, Running: sc.Running, Drained: sc.Drained}, true
 				}
+			}
+			if !found {
+				// A topic never paused has no scope row: its counts are the
+				// topic's.
+				ti, err := s.deps.Topics.GetTopic(ctx, in.Topic)
+				if err != nil {
+					return DrainProgress{}, "", err
+				}
+				out.Queued, out.Running = ti.GetPending()+ti.GetRetrying(), ti.GetRunning()
 			}
 			switch {
 			case out.Drained:
