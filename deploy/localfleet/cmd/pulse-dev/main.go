@@ -97,6 +97,7 @@ func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths [
 	fmt.Fprintln(w, "pulse-dev: the fleet is up")
 	fmt.Fprintf(w, "  control-api http:  %s\n", f.ControlHTTP)
 	fmt.Fprintf(w, "  dashboard:         %s/ui/\n", f.ControlHTTP)
+	fmt.Fprintf(w, "  mcp (agents):      %s/mcp  (or `pulse mcp` over stdio; docs/mcp.md)\n", f.ControlHTTP)
 	fmt.Fprintf(w, "  control-api grpc:  %s\n", f.ControlGRPC)
 	fmt.Fprintf(w, "  gateways grpc:     %s\n", strings.Join(f.GatewayAddrs, ","))
 	fmt.Fprintf(w, "  database:          %s\n", f.DatabaseURL)
@@ -127,6 +128,7 @@ func printSummary(w io.Writer, f *localfleet.Fleet, pids map[string]int, paths [
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse jobs list --limit 10")
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch pause --reason 'trying pause'")
 	fmt.Fprintln(w, "    go run ./cli/cmd/pulse dispatch resume")
+	fmt.Fprintln(w, "    go run ./cli/cmd/pulse mcp   # control-api's MCP tools on stdio, for an agent client")
 	fmt.Fprintln(w, "  Ctrl-C stops everything.")
 }
 
