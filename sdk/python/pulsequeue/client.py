@@ -154,6 +154,8 @@ class JobInfo:
     schedule_id: str
     idempotency_key: str
     timeout: float  # seconds; 0 when none
+    traceparent: str = ""
+    tracestate: str = ""
     # The job's own backoff: ExponentialBackoff(base, max) or
     # FixedBackoff(delay) in seconds; None when it follows the server's.
     backoff: ExponentialBackoff | FixedBackoff | None = None
@@ -185,6 +187,8 @@ class JobInfo:
             idempotency_key=j.idempotency_key,
             timeout=d.from_pb_duration(j.timeout) / d.SECOND,
             backoff=_backoff_from_pb(j.retry) if j.HasField("retry") else None,
+            traceparent=j.traceparent,
+            tracestate=j.tracestate,
         )
 
 
@@ -258,43 +262,51 @@ class Client:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _call(self, rpc, req):
-        return await rpc(req, metadata=self._md, timeout=self._timeout)
+    async def _call(self, rpc, req, trace: tuple[tuple[str, str], ...] = ()):
+        return await rpc(req, metadata=self._md + trace, timeout=self._timeout)
 
-    async def enqueue(self, topic: str, args: Any = None, **options) -> Submitted:
+    async def enqueue(self, topic: str, args: Any = None, *, traceparent: str = "", tracestate: str = "",
+                      **options) -> Submitted:
         """Submits one job to topic with JobRequest's options as keywords,
-        through the client's interceptors."""
-        return await self._intercepted(self._submit_one)(JobRequest(topic, args, **options))
+        through the client's interceptors. traceparent and tracestate (W3C
+        trace context) make the job's spans join the caller's trace: the
+        worker's job carries them."""
+        trace = _trace_metadata(traceparent, tracestate)
+        return await self._intercepted(lambda req: self._submit_one(req, trace))(JobRequest(topic, args, **options))
 
-    async def _submit_one(self, req: JobRequest) -> Submitted:
-        resp = await self._call(self._rpc.SubmitJob, control_pb2.SubmitJobRequest(job=req.spec()))
+    async def _submit_one(self, req: JobRequest, trace=()) -> Submitted:
+        resp = await self._call(self._rpc.SubmitJob, control_pb2.SubmitJobRequest(job=req.spec()), trace)
         return Submitted(resp.result.id, resp.result.duplicate)
 
-    async def enqueue_many(self, jobs: Sequence[JobRequest]) -> list[Submitted]:
+    async def enqueue_many(
+        self, jobs: Sequence[JobRequest], *, traceparent: str = "", tracestate: str = ""
+    ) -> list[Submitted]:
         """Submits jobs in one RPC that the server writes in one statement:
         every job is enqueued or none is. Results are in request order. Each
         job passes through the interceptors on its own; the batch is sent
-        once every job reached the end of its chain."""
+        once every job reached the end of its chain. traceparent and
+        tracestate are the batch's trace context, as for enqueue."""
         jobs = list(jobs)
         if not jobs:
             return []
+        trace = _trace_metadata(traceparent, tracestate)
         if not self._interceptors:
-            return await self._submit_many(jobs)
-        return await self._intercept_many(jobs)
+            return await self._submit_many(jobs, trace)
+        return await self._intercept_many(jobs, trace)
 
-    async def _submit_many(self, jobs: list[JobRequest]) -> list[Submitted]:
+    async def _submit_many(self, jobs: list[JobRequest], trace=()) -> list[Submitted]:
         specs = []
         for i, j in enumerate(jobs):
             try:
                 specs.append(j.spec())
             except ConfigError as e:
                 raise ConfigError(f"job {i}: {e}") from e
-        resp = await self._call(self._rpc.SubmitJobs, control_pb2.SubmitJobsRequest(jobs=specs))
+        resp = await self._call(self._rpc.SubmitJobs, control_pb2.SubmitJobsRequest(jobs=specs), trace)
         if len(resp.results) != len(jobs):
             raise RuntimeError(f"pulse: enqueue {len(jobs)} jobs: server answered {len(resp.results)} results")
         return [Submitted(r.id, r.duplicate) for r in resp.results]
 
-    async def _intercept_many(self, jobs: list[JobRequest]) -> list[Submitted]:
+    async def _intercept_many(self, jobs: list[JobRequest], trace=()) -> list[Submitted]:
         import asyncio
 
         loop = asyncio.get_running_loop()
@@ -326,7 +338,7 @@ class Client:
                     err = t.exception() or RuntimeError("pulse: an interceptor answered a batched job itself")
                     raise err
         try:
-            out = await self._submit_many([r for r in arrived if r is not None])
+            out = await self._submit_many([r for r in arrived if r is not None], trace)
         except BaseException as e:
             for a in answers:
                 a.set_exception(e)
@@ -407,6 +419,16 @@ class Client:
     async def resume_dispatch(self, topic: str = "") -> bool:
         resp = await self._call(self._rpc.ResumeDispatch, dispatch_control_pb2.ResumeDispatchRequest(topic=topic))
         return resp.changed
+
+
+def _trace_metadata(traceparent: str, tracestate: str) -> tuple[tuple[str, str], ...]:
+    md = []
+    for name, v in (("traceparent", traceparent), ("tracestate", tracestate)):
+        if v:
+            if not isinstance(v, str) or not v.isascii() or not v.isprintable():
+                raise ConfigError(f"pulse: {name} must be printable ASCII (a W3C trace context header)")
+            md.append((name, v))
+    return tuple(md)
 
 
 def check_topic(topic: str) -> None:

@@ -18,7 +18,8 @@ class Job:
     id + attempt is the deduplication key for at-least-once delivery.
     args is the JSON the producer enqueued, byte for byte (``json()``
     decodes it). timeout is this attempt's bound in seconds (the job's own,
-    else its topic's, else None).
+    else its topic's, else None); deadline is when it passes, on
+    time.monotonic()'s clock.
 
     When the worker stops the attempt it cancels the handler's task, with
     the cause's text as the cancellation message, and sets stop_cause:
@@ -39,6 +40,7 @@ class Job:
         "tracestate",
         "stop_cause",
         "stopping",
+        "deadline",
         "_checkpoint",
     )
 
@@ -68,6 +70,9 @@ class Job:
         self.tracestate = tracestate
         self.stop_cause: StopCause | None = None
         self.stopping = threading.Event()
+        # deadline is when the attempt's timeout passes, on time.monotonic()'s
+        # clock (None without a timeout): set as the handler starts.
+        self.deadline: float | None = None
         self._checkpoint = None
 
     def json(self) -> Any:

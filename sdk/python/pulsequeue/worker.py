@@ -688,6 +688,8 @@ class _Runtime:
         if reg is None:
             release()
             return None, RuntimeError(f"pulse: no handler registered for topic {job.topic!r}")
+        if att.timeout_us > 0:
+            job.deadline = time.monotonic() + att.timeout_us / d.SECOND
         att.task = asyncio.create_task(self.call(reg.handler, job))
         self.active += 1
         self.tasks.add(att.task)

@@ -21,6 +21,10 @@ def tearDownModule():
 
 
 class FleetCase(unittest.IsolatedAsyncioTestCase):
+    @classmethod
+    def setUpClass(cls):
+        fleetmod.fleet()  # outside the event loop: starting it blocks
+
     async def asyncSetUp(self):
         self.fleet = fleetmod.fleet()
         self.client = pulse.Client(self.fleet.control, **self.fleet.conn("producer"))
@@ -199,6 +203,23 @@ class WorkerTest(FleetCase):
         j = await self.status(s.id, "DEAD_LETTERED")
         self.assertEqual(j.errors[0].error, "timed out after 1s")
         self.assertTrue(cancelled.is_set())
+
+    async def test_trace_context_reaches_the_handler(self):
+        trace_id = uuid.uuid4().hex
+        seen = []
+
+        async def h(job):
+            seen.append((job.traceparent, job.deadline is not None and job.deadline > 0))
+
+        s = await self.client.enqueue(self.topic, {}, timeout=30, traceparent=f"00-{trace_id}-{'a1' * 8}-01")
+        self.worker({self.topic: h})
+        await self.status(s.id, "COMPLETED")
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0][0].split("-")[1], trace_id, seen[0][0])
+        self.assertTrue(seen[0][1], "the handler sees its deadline")
+        self.assertEqual((await self.client.get(s.id)).traceparent.split("-")[1], trace_id)
+        with self.assertRaisesRegex(pulse.ConfigError, "traceparent"):
+            await self.client.enqueue(self.topic, {}, traceparent="00-\n")
 
     async def test_topic_timeout_and_a_handler_that_ignores_cancellation(self):
         release = asyncio.Event()
