@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/auth"
@@ -340,4 +343,50 @@ func TestMCPDrainProgress(t *testing.T) {
 	require.Equal(t, "drain it", p["reason"])
 	require.InDelta(t, 1, p["queued"], 0)
 	require.Equal(t, true, p["drained"], "paused with nothing running")
+}
+
+// TestMCPAgentsClaimDisjointJobs: agent workers claiming at once, each
+// over its own session, take every job exactly once and settle it.
+func TestMCPAgentsClaimDisjointJobs(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t, false)
+	const jobs, agents = 24, 4
+	for range jobs {
+		r := b.do(t, "POST", "/v1/jobs", `{"topic":"agents.race"}`, producer)
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+	}
+	claimed := make(chan string, jobs*2)
+	var wg sync.WaitGroup
+	for i := range agents {
+		s, err := b.mcpSession(t, worker)
+		require.NoError(t, err)
+		workerID := "agent-" + strconv.Itoa(i)
+		wg.Go(func() {
+			for {
+				res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolQueueClaim,
+					Arguments: map[string]any{"worker_id": workerID, "topics": []string{"agents.race"}}})
+				if !assert.NoError(t, err) || !assert.False(t, res.IsError) {
+					return
+				}
+				job, _ := res.StructuredContent.(map[string]any)["job"].(map[string]any)
+				if job == nil {
+					return
+				}
+				claimed <- job["id"].(string)
+				res, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolQueueComplete,
+					Arguments: map[string]any{"worker_id": workerID, "job_id": job["id"], "attempt": job["attempt"]}})
+				if !assert.NoError(t, err) || !assert.False(t, res.IsError, "complete %v", job["id"]) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(claimed)
+	seen := map[string]bool{}
+	for id := range claimed {
+		require.False(t, seen[id], "job %s claimed twice", id)
+		seen[id] = true
+	}
+	require.Len(t, seen, jobs)
 }
