@@ -66,7 +66,8 @@ func preparePython(t *testing.T, root string) []string {
 const nodeMajorMin = 20
 
 // prepareTypeScript installs the TypeScript SDK's npm packages exactly as
-// its lock file says (npm ci, from the registry) and builds it.
+// its lock file says (npm ci, from the registry), builds it and runs its
+// unit tests (npm test).
 func prepareTypeScript(t *testing.T, root string) []string {
 	t.Helper()
 	node := requireTool(t, "node", "TypeScript")
@@ -75,7 +76,7 @@ func prepareTypeScript(t *testing.T, root string) []string {
 	dir := filepath.Join(root, "sdk", "typescript")
 	requireVersion(t, root, filepath.Join(dir, "package.json"))
 	run(t, dir, nil, "npm", "ci", "--no-audit", "--no-fund")
-	run(t, dir, nil, "npm", "run", "build")
+	run(t, dir, nil, "npm", "test") // builds, then the SDK's own unit tests
 	return []string{node, filepath.Join(dir, "dist", "conformance", "driver.js")}
 }
 
