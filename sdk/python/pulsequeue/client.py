@@ -8,8 +8,6 @@ import datetime
 import json
 from typing import Any, Awaitable, Callable, Sequence
 
-import grpc
-
 from . import _durations as d
 from ._conn import conn_options
 from ._stubs import ControlStub

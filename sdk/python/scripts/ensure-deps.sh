@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Makes sure Debian's python3 has what the SDK runs on (python3-grpcio,
-# python3-protobuf) and, with --protoc, what regenerating its protobuf code
-# needs (protobuf-compiler, libprotobuf-dev for the well-known types).
-# With --test, also what the packaging test needs (python3-venv, python3-pip,
-# python3-setuptools) and the TLS test (openssl). Installs the Debian packages when they are missing and we may (root with
-# apt-get), like scripts/ensure-postgres.sh does for Postgres. Prints the
-# interpreter to use on stdout.
+# python3-protobuf); with --protoc, what regenerating its protobuf code
+# needs (protobuf-compiler, libprotobuf-dev for the well-known types); with
+# --test, what its tests need besides (python3-venv, python3-pip and
+# python3-setuptools for the packaging test, openssl for the TLS test,
+# pyflakes3 for the lint). Installs the Debian packages when they are
+# missing and we may (root with apt-get), like scripts/ensure-postgres.sh
+# does for Postgres. Prints the interpreter to use on stdout.
 set -euo pipefail
 py="${PULSE_PYTHON:-/usr/bin/python3}"
 need=()
@@ -18,6 +19,7 @@ if [ "${1:-}" = --test ]; then
   "$py" -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   "$py" -c 'import setuptools' >/dev/null 2>&1 || need+=(python3-setuptools)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)  # the TLS test makes its certificates
+  command -v pyflakes3 >/dev/null 2>&1 || need+=(pyflakes3)  # test.sh lints first
 fi
 if [ "${1:-}" = --protoc ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)

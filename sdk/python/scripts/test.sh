@@ -18,4 +18,6 @@ if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/durati
     exit 1
   fi
 fi
+# Unused imports, undefined names and the like: Debian's pyflakes3.
+pyflakes3 pulsequeue/*.py tests/*.py conformance/*.py examples/*.py
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m unittest discover -s tests -t . "$@"
