@@ -169,6 +169,7 @@ export function callMetadata(opts: ConnOptions): Record<string, string> {
  * unless allowPlaintextCredentials (the Go SDK's rule).
  */
 export function checkConn(opts: ConnOptions, targets: string[]): void {
+  channelCredentials(opts); // TLS files that cannot be read fail here, naming the file
   const hasCredentials = Object.keys(callMetadata(opts)).some((k) => k.toLowerCase() === "authorization");
   if (!hasCredentials || opts.tls || opts.allowPlaintextCredentials) {
     return;

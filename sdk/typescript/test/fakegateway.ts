@@ -51,6 +51,8 @@ export class FakeGateway {
   readonly credits: number[] = [];
   readonly results: JobResult[] = [];
   readonly heartbeats: HeartbeatRequest[] = [];
+  /** The authorization metadata of each stream the worker opened. */
+  readonly authorizations: string[] = [];
   /** Streams the worker half-closed. */
   halfCloses = 0;
   /** Decides each heartbeat result; default: the lease is held. */
@@ -64,6 +66,8 @@ export class FakeGateway {
   constructor(
     private readonly leaseTtlMs = 30_000,
     private readonly heartbeatMs = 10_000,
+    /** Serve TLS with this certificate and key (PEM) instead of plaintext. */
+    private readonly tls?: { cert: Buffer; key: Buffer },
   ) {}
 
   async start(): Promise<void> {
@@ -82,12 +86,15 @@ export class FakeGateway {
       },
     });
     const port = await new Promise<number>((resolve, reject) =>
-      this.server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+      this.server.bindAsync("127.0.0.1:0",
+        this.tls ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: this.tls.cert, private_key: this.tls.key }], false) : grpc.ServerCredentials.createInsecure(),
+        (err, p) => (err ? reject(err) : resolve(p))));
     this.address = `127.0.0.1:${port}`;
   }
 
   private stream(call: Stream): void {
     let opened = false;
+    this.authorizations.push(String(call.metadata.get("authorization")[0] ?? ""));
     call.on("data", (req: StreamJobsRequest) => {
       if (req.msg.case === "open" && this.refuse !== undefined) {
         this.opens.push(req.msg.value);
