@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # make compose-test: runs docker-compose.yml for real and drives the fleet
 # (deploy/composetest): builds every pulse image from the Dockerfile, brings
-# the fleet up with three gateways (grafana and jaeger left out), sends jobs
-# from the host and from workers in containers, pauses and resumes, kills a
-# gateway and scales the tier under load, then `down -v`.
+# the fleet up with three gateways and Jaeger (grafana left out), sends jobs
+# from the host and from workers in containers, follows two jobs' traces
+# and a stored exemplar in Jaeger, pauses and resumes, kills a gateway and
+# scales the tier under load, checks every dashboard panel has data, then
+# `down -v`.
 #
 # On a machine of the kind CI runs on, it first installs what it needs:
 # Docker (Debian's docker.io) and a running dockerd, the compose and buildx
 # plugins (built once from their Go modules), and local stand-ins for the
-# base images (scripts/local-images.sh), since no image registry is
+# base images and Jaeger (scripts/local-images.sh), since no image registry is
 # reachable. Everything is cached (~/.cache/pulse, Docker's image store,
 # BuildKit's cache mounts for Go's module and build caches), so a second
 # run skips straight to the test.

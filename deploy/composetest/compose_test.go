@@ -3,6 +3,7 @@ package composetest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,13 +26,16 @@ const (
 	topicProxy = "composetest.proxy" // test-worker-proxy: a container, through gateway-proxy
 	topicDNS   = "composetest.dns"   // test-worker-dns: a container, dns:///dispatch-gateway:50052
 	topicHost  = "composetest.host"  // this process, through the proxy's published port
+	// topicReaped's one job is abandoned by a worker of this process, for
+	// the reaper to take (the dashboards' reaped panels).
+	topicReaped = "composetest.reaped"
 )
 
 // services the test starts: every service of docker-compose.yml but
-// grafana and jaeger (no image for them here), plus the test's workers.
+// grafana (no image for it here), plus the test's workers.
 var services = []string{
 	"postgres", "migrate", "control-api", "dispatch-gateway", "gateway-proxy", "reaper", "scheduler",
-	"prometheus", "demo-producer", "demo-worker", "demo-worker-python", "test-worker-proxy", "test-worker-dns",
+	"prometheus", "jaeger", "demo-producer", "demo-worker", "demo-worker-python", "test-worker-proxy", "test-worker-dns",
 }
 
 // healthchecked are the services whose containers must report healthy.
@@ -53,8 +57,8 @@ func TestComposeUp(t *testing.T) {
 
 	worker := buildWorker(t)
 	f := newFleet(t, worker)
-	t.Logf("compose project %s: control-api http://127.0.0.1:%d (gRPC %d), gateway-proxy 127.0.0.1:%d, prometheus http://127.0.0.1:%d",
-		f.project, f.httpPort, f.grpcPort, f.gatewayPort, f.promPort)
+	t.Logf("compose project %s: control-api http://127.0.0.1:%d (gRPC %d), gateway-proxy 127.0.0.1:%d, prometheus http://127.0.0.1:%d, jaeger http://127.0.0.1:%d",
+		f.project, f.httpPort, f.grpcPort, f.gatewayPort, f.promPort, f.jaegerPort)
 	t.Cleanup(func() {
 		f.dumpOnFailure(t, filepath.Join(f.root, ".artifacts", "compose-test"))
 		if os.Getenv("PULSE_COMPOSE_KEEP") == "1" {
@@ -65,6 +69,7 @@ func TestComposeUp(t *testing.T) {
 		_, _ = f.compose(3*time.Minute, "down", "-v", "--remove-orphans", "-t", "10")
 	})
 	var j jobs
+	started := time.Now()
 
 	step := func(name string, fn func(t *testing.T)) {
 		t.Helper()
@@ -131,6 +136,28 @@ func TestComposeUp(t *testing.T) {
 		for _, job := range []string{"control-api", "dispatch-gateway", "reaper", "scheduler", "prometheus"} {
 			require.True(t, jobsScraped[job], "prometheus scrapes %s: %v", job, ts)
 		}
+		require.NoError(t, call(http.MethodGet, f.jaegerURL()+"/api/services", nil, http.StatusOK, nil), "jaeger's query API")
+	})
+
+	// What the dashboards show needs some of everything: a schedule
+	// firing (email.send, which demo-worker runs) and calls that fail
+	// (a job that does not exist).
+	step("DashboardInputs", func(t *testing.T) {
+		require.NoError(t, call(http.MethodPost, f.httpURL()+"/v1/schedules",
+			map[string]string{"name": "composetest-every-second", "topic": tracedTopic, "kind": "every", "expression": "1s"},
+			http.StatusCreated, nil))
+		client, err := pulse.NewClient(fmt.Sprintf("127.0.0.1:%d", f.grpcPort), pulse.WithUserPass(devProducer, devProducerPassword))
+		require.NoError(t, err)
+		defer client.Close()
+		for range 5 {
+			_, err := client.Get(context.Background(), "00000000-0000-4000-8000-000000000000")
+			require.Error(t, err, "no such job")
+		}
+		// And a reaped job: a worker that stops while its handler hangs
+		// drops the result; the lease lapses and the reaper takes it.
+		stuck, err := client.Enqueue(context.Background(), topicReaped, map[string]int{"n": 1})
+		require.NoError(t, err)
+		abandonAJob(t, fmt.Sprintf("127.0.0.1:%d", f.gatewayPort), stuck.ID)
 	})
 
 	// A worker on the host, through gateway-proxy's published port, as
@@ -163,6 +190,10 @@ func TestComposeUp(t *testing.T) {
 		f.requireAllCompleted(t, j.snapshot(), 2*time.Minute)
 		require.Positive(t, hostWorker.done(), "the host worker ran jobs")
 	})
+
+	step("OneTracePerJobInJaeger", f.oneTracePerJob)
+
+	step("AnExemplarLeadsToItsTrace", func(t *testing.T) { f.followAnExemplar(t, started) })
 
 	step("EveryReplicaServedWork", func(t *testing.T) {
 		f.requireStreamsOnEveryReplica(t)
@@ -356,6 +387,8 @@ func TestComposeUp(t *testing.T) {
 		}
 	})
 
+	step("EveryDashboardPanelHasData", func(t *testing.T) { f.everyPanelHasData(t, started) })
+
 	step("DownRemovesEverything", func(t *testing.T) {
 		hostWorker.stop()
 		f.mustCompose(t, 3*time.Minute, "down", "-v", "--remove-orphans", "-t", "20")
@@ -547,4 +580,41 @@ func (p *phases) log(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  %-36s %6.1fs\n", "total", total.Seconds())
 	t.Logf("compose test steps:\n%s", b.String())
+}
+
+// abandonAJob runs a worker of topicReaped until it has started job id,
+// then stops it while the handler hangs: the worker gives up on the
+// handler after its shutdown timeout and drops the result, so the job's
+// lease lapses and the reaper reaps it. The handler is released when the
+// test ends.
+func abandonAJob(t *testing.T, addr, id string) {
+	t.Helper()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	started := make(chan string, 1)
+	w, err := pulse.NewWorker([]string{addr}, pulse.WithConcurrency(1), pulse.WithWorkerID("compose-test-abandons"),
+		pulse.WithUserPass(devWorker, devWorkerPassword), pulse.WithShutdownTimeout(time.Second),
+		pulse.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	w.Register(topicReaped, func(ctx context.Context, job *pulse.Job) error {
+		started <- job.ID
+		<-release // ignores its context: hangs past the shutdown
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	select {
+	case got := <-started:
+		require.Equal(t, id, got)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("job %s did not start on the abandoning worker within a minute", id)
+	}
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatalf("the abandoning worker did not stop within a minute")
+	}
 }

@@ -27,7 +27,7 @@ type fleet struct {
 	files   []string // compose files, the repo's first
 	env     []string // environment of every docker compose call
 
-	httpPort, grpcPort, gatewayPort, promPort int
+	httpPort, grpcPort, gatewayPort, promPort, jaegerPort int
 }
 
 // newFleet prepares (but does not start) the project.
@@ -41,7 +41,7 @@ func newFleet(t *testing.T, worker string) *fleet {
 		project: fmt.Sprintf("pulse-ct-%d-%d", os.Getpid(), time.Now().Unix()%100000),
 		files:   []string{filepath.Join(root, "docker-compose.yml"), filepath.Join(root, "deploy", "composetest", "compose.test.yml")},
 	}
-	f.httpPort, f.grpcPort, f.gatewayPort, f.promPort = freePort(t), freePort(t), freePort(t), freePort(t)
+	f.httpPort, f.grpcPort, f.gatewayPort, f.promPort, f.jaegerPort = freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
 	f.env = append(os.Environ(),
 		"PULSE_IMAGE_TAG="+imageTag,
 		"PULSE_HTTP_PORT="+strconv.Itoa(f.httpPort),
@@ -49,10 +49,7 @@ func newFleet(t *testing.T, worker string) *fleet {
 		"PULSE_GATEWAY_PORT="+strconv.Itoa(f.gatewayPort),
 		"PULSE_PROMETHEUS_PORT="+strconv.Itoa(f.promPort),
 		"PULSE_GRAFANA_PORT="+strconv.Itoa(freePort(t)),
-		"PULSE_JAEGER_PORT="+strconv.Itoa(freePort(t)),
-		// No jaeger in the test: tracing off rather than exporting to
-		// nowhere.
-		"PULSE_OTLP_ENDPOINT=",
+		"PULSE_JAEGER_PORT="+strconv.Itoa(f.jaegerPort),
 		"PULSE_COMPOSETEST_WORKER="+worker,
 		"COMPOSE_PROFILES=",
 		"COMPOSE_PROJECT_NAME=",

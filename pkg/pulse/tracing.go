@@ -73,12 +73,15 @@ func startProcessSpan(ctx context.Context, a *pulsev1.Assignment) (context.Conte
 }
 
 // startSettleSpan starts the span of one ReportResult call. A lone result's
-// settle span is the child of its process span; every result's process span
-// is also linked, so a batched report shows up in each job's trace.
+// settle span is the child of its process span; a batched call's links
+// every result's process span (and recordBatchedSettles gives each result a
+// settle span in its own trace).
 func startSettleSpan(ctx context.Context, batch []pendingResult) (context.Context, trace.Span) {
 	links := make([]trace.Link, 0, len(batch))
 	for _, p := range batch {
-		if p.span.IsValid() {
+		// A lone result's process span is the parent, not a link too (a
+		// link to the parent turns it into a follows-from in Jaeger).
+		if p.span.IsValid() && len(batch) > 1 {
 			links = append(links, trace.Link{SpanContext: p.span, Attributes: []attribute.KeyValue{
 				attrMessagingMessageID.String(p.result.GetJobId()),
 				attrPulseAttempt.Int(int(p.result.GetAttempt())),
