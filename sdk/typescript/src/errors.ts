@@ -121,13 +121,13 @@ export class PlaintextCredentialsError extends Error {
 
 /** The text of an error or thrown value. */
 export function errorMessage(err: unknown): string {
-  if (err instanceof Error) {
-    return err.message;
-  }
   try {
+    if (err instanceof Error) {
+      return typeof err.message === "string" ? err.message : String(err.message);
+    }
     return String(err);
   } catch {
-    return Object.prototype.toString.call(err);
+    return Object.prototype.toString.call(err); // a toString that throws, a Symbol's message …
   }
 }
 

@@ -735,7 +735,9 @@ class Executor {
     }
     const job = this.job(a, key, abort.signal);
     this.tasks++;
-    void this.process(job, key, abort).finally(() => this.taskDone());
+    this.process(job, key, abort)
+      .catch((err: unknown) => this.log.error("attempt bookkeeping failed; the job will be retried after its lease expires", { job_id: key.id, attempt: key.attempt, error: errorMessage(err) }))
+      .finally(() => this.taskDone());
   }
 
   private async process(job: JobImpl, key: JobKey, abort: AbortController): Promise<void> {

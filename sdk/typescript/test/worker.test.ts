@@ -28,6 +28,12 @@ test("results carry the outcome the handler meant", () => {
   assert.equal(resultOf(job, { ok: false, error: "a string" }).error, "a string");
   assert.equal(resultOf(job, { ok: false, error: undefined }).error, "undefined");
   assert.equal(resultOf(job, { ok: false, error: new Error("nul:\u0000:\uD800") }).error, "nul:\uFFFD:\uFFFD");
+  const hostile = { toString() { throw new Error("no"); } };
+  assert.equal(resultOf(job, { ok: false, error: hostile }).error, "[object Object]", "a thrown value whose toString throws still reports");
+  assert.equal(resultOf(job, { ok: false, error: Symbol("s") }).error, "Symbol(s)");
+  const odd = new Error("x");
+  (odd as unknown as { message: unknown }).message = 42;
+  assert.equal(resultOf(job, { ok: false, error: odd }).error, "42");
 });
 
 test("retry-after is clamped to 1 ms..366 days", () => {
