@@ -108,6 +108,8 @@ export interface JobInfo {
   scheduleId: string;
   idempotencyKey: string;
   timeoutMs?: number;
+  /** The job's own backoff; undefined when it follows the server's retry policy. */
+  retry?: { baseMs?: number; maxMs?: number; fixedMs?: number };
 }
 
 /** One page of jobs. */
@@ -405,6 +407,7 @@ function jobInfo(j: JobPb): JobInfo {
     scheduleId: j.scheduleId,
     idempotencyKey: j.idempotencyKey,
     timeoutMs: durationToMs(j.timeout),
+    retry: j.retry === undefined ? undefined : { baseMs: durationToMs(j.retry.base), maxMs: durationToMs(j.retry.max), fixedMs: durationToMs(j.retry.fixed) },
   };
 }
 

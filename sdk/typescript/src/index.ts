@@ -6,7 +6,7 @@
 export { Client, buildJobSpec } from "./client.js";
 export type { EnqueueOptions, JobInfo, JobRequest, ListOptions, PauseRequest, ScopeState, Status, Submitted } from "./client.js";
 export { Worker, DEFAULT_CONCURRENCY, DEFAULT_MAX_REPORT_BATCH, DEFAULT_SHUTDOWN_TIMEOUT_MS } from "./worker.js";
-export type { Handler, Job, RegisterOptions, RunOptions, WorkerOptions } from "./worker.js";
+export type { Handler, Job, Middleware, RegisterOptions, RunOptions, WorkerOptions } from "./worker.js";
 export type { ConnOptions, TlsOptions } from "./conn.js";
 export {
   JobCanceledError,

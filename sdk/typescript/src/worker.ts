@@ -118,6 +118,12 @@ export interface Job {
  */
 export type Handler = (job: Job) => Promise<void> | void;
 
+/**
+ * Wraps a handler: it can act before and after it, or turn its error into
+ * another (Worker.use). It runs inside the attempt, with the same job.
+ */
+export type Middleware = (next: Handler) => Handler;
+
 export interface RegisterOptions {
   /** The topic's default timeout for jobs without their own, MIN_TIMEOUT_MS..MAX_TIMEOUT_MS. */
   timeoutMs?: number;
@@ -165,6 +171,7 @@ export class Worker {
   private readonly settleBehind: number;
   private readonly log: Logger;
   private readonly handlers = new Map<string, TopicHandler>();
+  private readonly middleware: Middleware[] = [];
   private started = false;
 
   constructor(targets: string[], opts: WorkerOptions = {}) {
@@ -225,6 +232,23 @@ export class Worker {
   }
 
   /**
+   * Wraps every handler in middleware, the first outermost: use(a, b) runs
+   * a, which calls b, which calls the handler. It applies to handlers
+   * registered before or after it; after run it throws.
+   */
+  use(...middleware: Middleware[]): void {
+    if (this.started) {
+      throw new Error("pulse: use after run started");
+    }
+    middleware.forEach((m, i) => {
+      if (typeof m !== "function") {
+        throw new Error(`pulse: use with a middleware that is not a function (argument ${i})`);
+      }
+    });
+    this.middleware.push(...middleware);
+  }
+
+  /**
    * Receives and runs jobs until stopped (opts.signal, or SIGTERM/SIGINT),
    * then drains: takes no new work, waits up to the shutdown timeout for
    * running handlers, stops the rest with WorkerShutdownError, reports
@@ -241,6 +265,17 @@ export class Worker {
       throw new Error("pulse: no handlers registered");
     }
     this.started = true;
+    const handlers = new Map<string, TopicHandler>();
+    for (const [topic, th] of this.handlers) {
+      let h = th.handler;
+      for (let i = this.middleware.length - 1; i >= 0; i--) {
+        h = this.middleware[i]!(h);
+        if (typeof h !== "function") {
+          throw new Error(`pulse: middleware ${i} returned a handler that is not a function for topic ${JSON.stringify(topic)}`);
+        }
+      }
+      handlers.set(topic, { handler: h, timeoutMs: th.timeoutMs });
+    }
     const stop = new AbortController();
     const onSignal = (sig: NodeJS.Signals) => {
       if (!stop.signal.aborted) {
@@ -265,7 +300,7 @@ export class Worker {
     const reporter = new Reporter(pool, terms, this.id, this.maxReportBatch, this.log);
     const dispatch = new DispatchWatch(running, this.log);
     const heartbeater = new Heartbeater(pool, terms, running, dispatch, this.id, this.log);
-    const executor = new Executor(this.handlers, this.concurrency, this.settleBehind, running, ledger, reporter, terms, heartbeater, this.log);
+    const executor = new Executor(handlers, this.concurrency, this.settleBehind, running, ledger, reporter, terms, heartbeater, this.log);
     const stream = new StreamLoop(pool, terms, ledger, executor, dispatch, this.id, [...this.handlers.keys()].sort(), this.concurrency, this.log);
     dispatch.onPushed = () => heartbeater.kick();
     terms.onChange = () => heartbeater.reschedule();

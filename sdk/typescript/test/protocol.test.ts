@@ -146,3 +146,43 @@ test("every gateway refusing the worker before any welcome rejects run; an unrea
   stop.abort();
   await run; // an outage is not a refusal: run keeps reconnecting until stopped, then returns
 });
+
+test("middleware wraps every handler, the first outermost, and can change the outcome", async (t) => {
+  const gw = new FakeGateway();
+  await gw.start();
+  t.after(() => gw.forceStop());
+  const order: string[] = [];
+  const w = new Worker([gw.address], { workerId: "w-mw", concurrency: 1, logger: silentLogger });
+  w.use(
+    (next) => async (job) => {
+      order.push("outer-before");
+      try {
+        await next(job);
+      } catch (err) {
+        throw permanent(err); // this middleware's policy: nothing is retried
+      } finally {
+        order.push("outer-after");
+      }
+    },
+    (next) => async (job) => {
+      order.push("inner");
+      return next(job);
+    },
+  );
+  w.register("t", () => {
+    order.push("handler");
+    throw new Error("boom");
+  });
+  assert.throws(() => w.use(42 as never), /not a function/);
+  const stop = new AbortController();
+  const run = w.run({ signal: stop.signal, stopOn: [] });
+  await waitFor("the open", () => gw.opens.length === 1);
+  gw.assign({ id: "a" });
+  await waitFor("the result", () => gw.results.length === 1);
+  assert.deepEqual(order, ["outer-before", "inner", "handler", "outer-after"]);
+  assert.equal(gw.results[0]!.outcome, Outcome.FAIL_PERMANENT);
+  assert.equal(gw.results[0]!.error, "boom");
+  assert.throws(() => w.use((next) => next), /after run started/);
+  stop.abort();
+  await run;
+});
