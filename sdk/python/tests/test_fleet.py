@@ -385,5 +385,42 @@ class WorkerTest(FleetCase):
         self.assertEqual(order, ["outer", "inner", "handler"])
 
 
+class ReadmeTest(FleetCase):
+    async def test_the_quick_start_runs_as_written(self):
+        import os
+        import re
+        import signal
+        import sys
+
+        here = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+        with open(os.path.join(here, "README.md")) as f:
+            block = re.search(r"## Quick start.*?```python\n(.*?)```", f.read(), re.S).group(1)
+        self.assertLessEqual(len(block.strip().splitlines()), 14, "the quick start stays short")
+        script = block.replace("<control-api grpc>", self.fleet.control).replace("<gateways grpc>", self.fleet.gateways[0])
+        self.assertNotIn("<", script.replace("<-", ""), "every placeholder is filled")
+        # As the README says: run from sdk/python with Debian's python3 (the
+        # interpreter running these tests), the script on stdin.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-", cwd=here, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        proc.stdin.write(script.encode())
+        proc.stdin.close()
+        try:
+            async def completed():
+                jobs, _ = await self.client.list(topic="py.email.send", status="completed", limit=1)
+                return jobs
+            await eventually("the quick start's job to complete", completed)
+            proc.send_signal(signal.SIGTERM)
+            out, err = await asyncio.wait_for(proc.communicate(), fleetmod.PATIENCE)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        self.assertEqual(proc.returncode, 0, err.decode())
+        self.assertIn("sending to a@example.com", out.decode())
+
+
 if __name__ == "__main__":
     unittest.main()
