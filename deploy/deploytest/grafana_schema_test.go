@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"encoding/json"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -44,7 +45,7 @@ func TestDashboardsDecodeAsGrafanaReadsThem(t *testing.T) {
 			t.Parallel()
 			raw, err := os.ReadFile(f)
 			require.NoError(t, err)
-			var d dashboard.Dashboard
+			var d dashboard.Dashboard //nolint:staticcheck // the v1 schema is what file provisioning reads (ADR-0036)
 			require.NoError(t, decodeStrict(raw, &d), "%s does not decode as Grafana's dashboard schema", f)
 			require.NoError(t, d.Validate())
 			require.NotNil(t, d.Uid)
@@ -110,22 +111,22 @@ func TestTheSchemaCheckCatchesMistakes(t *testing.T) {
 		`"datasource":{"type":"prometheus","uid":"prometheus"},"gridPos":{"h":8,"w":12,"x":0,"y":0},` +
 		`"targets":[{"refId":"A","datasource":{"type":"prometheus","uid":"prometheus"},"expr":"up"}],` +
 		`"fieldConfig":{"defaults":{"unit":"s"},"overrides":[]}%s}],"templating":{"list":[]},"annotations":{"list":[]}%s}`
-	var ok dashboard.Dashboard
+	var ok dashboard.Dashboard //nolint:staticcheck // the v1 schema is what file provisioning reads (ADR-0036)
 	require.NoError(t, decodeStrict([]byte(strings.Replace(strings.Replace(base, "%s", "", 1), "%s", "", 1)), &ok))
 	for name, bad := range map[string][2]string{
 		"misspelled dashboard field": {"", `,"refersh":"5s"`},
-		"misspelled panel field":     {`,"descripton":"x"`, ""},
+		"misspelled panel field":     {`,"descriptionText":"x"`, ""},
 		"wrong type":                 {"", `,"editable":"yes"`},
 		"unknown panel option":       {`,"options":{"legend":{"showLegend":true,"displayMode":"list","placement":"bottom","calcs":[]},"lgend":{}}`, ""},
 	} {
 		doc := strings.Replace(strings.Replace(base, "%s", bad[0], 1), "%s", bad[1], 1)
-		var d dashboard.Dashboard
+		var d dashboard.Dashboard //nolint:staticcheck // the v1 schema is what file provisioning reads (ADR-0036)
 		err := decodeStrict([]byte(doc), &d)
 		require.Error(t, err, "%s must fail the strict decode: %s", name, doc)
 		t.Logf("%s: %v", name, err)
 	}
 	doc := strings.Replace(strings.Replace(strings.Replace(base, "%s", "", 1), "%s", "", 1), `"expr":"up"`, `"expr":"up","legnedFormat":"x"`, 1)
-	var d dashboard.Dashboard
+	var d dashboard.Dashboard //nolint:staticcheck // the v1 schema is what file provisioning reads (ADR-0036)
 	err := decodeStrict([]byte(doc), &d)
 	require.Error(t, err, "a misspelled query field must fail the strict decode")
 	t.Logf("misspelled query field: %v", err)
@@ -167,7 +168,8 @@ func grafanaUnits(t *testing.T) map[string]bool {
 // list (a typed nil) read as no error.
 func decodeStrict(raw []byte, v interface{ UnmarshalJSONStrict([]byte) error }) error {
 	err := v.UnmarshalJSONStrict(raw)
-	if errs, ok := err.(cog.BuildErrors); ok && len(errs) == 0 {
+	var errs cog.BuildErrors
+	if errors.As(err, &errs) && len(errs) == 0 {
 		return nil
 	}
 	return err
