@@ -46,6 +46,7 @@ class ControlStub:
         self.ListJobs = _unary(channel, s, "ListJobs", c.ListJobsRequest, c.ListJobsResponse)
         self.CancelJob = _unary(channel, s, "CancelJob", c.CancelJobRequest, c.CancelJobResponse)
         self.RetryJob = _unary(channel, s, "RetryJob", c.RetryJobRequest, c.RetryJobResponse)
+        self.WaitJob = _unary(channel, s, "WaitJob", c.WaitJobRequest, c.WaitJobResponse)
         s, d = "DispatchControlService", dispatch_control_pb2
         self.GetDispatchState = _unary(channel, s, "GetDispatchState", d.GetDispatchStateRequest, d.GetDispatchStateResponse)
         self.PauseDispatch = _unary(channel, s, "PauseDispatch", d.PauseDispatchRequest, d.PauseDispatchResponse)

@@ -8,6 +8,8 @@ import datetime
 import json
 from typing import Any, Awaitable, Callable, Sequence
 
+import grpc
+
 from . import _durations as d
 from ._conn import conn_options
 from ._stubs import ControlStub
@@ -15,6 +17,11 @@ from .errors import ConfigError
 from .pb.pulse.v1 import control_pb2, dispatch_control_pb2, job_pb2
 
 _EMPTY_ARGS = b"{}"
+# wait: how long one WaitJob call waits before asking again (short enough
+# that no proxy idles the call out), and the backoff while control-api is
+# unavailable.
+_WAIT_POLL = 30 * d.SECOND
+_WAIT_RETRY_MIN, _WAIT_RETRY_MAX = 0.1, 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +161,13 @@ class JobInfo:
     timeout: float  # seconds; 0 when none
     traceparent: str = ""
     tracestate: str = ""
+    # What the handler returned, as JSON bytes, for a COMPLETED job; empty
+    # when it returned nothing (and in listings).
+    result: bytes = b""
+
+    def result_json(self) -> Any:
+        """The result decoded from JSON; None when there is none."""
+        return json.loads(self.result) if self.result else None
     # The job's own backoff: ExponentialBackoff(base, max) or
     # FixedBackoff(delay) in seconds; None when it follows the server's.
     backoff: ExponentialBackoff | FixedBackoff | None = None
@@ -187,6 +201,7 @@ class JobInfo:
             backoff=_backoff_from_pb(j.retry) if j.HasField("retry") else None,
             traceparent=j.traceparent,
             tracestate=j.tracestate,
+            result=bytes(j.result),
         )
 
 
@@ -351,6 +366,41 @@ class Client:
         for i in reversed(self._interceptors):
             fn = (lambda inter, nxt: (lambda req: inter(req, nxt)))(i, fn)
         return fn
+
+    async def wait(self, job_id: str, timeout: Any = None) -> JobInfo:
+        """Waits until the job is finished (COMPLETED, DEAD_LETTERED or
+        CANCELED) and returns it as it finished, its result included. It
+        long-polls control-api (WaitJob), which the statement finishing the
+        job wakes: waiting costs the database nothing. While control-api is
+        unavailable (a restart) it retries with backoff. timeout (seconds
+        or a timedelta) bounds the whole wait: asyncio.TimeoutError after
+        it."""
+        import asyncio
+
+        if timeout is not None:
+            return await asyncio.wait_for(self.wait(job_id), d.to_micros("timeout", timeout) / d.SECOND)
+        delay = _WAIT_RETRY_MIN
+        while True:
+            req = control_pb2.WaitJobRequest(id=job_id, timeout=d.to_pb_duration(_WAIT_POLL))
+            try:
+                resp = await self._rpc.WaitJob(req, metadata=self._md, timeout=_WAIT_POLL / d.SECOND + 30)
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _WAIT_RETRY_MAX)
+                continue
+            if resp.finished:
+                return JobInfo.from_pb(resp.job)
+            delay = _WAIT_RETRY_MIN
+
+    async def enqueue_and_wait(self, topic: str, args: Any = None, *, timeout: Any = None, **options) -> JobInfo:
+        """Enqueues one job (enqueue's options as keywords) and waits for it
+        to finish (wait's timeout): a job that failed or was canceled is
+        returned with its status; only the enqueue's or the wait's own
+        failure raises."""
+        s = await self.enqueue(topic, args, **options)
+        return await self.wait(s.id, timeout=timeout)
 
     async def get(self, job_id: str) -> JobInfo:
         resp = await self._call(self._rpc.GetJob, control_pb2.GetJobRequest(id=job_id))

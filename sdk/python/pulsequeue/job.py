@@ -41,6 +41,7 @@ class Job:
         "stop_cause",
         "stopping",
         "deadline",
+        "result",
         "_checkpoint",
     )
 
@@ -73,6 +74,8 @@ class Job:
         # deadline is when the attempt's timeout passes, on time.monotonic()'s
         # clock (None without a timeout): set as the handler starts.
         self.deadline: float | None = None
+        # result is what set_result recorded (JSON bytes), None for none.
+        self.result: bytes | None = None
         self._checkpoint = None
 
     def json(self) -> Any:
@@ -82,6 +85,18 @@ class Job:
             return json.loads(self.args)
         except ValueError as e:
             raise ValueError(f"pulse: unmarshal args of job {self.id}: {e}") from e
+
+    def set_result(self, value: Any) -> None:
+        """Records value as the job's result, stored with its completion:
+        Client.get and Client.wait return it until retention deletes the
+        job. bytes are sent as they are when they hold JSON; anything else
+        is JSON-encoded. A later call replaces an earlier one, and a
+        handler that returns something other than None sets its return
+        value instead; a failed attempt stores none. A result is an answer,
+        not a file: above 1 MiB it is refused here (ValueError), and a
+        gateway stores at most its PULSE_MAX_RESULT_BYTES (64 KiB unless
+        configured), dead-lettering a larger one."""
+        self.result = encode_result(self.id, value)
 
     async def checkpoint(self) -> None:
         """A safe point in the handler. While an operator has paused the
@@ -102,3 +117,22 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, attempt={self.attempt}, topic={self.topic!r})"
+
+
+def encode_result(job_id: str, value: Any) -> bytes:
+    from ._durations import MAX_RESULT_BYTES
+
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        b = bytes(value)
+        try:
+            json.loads(b.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError(f"pulse: result of job {job_id} is not valid JSON") from None
+    else:
+        try:
+            b = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"pulse: encode result of job {job_id}: {e}") from e
+    if len(b) > MAX_RESULT_BYTES:
+        raise ValueError(f"pulse: result of job {job_id} is {len(b)} bytes; the limit is {MAX_RESULT_BYTES}")
+    return b

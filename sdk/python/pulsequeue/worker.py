@@ -36,10 +36,11 @@ from .errors import (
     StopCause,
     WorkerRefused,
     WorkerShutdown,
+    Permanent,
     permanent_in,
     retry_after_in,
 )
-from .job import Job
+from .job import Job, encode_result
 from .pb.pulse.v1 import dispatch_control_pb2, dispatch_pb2
 
 # Defaults, as in pkg/pulse/options.go.
@@ -740,7 +741,13 @@ class _Runtime:
 
     async def call(self, h, job: Job):
         try:
-            return await h(job)
+            value = await h(job)
+            if value is not None:
+                try:
+                    job.result = encode_result(job.id, value)
+                except ValueError as e:
+                    raise Permanent(e) from e  # the same value every attempt
+            return value
         except (asyncio.CancelledError, StopCause):
             raise
         except Exception as e:
@@ -926,7 +933,7 @@ class _Runtime:
     async def next_batch(self):
         while True:
             if self.queue:
-                n = min(len(self.queue), self.w._max_report_batch)
+                n = _batch_len(self.queue, self.w._max_report_batch)
                 batch, self.queue = self.queue[:n], self.queue[n:]
                 return batch
             if self.closing:
@@ -993,6 +1000,20 @@ class _Abandoned(Exception):
     """The attempt's lease lapsed before its handler started."""
 
 
+def _batch_len(queue, max_batch: int) -> int:
+    """How many queued results the next batch takes: at most max_batch,
+    and no more than fit in MAX_REPORT_BATCH_BYTES of results and error
+    texts (at least one), so a batch of large results fits one message."""
+    n = min(len(queue), max_batch)
+    size = 0
+    for i in range(n):
+        res = queue[i][0]
+        size += len(res.result) + len(res.error.encode())
+        if size > d.MAX_REPORT_BATCH_BYTES and i > 0:
+            return i
+    return n
+
+
 def _settle_all(batch) -> None:
     for _, _, settled in batch:
         settled()
@@ -1001,6 +1022,8 @@ def _settle_all(batch) -> None:
 def _result(job: Job, err: BaseException | None) -> dispatch_pb2.JobResult:
     res = dispatch_pb2.JobResult(job_id=job.id, attempt=job.attempt, outcome=dispatch_pb2.OUTCOME_COMPLETE)
     if err is None:
+        if job.result is not None:
+            res.result = job.result
         return res
     if permanent_in(err):
         res.outcome = dispatch_pb2.OUTCOME_FAIL_PERMANENT

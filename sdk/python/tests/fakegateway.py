@@ -18,6 +18,8 @@ class FakeGateway:
         self.opens: list[pb.OpenStream] = []
         self.credits = 0
         self.results: list[pb.JobResult] = []
+        self.report_calls = 0
+        self.oversized: list[int] = []  # batches past the SDK's byte cut
         self.heartbeats: list[pb.HeartbeatRequest] = []
         self.changed = asyncio.Event()  # set whenever something arrives
         self.refuse: grpc.StatusCode | None = None
@@ -128,6 +130,10 @@ class FakeGateway:
         return out
 
     async def _report(self, req, context):
+        self.report_calls += 1
+        size = sum(len(r.result) + len(r.error) for r in req.results)
+        if size > (2 << 20) and len(req.results) > 1:
+            self.oversized.append(size)
         out = pb.ReportResultResponse()
         for r in req.results:
             self.results.append(r)

@@ -385,6 +385,35 @@ class WorkerTest(FleetCase):
         self.assertEqual(order, ["outer", "inner", "handler"])
 
 
+class ResultsTest(FleetCase):
+    async def test_a_handler_returns_a_result_and_a_caller_waits_for_it(self):
+        async def h(job):
+            a = job.json()
+            if a.get("set"):
+                job.set_result(b'{"via": "set_result"}')
+                return None
+            if a.get("unencodable"):
+                return {"x": object()}
+            return {"sum": a["x"] + a["y"], "big": 12345678901234567890}
+
+        self.worker({self.topic: h})
+        j = await self.client.enqueue_and_wait(self.topic, {"x": 1, "y": 2}, timeout=fleetmod.PATIENCE)
+        self.assertEqual((j.status, j.result_json()), ("COMPLETED", {"sum": 3, "big": 12345678901234567890}))
+        s = await self.client.enqueue(self.topic, {"set": True})
+        j = await self.client.wait(s.id, timeout=fleetmod.PATIENCE)
+        self.assertEqual(j.result_json(), {"via": "set_result"})
+        self.assertEqual((await self.client.get(s.id)).result_json(), {"via": "set_result"})
+        bad = await self.client.enqueue_and_wait(self.topic, {"unencodable": True}, timeout=fleetmod.PATIENCE)
+        self.assertEqual(bad.status, "DEAD_LETTERED")
+        self.assertIn("encode result", bad.errors[0].error)
+
+    async def test_wait_gives_up_at_its_timeout(self):
+        s = await self.client.enqueue(self.topic, {}, delay=3600)
+        with self.assertRaises(asyncio.TimeoutError):
+            await self.client.wait(s.id, timeout=0.5)
+        self.assertEqual((await self.client.get(s.id)).status, "PENDING")
+
+
 class ReadmeTest(FleetCase):
     async def test_the_quick_start_runs_as_written(self):
         import os

@@ -146,6 +146,23 @@ class ErrorKindsTest(unittest.TestCase):
         self.assertEqual(str(pulse.JobTimedOut(d.SECOND, ValueError("late"))), "timed out after 1s: late")
 
 
+class ResultTest(unittest.TestCase):
+    def test_results_are_json_within_the_limit(self):
+        job = pulse.Job(id="j", attempt=1, topic="t", args=b"{}")
+        job.set_result({"a": [1, 2]})
+        self.assertEqual(job.result, b'{"a":[1,2]}')
+        job.set_result(b' {"kept": "as is"} ')
+        self.assertEqual(job.result, b' {"kept": "as is"} ')
+        job.set_result(None)
+        self.assertEqual(job.result, b"null")
+        for bad, what in [(b"{not json", "not valid JSON"), (b'"\xff"', "not valid JSON"),
+                          ({"x": object()}, "encode result"), (float("nan"), "encode result"),
+                          ("x" * (1 << 20), "the limit is 1048576")]:
+            with self.subTest(what=what):
+                with self.assertRaisesRegex(ValueError, what):
+                    job.set_result(bad)
+
+
 class ConnectionOptionsTest(unittest.TestCase):
     def test_loopback_targets(self):
         for t in ["localhost:50051", "127.0.0.1:1", "[::1]:50052", "dns:///localhost:1", "dns://8.8.8.8/localhost:1",

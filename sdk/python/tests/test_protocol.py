@@ -70,6 +70,24 @@ class ProtocolTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(peak, 2)
         self.assertEqual([r.outcome for r in self.gw.results], [pb.OUTCOME_COMPLETE] * 3)
 
+    async def test_results_travel_with_completions_and_batches_stay_bounded(self):
+        big = "x" * (900 << 10)
+
+        async def h(job):
+            return {"id": job.id, "pad": big}
+
+        self.run_worker(h, concurrency=4)
+        await self.gw.wait("the open", lambda: self.gw.opens)
+        self.gw.send(("r1", 1), ("r2", 1), ("r3", 1), ("r4", 1))
+        await self.gw.wait("four results", lambda: len(self.gw.results) == 4)
+        import json
+
+        self.assertEqual(sorted(json.loads(r.result)["id"] for r in self.gw.results), ["r1", "r2", "r3", "r4"])
+        # ~900 KiB each: no ReportResult carried more than 2 MiB of them
+        # beyond its first (the batch cut).
+        self.assertGreaterEqual(self.gw.report_calls, 2)
+        self.assertEqual(self.gw.oversized, [])
+
     async def test_a_stream_without_a_welcome_is_left_and_reopened(self):
         self.gw.welcome = False
         self.run_worker(lambda job: None)
