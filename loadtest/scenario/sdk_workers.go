@@ -200,7 +200,7 @@ func prepareDriver(ctx context.Context, root, sdk string) ([]string, error) {
 			return nil, errors.New("node is not on PATH (the TypeScript SDK needs Node 20 or later)")
 		}
 		dir := filepath.Join(root, "sdk", "typescript")
-		if _, err := run(dir, "npm", "ci", "--no-audit", "--no-fund"); err != nil {
+		if _, err := run(dir, "npm", "ci", "--no-audit", "--no-fund"); err != nil { // installs and builds (prepare)
 			return nil, err
 		}
 		return []string{node, filepath.Join(dir, "dist", "conformance", "driver.js")}, nil
