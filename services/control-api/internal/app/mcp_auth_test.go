@@ -365,7 +365,7 @@ func TestMCPAgentsClaimDisjointJobs(t *testing.T) {
 			for {
 				res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolQueueClaim,
 					Arguments: map[string]any{"worker_id": workerID, "topics": []string{"agents.race"}}})
-				if !assert.NoError(t, err) || !assert.False(t, res.IsError) {
+				if !assert.NoError(t, err) || !assert.False(t, res.IsError) { //nolint:forbidigo // require must not stop the test from another goroutine
 					return
 				}
 				job, _ := res.StructuredContent.(map[string]any)["job"].(map[string]any)
@@ -375,7 +375,7 @@ func TestMCPAgentsClaimDisjointJobs(t *testing.T) {
 				claimed <- job["id"].(string)
 				res, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolQueueComplete,
 					Arguments: map[string]any{"worker_id": workerID, "job_id": job["id"], "attempt": job["attempt"]}})
-				if !assert.NoError(t, err) || !assert.False(t, res.IsError, "complete %v", job["id"]) {
+				if !assert.NoError(t, err) || !assert.False(t, res.IsError, "complete %v", job["id"]) { //nolint:forbidigo // require must not stop the test from another goroutine
 					return
 				}
 			}

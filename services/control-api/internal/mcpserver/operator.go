@@ -314,7 +314,7 @@ func (s *Server) addLimitTool() {
 			}
 			out := httpapi.TopicToJSON(ti)
 			if out.MaxRunning == nil {
-				return out, fmt.Sprintf("%s has no limit", out.Topic), nil
+				return out, out.Topic + " has no limit", nil
 			}
 			return out, fmt.Sprintf("%s runs at most %d jobs at once (%d running now)", out.Topic, *out.MaxRunning, out.Running), nil
 		}, bound{prop: "max_running", min: 0, max: pulsetype.MaxTopicLimit})
