@@ -115,15 +115,15 @@ def from_pb_timestamp(ts) -> datetime.datetime | None:
     )
 
 
-def to_pb_timestamp(t: datetime.datetime):
+def to_pb_timestamp(t: datetime.datetime, what: str = "run_at"):
     from google.protobuf import timestamp_pb2
 
     from .errors import ConfigError
 
     if not isinstance(t, datetime.datetime):
-        raise ConfigError(f"pulse: run_at must be a datetime, got {type(t).__name__}")
+        raise ConfigError(f"pulse: {what} must be a datetime, got {type(t).__name__}")
     if t.tzinfo is None:
-        raise ConfigError("pulse: run_at must be timezone-aware (a naive datetime has no single instant)")
+        raise ConfigError(f"pulse: {what} must be timezone-aware (a naive datetime has no single instant)")
     ts = timestamp_pb2.Timestamp()
     ts.FromDatetime(t.astimezone(datetime.timezone.utc).replace(tzinfo=None))
     return ts

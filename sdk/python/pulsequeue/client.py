@@ -437,16 +437,23 @@ class Client:
         return JobInfo.from_pb(resp.job)
 
     async def pause_dispatch(
-        self, reason: str, *, mode: str = "drain", topic: str = "", pause_for: Any = None
+        self, reason: str, *, mode: str = "drain", topic: str = "", pause_for: Any = None,
+        until: datetime.datetime | None = None,
     ) -> bool:
         """Pauses dispatch (or one topic) in "drain" or "quiesce" mode;
-        returns whether anything changed. Operator credentials only."""
+        pause_for (seconds or a timedelta) or until (an aware datetime), at
+        most one, make it resume by itself. Returns whether anything
+        changed. Operator credentials only."""
         modes = {"drain": dispatch_control_pb2.PAUSE_MODE_DRAIN, "quiesce": dispatch_control_pb2.PAUSE_MODE_QUIESCE}
         if mode not in modes:
             raise ConfigError(f"pulse: unknown pause mode {mode!r}")
         req = dispatch_control_pb2.PauseDispatchRequest(reason=reason, mode=modes[mode], topic=topic)
+        if pause_for is not None and until is not None:
+            raise ConfigError("pulse: set pause_for or until, not both")
         if pause_for is not None:
             req.pause_for.CopyFrom(d.to_pb_duration(d.to_micros("pause for", pause_for)))
+        if until is not None:
+            req.until.CopyFrom(d.to_pb_timestamp(until, "until"))
         resp = await self._call(self._rpc.PauseDispatch, req)
         return resp.changed
 

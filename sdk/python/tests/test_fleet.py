@@ -286,7 +286,13 @@ class WorkerTest(FleetCase):
         s = await self.client.enqueue(self.topic, {})
         _, events = self.worker({self.topic: h})
         await eventually("the job to start", lambda: any(e == "started" for e, _ in events))
-        await self.operator.pause_dispatch("python sdk test", mode="quiesce", topic=self.topic)
+        with self.assertRaisesRegex(pulse.ConfigError, "not both"):
+            await self.operator.pause_dispatch("x", topic=self.topic, pause_for=60,
+                                               until=datetime.datetime.now(datetime.timezone.utc))
+        with self.assertRaisesRegex(pulse.ConfigError, "until must be timezone-aware"):
+            await self.operator.pause_dispatch("x", topic=self.topic, until=datetime.datetime.now())
+        await self.operator.pause_dispatch("python sdk test", mode="quiesce", topic=self.topic,
+                                           until=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
         try:
             scopes = {sc.scope: sc for sc in await self.operator.dispatch_status()}
             self.assertEqual((scopes[self.topic].paused, scopes[self.topic].mode), (True, "quiesce"))
