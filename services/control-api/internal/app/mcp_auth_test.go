@@ -343,6 +343,13 @@ func TestMCPDrainProgress(t *testing.T) {
 	require.Equal(t, "drain it", p["reason"])
 	require.InDelta(t, 1, p["queued"], 0)
 	require.Equal(t, true, p["drained"], "paused with nothing running")
+
+	// The audit names the agent's credential, as over HTTP.
+	res, err := ops.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolDispatchEvents})
+	require.NoError(t, err)
+	events := res.StructuredContent.(map[string]any)["events"].([]any)
+	require.Equal(t, "op", events[0].(map[string]any)["actor"])
+	require.Equal(t, "drain it", events[0].(map[string]any)["reason"])
 }
 
 // TestMCPAgentsClaimDisjointJobs: agent workers claiming at once, each
