@@ -27,12 +27,12 @@ func (f *Fleet) startTypeScriptDemo(ctx context.Context) error {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		f.logger.Warn("not starting the TypeScript demo worker: node is not on PATH (the TypeScript SDK needs Node 20 or later)", "error", err)
-		return nil //nolint:nilerr // a missing Node leaves the rest of the fleet running, said loudly above
+		return nil // a missing Node leaves the rest of the fleet running, said loudly above
 	}
 	script := filepath.Join(f.opts.RepoRoot, typeScriptDemoScript)
 	if _, err := os.Stat(script); err != nil {
 		f.logger.Warn("not starting the TypeScript demo worker: the SDK is not built (cd sdk/typescript && npm ci)", "error", err)
-		return nil //nolint:nilerr // an unbuilt SDK leaves the rest of the fleet running, said loudly above
+		return nil // an unbuilt SDK leaves the rest of the fleet running, said loudly above
 	}
 	env := map[string]string{
 		"PULSE_GATEWAY_ADDRS":    strings.Join(f.GatewayAddrs, ","),
