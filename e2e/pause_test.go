@@ -239,7 +239,7 @@ func TestPerTopicPauseAndPauseSurvivesRestartingEveryGateway(t *testing.T) {
 }
 
 // TestQuiesceHoldsCheckpointsAndCancelReachesTheHandler: under a quiesce
-// pause a handler that calls pulse.Checkpoint holds there with its lease
+// pause a handler that calls pulse.SafePoint holds there with its lease
 // renewed, and carries on after resume; canceling a running job reaches
 // its handler's context.
 func TestQuiesceHoldsCheckpointsAndCancelReachesTheHandler(t *testing.T) {
@@ -270,7 +270,7 @@ func TestQuiesceHoldsCheckpointsAndCancelReachesTheHandler(t *testing.T) {
 		mu.Unlock()
 		for {
 			p.waiting.Store(true)
-			err := pulse.Checkpoint(ctx)
+			err := pulse.SafePoint(ctx)
 			p.waiting.Store(false)
 			if err != nil {
 				p.cause <- err

@@ -23,6 +23,7 @@ import (
 )
 
 // TestResultsAndWait: real control-api, gateway and SDK worker. A
+// running handler's progress and metadata are visible while it runs; a
 // handler's result is stored with its completion and comes back through
 // EnqueueAndWait (gRPC WaitJob) and GET /v1/jobs/{id}; a long-poll waiting
 // on a running job answers when the job completes, and one waiting on a
@@ -49,6 +50,12 @@ func TestResultsAndWait(t *testing.T) {
 			return job.SetResult(map[string]int{"sum": in.A + in.B})
 		})
 		w.Register("e2e.result.slow", func(ctx context.Context, job *pulse.Job) error {
+			if err := job.SetProgress(ctx, 50); err != nil {
+				return err
+			}
+			if err := job.SetMetadata(ctx, map[string]any{"stage": "waiting"}); err != nil {
+				return err
+			}
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -84,9 +91,19 @@ func TestResultsAndWait(t *testing.T) {
 	// when its job finishes.
 	slow, err := client.Enqueue(ctx, "e2e.result.slow", nil)
 	require.NoError(t, err)
+	// While it runs, its handler's progress and metadata show.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, "RUNNING", readJobState(t, ctx, pool, slow.ID).Status)
+		j, err := client.Get(ctx, slow.ID)
+		if assert.NoError(c, err) {
+			assert.Equal(c, "RUNNING", string(j.Status))
+			assert.Equal(c, 50, j.Progress)
+			assert.JSONEq(c, `{"stage": "waiting"}`, string(j.Metadata))
+		}
 	}, proctest.Patience, 20*time.Millisecond)
+	running := getJob(t, ctx, f.ControlHTTP+"/v1/jobs/"+slow.ID)
+	require.NotNil(t, running.Progress)
+	require.EqualValues(t, 50, *running.Progress)
+	require.JSONEq(t, `{"stage": "waiting"}`, string(running.Metadata))
 	type answer struct {
 		job pulsehttp.Job
 		err error

@@ -32,7 +32,11 @@ const (
 	// only with COMPLETED, validated by 00003) and the wake of waiters on
 	// a settle (settle_listeners, pulse_notify_settled).
 	VersionJobResults int64 = 3
+	// VersionJobProgress adds a running job's progress and metadata
+	// (jobs.progress, jobs.metadata, written only within a RUNNING
+	// attempt: jobs_guard_progress), validated by 00005.
+	VersionJobProgress int64 = 5
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobResults
+const Latest = VersionJobProgress

@@ -133,6 +133,20 @@ END
 $$;
 
 --
+-- Name: jobs_guard_progress(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_progress() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'progress and metadata of job % change only within its running attempt, by its lease holder (% % -> % %)',
+        OLD.id, OLD.status, OLD.attempts, NEW.status, NEW.attempts
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_progress_lease_holder_only';
+END
+$$;
+
+--
 -- Name: jobs_guard_spec(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -533,12 +547,17 @@ CREATE TABLE public.jobs (
     retry_max interval,
     retry_fixed interval,
     result bytea,
+    progress smallint,
+    metadata jsonb,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND (attempts <= max_attempts))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_finished_iff_terminal CHECK ((public.pulse_is_terminal(status) = (finished_at IS NOT NULL))),
     CONSTRAINT jobs_locked_by_not_empty CHECK ((locked_by <> ''::text)),
     CONSTRAINT jobs_max_attempts_range CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+    CONSTRAINT jobs_metadata_object CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT jobs_metadata_size CHECK ((pg_column_size(metadata) <= 262144)),
     CONSTRAINT jobs_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
+    CONSTRAINT jobs_progress_range CHECK (((progress >= 0) AND (progress <= 100))),
     CONSTRAINT jobs_queued_has_attempts_left CHECK (((status <> ALL (ARRAY['PENDING'::text, 'RETRYING'::text])) OR (attempts < max_attempts))),
     CONSTRAINT jobs_result_only_completed CHECK (((result IS NULL) OR (status = 'COMPLETED'::text))),
     CONSTRAINT jobs_result_size CHECK ((octet_length(result) <= 1048576)),
@@ -829,6 +848,12 @@ CREATE TRIGGER jobs_guard_errors AFTER UPDATE OF errors ON public.jobs FOR EACH 
 --
 
 CREATE TRIGGER jobs_guard_identity AFTER UPDATE OF id, topic, args, submitted_at, idempotency_key, schedule_id, retry_base, retry_max, retry_fixed, timeout ON public.jobs FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.topic IS DISTINCT FROM new.topic) OR ((old.args)::text IS DISTINCT FROM (new.args)::text) OR (old.submitted_at IS DISTINCT FROM new.submitted_at) OR (old.idempotency_key IS DISTINCT FROM new.idempotency_key) OR (old.schedule_id IS DISTINCT FROM new.schedule_id) OR (old.retry_base IS DISTINCT FROM new.retry_base) OR (old.retry_max IS DISTINCT FROM new.retry_max) OR (old.retry_fixed IS DISTINCT FROM new.retry_fixed) OR (old.timeout IS DISTINCT FROM new.timeout))) EXECUTE FUNCTION public.jobs_guard_identity();
+
+--
+-- Name: jobs jobs_guard_progress; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_progress AFTER UPDATE OF progress, metadata ON public.jobs FOR EACH ROW WHEN ((((old.progress IS DISTINCT FROM new.progress) OR (old.metadata IS DISTINCT FROM new.metadata)) AND (NOT ((old.status = 'RUNNING'::text) AND (new.status = 'RUNNING'::text) AND (old.attempts = new.attempts) AND (old.locked_by = new.locked_by))))) EXECUTE FUNCTION public.jobs_guard_progress();
 
 --
 -- Name: jobs jobs_guard_spec; Type: TRIGGER; Schema: public; Owner: -

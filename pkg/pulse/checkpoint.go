@@ -9,26 +9,29 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
-// Checkpoint marks a safe point in a handler: a place where the job could
+// SafePoint marks a safe point in a handler: a place where the job could
 // wait without harm (between steps, before a side effect). While an
 // operator has paused the job's scope (its topic, or all of dispatch) in
-// quiesce mode, Checkpoint blocks; the worker keeps heartbeating, so the
+// quiesce mode, SafePoint blocks; the worker keeps heartbeating, so the
 // job's lease holds however long the pause lasts. It returns nil as soon as
 // the scope is resumed (or switched to drain), and ctx's error, with its
 // cause ([ErrJobCanceled], [ErrLeaseLost], [ErrWorkerShutdown]), if the
 // job is canceled or the lease is lost while it waits.
 //
-// When nothing is quiesced Checkpoint returns at once: nil, or ctx's error
+// When nothing is quiesced SafePoint returns at once: nil, or ctx's error
 // if ctx is already done, which makes it a good place to notice
 // cancellation too. Called outside a handler it only reports ctx's error.
-// A handler that never calls Checkpoint simply runs on through a quiesce,
+// A handler that never calls SafePoint simply runs on through a quiesce,
 // exactly as under drain.
 //
 // The gateway announces every pause and resume on the worker's stream as
 // soon as it learns of it (within milliseconds of the commit), and a
-// Checkpoint reacts to that at once, also for jobs that arrive after the
+// SafePoint reacts to that at once, also for jobs that arrive after the
 // announcement; heartbeat answers carry the same state as the fallback.
-func Checkpoint(ctx context.Context) error {
+//
+// SafePoint saves nothing: to record how far a job has come, use
+// [Job.SetProgress] and [Job.SetMetadata].
+func SafePoint(ctx context.Context) error {
 	cp, ok := ctx.Value(checkpointKey{}).(checkpoint)
 	for {
 		if ctx.Err() != nil {
@@ -48,6 +51,12 @@ func Checkpoint(ctx context.Context) error {
 		}
 	}
 }
+
+// Checkpoint is SafePoint's former name.
+//
+// Deprecated: use [SafePoint]. The name promised saved progress, which it
+// never kept; it only waits while the job's scope is quiesced.
+func Checkpoint(ctx context.Context) error { return SafePoint(ctx) }
 
 // checkpointError is ctx's error wrapping its cause, so errors.Is matches
 // both context.Canceled and, say, ErrJobCanceled.

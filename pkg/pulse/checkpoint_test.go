@@ -59,7 +59,7 @@ func (g *quiesceGateway) applied(t *testing.T) {
 	require.Eventually(t, func() bool { return g.since.Load() >= 2 }, liveness, tick)
 }
 
-// checkpointHandler calls Checkpoint when told to and reports what it
+// checkpointHandler calls SafePoint when told to and reports what it
 // returned.
 type checkpointHandler struct {
 	started  chan struct{}
@@ -74,7 +74,7 @@ func newCheckpointHandler() *checkpointHandler {
 func (h *checkpointHandler) handle(ctx context.Context, _ *Job) error {
 	h.started <- struct{}{}
 	<-h.proceed
-	err := Checkpoint(ctx)
+	err := SafePoint(ctx)
 	h.returned <- err
 	return err
 }
@@ -226,4 +226,14 @@ func TestPushedQuiesceReachesEveryAttemptAtOnce(t *testing.T) {
 		{Scope: "*", Paused: true, Mode: pulsev1.PauseMode_PAUSE_MODE_DRAIN},
 	}}, true))
 	require.False(t, quiesced(before))
+}
+
+// Checkpoint, SafePoint's deprecated former name, still behaves as it:
+// outside a handler it reports only ctx's error.
+func TestCheckpointIsSafePoint(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, Checkpoint(t.Context()))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, Checkpoint(ctx), context.Canceled)
 }

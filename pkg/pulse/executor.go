@@ -55,6 +55,9 @@ type executor struct {
 	// are set by Worker.Run; without them every attempt is startable.
 	confirmLease func(context.Context, jobKey) bool
 	leaseTTL     func() time.Duration
+	// updateProgress sends a job's progress and metadata to a gateway
+	// (Job.SetProgress, Job.SetMetadata); set by Worker.Run.
+	updateProgress func(context.Context, *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error)
 }
 
 func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, concurrency, settleBehind int,
@@ -93,6 +96,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			logKeyJobID, k.id, logKeyCount, held)
 	}
 	job := jobFromAssignment(a)
+	job.update = e.updateProgress
 	if job.Timeout <= 0 {
 		job.Timeout = e.handlers[job.Topic].timeout
 	}

@@ -3,6 +3,7 @@ package pulse
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,60 @@ type Job struct {
 
 	// result is what SetResult recorded: JSON text, nil for none.
 	result json.RawMessage
+	// update sends SetProgress and SetMetadata to a gateway; nil outside
+	// a worker (ErrNotRunning).
+	update func(context.Context, *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error)
+}
+
+// ErrNotRunning is SetProgress's and SetMetadata's error when the job's
+// attempt is no longer this worker's to report on (it finished, was
+// canceled, or its lease was lost), or the job is not run by a worker.
+var ErrNotRunning = errors.New("pulse: the attempt is not running on this worker")
+
+// SetProgress records how far the running attempt has come, 0 to 100,
+// where operators and callers see it (GET /v1/jobs/{id}, the dashboard,
+// [JobInfo.Progress]). It is sent to the gateway at once, and stored
+// only while this worker holds the attempt's lease (the schema refuses it
+// otherwise): [ErrNotRunning] says it no longer does. The value outlives
+// the attempt; a retry starts from what it last said. Call it at steps,
+// not in a tight loop: each call is a round trip and a row update.
+func (j *Job) SetProgress(ctx context.Context, percent int) error {
+	if percent < 0 || percent > 100 {
+		return fmt.Errorf("pulse: progress of job %s is %d; it must be between 0 and 100", j.ID, percent)
+	}
+	p := int32(percent)
+	return j.sendProgress(ctx, &pulsev1.UpdateProgressRequest{Progress: &p})
+}
+
+// SetMetadata merges kv into the job's metadata, a JSON object operators
+// and callers see beside its progress (the stage it is at, counts, an
+// upstream id): each key replaces the same key, the others stay. Fenced
+// as [Job.SetProgress] is; at most pulsetype.MaxMetadataPatchBytes per
+// call and pulsetype.MaxMetadataStoredBytes in all.
+func (j *Job) SetMetadata(ctx context.Context, kv map[string]any) error {
+	b, err := json.Marshal(kv)
+	if err != nil {
+		return fmt.Errorf("pulse: encode metadata of job %s: %w", j.ID, err)
+	}
+	if len(b) > pulsetype.MaxMetadataPatchBytes {
+		return fmt.Errorf("pulse: metadata of job %s is %d bytes; the limit is %d", j.ID, len(b), pulsetype.MaxMetadataPatchBytes)
+	}
+	return j.sendProgress(ctx, &pulsev1.UpdateProgressRequest{Metadata: b})
+}
+
+func (j *Job) sendProgress(ctx context.Context, req *pulsev1.UpdateProgressRequest) error {
+	if j.update == nil {
+		return ErrNotRunning
+	}
+	req.JobId, req.Attempt = j.ID, int32(j.Attempt)
+	resp, err := j.update(ctx, req)
+	if err != nil {
+		return fmt.Errorf("pulse: update progress of job %s: %w", j.ID, err)
+	}
+	if !resp.GetHeld() {
+		return fmt.Errorf("%w (job %s, attempt %d)", ErrNotRunning, j.ID, j.Attempt)
+	}
+	return nil
 }
 
 // SetResult records v as the job's result, stored with its completion:

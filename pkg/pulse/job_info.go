@@ -47,6 +47,11 @@ type JobInfo struct {
 	// ([Job.SetResult]); nil when it returned none. Decode it with
 	// [JobInfo.UnmarshalResult].
 	Result json.RawMessage
+	// Progress is what the handler last reported ([Job.SetProgress]),
+	// 0..100; -1 when it never did. Metadata is the JSON object its
+	// [Job.SetMetadata] calls built; nil when none.
+	Progress int
+	Metadata json.RawMessage
 }
 
 // ErrNoResult is UnmarshalResult's error for a job without a result.
@@ -127,11 +132,16 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		IdempotencyKey: j.GetIdempotencyKey(),
 		Timeout:        j.GetTimeout().AsDuration(),
 		Result:         resultOf(j.GetResult()),
+		Progress:       -1,
+		Metadata:       resultOf(j.GetMetadata()),
 		Retry: RetryPolicy{
 			Base:  j.GetRetry().GetBase().AsDuration(),
 			Max:   j.GetRetry().GetMax().AsDuration(),
 			Fixed: j.GetRetry().GetFixed().AsDuration(),
 		},
+	}
+	if j.Progress != nil {
+		info.Progress = int(j.GetProgress())
 	}
 	for _, e := range j.GetErrors() {
 		info.Errors = append(info.Errors, AttemptError{

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/tracelog"
 )
 
@@ -176,6 +177,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	dispatch := newDispatchWatch(log, running)
 	hb := newHeartbeater(pool, terms, running, dispatch, w.cfg.workerID, log)
 	exec.confirmLease, exec.leaseTTL = hb.confirm, terms.leaseTTL
+	exec.updateProgress = func(ctx context.Context, req *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error) {
+		req.WorkerId = w.cfg.workerID
+		ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		defer cancel()
+		return pool.current().UpdateProgress(ctx, req)
+	}
 	stream := newStreamLoop(pool, terms, ledger, exec, dispatch, w.cfg.workerID, topics, w.cfg.concurrency, log)
 
 	// The reporter and heartbeater outlive ctx: handlers keep running, and

@@ -90,6 +90,11 @@ type Job struct {
 	// Result is what the handler of a COMPLETED job returned (JSON),
 	// absent when it returned nothing, and in listings.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Progress is what the handler last reported (job.SetProgress,
+	// 0..100), null when it never did; Metadata the JSON object its
+	// job.SetMetadata calls built, absent when none.
+	Progress *int32          `json:"progress"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 // AttemptError is one entry of a job's error history.

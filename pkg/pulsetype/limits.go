@@ -60,6 +60,13 @@ const (
 	// answer, not a file; larger outputs belong in object storage, with
 	// their address as the result.
 	DefaultMaxResultBytes = 64 << 10
+	// MaxMetadataPatchBytes is the largest JSON object one
+	// job.SetMetadata sends (checked by the SDK and the gateway), and
+	// MaxMetadataStoredBytes the largest a job's merged metadata may be
+	// as stored (jobs_metadata_size, pg_column_size).
+	MaxMetadataPatchBytes  = 64 << 10
+	MaxMetadataStoredBytes = 256 << 10
+
 	// MaxReportBatchBytes is where the SDK cuts a report batch by the
 	// bytes of its results and error texts, so a batch of large results
 	// still fits one gRPC message.

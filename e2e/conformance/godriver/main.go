@@ -187,7 +187,7 @@ func do(ctx context.Context, job *pulse.Job, out *emitter) error {
 			if err := sleep(ctx, job, out, time.Duration(a.MS)*time.Millisecond); err != nil {
 				return err
 			}
-			if err := pulse.Checkpoint(ctx); err != nil {
+			if err := pulse.SafePoint(ctx); err != nil {
 				return aborted(ctx, job, out)
 			}
 			out.emit(event{Event: "checkpoint", Job: job.ID, Attempt: job.Attempt, N: i})

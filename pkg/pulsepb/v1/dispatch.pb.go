@@ -851,7 +851,7 @@ type HeartbeatResult struct {
 	// True when the job was canceled; the SDK cancels the handler's context.
 	Canceled bool `protobuf:"varint,5,opt,name=canceled,proto3" json:"canceled,omitempty"`
 	// True while the job's scope (global or its topic) is paused in quiesce
-	// mode: the SDK's pulse.Checkpoint blocks until it is false again. The
+	// mode: the SDK's pulse.SafePoint blocks until it is false again. The
 	// lease is still renewed.
 	Quiesced      bool `protobuf:"varint,6,opt,name=quiesced,proto3" json:"quiesced,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1197,6 +1197,131 @@ func (x *ResultAck) GetStatus() JobStatus {
 	return JobStatus_JOB_STATUS_UNSPECIFIED
 }
 
+type UpdateProgressRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	JobId    string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt  int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// 0..100; unset leaves the job's progress as it is.
+	Progress *int32 `protobuf:"varint,4,opt,name=progress,proto3,oneof" json:"progress,omitempty"`
+	// A JSON object merged into the job's metadata (its keys replace the
+	// same keys); empty leaves the metadata as it is.
+	Metadata      []byte `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProgressRequest) Reset() {
+	*x = UpdateProgressRequest{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProgressRequest) ProtoMessage() {}
+
+func (x *UpdateProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProgressRequest.ProtoReflect.Descriptor instead.
+func (*UpdateProgressRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UpdateProgressRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *UpdateProgressRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *UpdateProgressRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *UpdateProgressRequest) GetProgress() int32 {
+	if x != nil && x.Progress != nil {
+		return *x.Progress
+	}
+	return 0
+}
+
+func (x *UpdateProgressRequest) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+type UpdateProgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the caller no longer holds the attempt (it finished, was
+	// canceled or reaped): nothing changed.
+	Held          bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProgressResponse) Reset() {
+	*x = UpdateProgressResponse{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProgressResponse) ProtoMessage() {}
+
+func (x *UpdateProgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProgressResponse.ProtoReflect.Descriptor instead.
+func (*UpdateProgressResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UpdateProgressResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
 var File_pulse_v1_dispatch_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_dispatch_proto_rawDesc = "" +
@@ -1283,17 +1408,27 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12+\n" +
-	"\x06status\x18\x05 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status*f\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\"\xaf\x01\n" +
+	"\x15UpdateProgressRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1f\n" +
+	"\bprogress\x18\x04 \x01(\x05H\x00R\bprogress\x88\x01\x01\x12\x1a\n" +
+	"\bmetadata\x18\x05 \x01(\fR\bmetadataB\v\n" +
+	"\t_progress\",\n" +
+	"\x16UpdateProgressResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held*f\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_COMPLETE\x10\x01\x12\x10\n" +
 	"\fOUTCOME_FAIL\x10\x02\x12\x1a\n" +
-	"\x16OUTCOME_FAIL_PERMANENT\x10\x032\xf3\x01\n" +
+	"\x16OUTCOME_FAIL_PERMANENT\x10\x032\xc8\x02\n" +
 	"\x0fDispatchService\x12K\n" +
 	"\n" +
 	"StreamJobs\x12\x1b.pulse.v1.StreamJobsRequest\x1a\x1c.pulse.v1.StreamJobsResponse(\x010\x01\x12D\n" +
 	"\tHeartbeat\x12\x1a.pulse.v1.HeartbeatRequest\x1a\x1b.pulse.v1.HeartbeatResponse\x12M\n" +
-	"\fReportResult\x12\x1d.pulse.v1.ReportResultRequest\x1a\x1e.pulse.v1.ReportResultResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\fReportResult\x12\x1d.pulse.v1.ReportResultRequest\x1a\x1e.pulse.v1.ReportResultResponse\x12S\n" +
+	"\x0eUpdateProgress\x12\x1f.pulse.v1.UpdateProgressRequest\x1a .pulse.v1.UpdateProgressResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_dispatch_proto_rawDescOnce sync.Once
@@ -1308,29 +1443,31 @@ func file_pulse_v1_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_pulse_v1_dispatch_proto_goTypes = []any{
-	(Outcome)(0),                  // 0: pulse.v1.Outcome
-	(*StreamJobsRequest)(nil),     // 1: pulse.v1.StreamJobsRequest
-	(*OpenStream)(nil),            // 2: pulse.v1.OpenStream
-	(*Credit)(nil),                // 3: pulse.v1.Credit
-	(*StreamJobsResponse)(nil),    // 4: pulse.v1.StreamJobsResponse
-	(*DispatchState)(nil),         // 5: pulse.v1.DispatchState
-	(*Welcome)(nil),               // 6: pulse.v1.Welcome
-	(*Assignments)(nil),           // 7: pulse.v1.Assignments
-	(*Assignment)(nil),            // 8: pulse.v1.Assignment
-	(*JobRef)(nil),                // 9: pulse.v1.JobRef
-	(*HeartbeatRequest)(nil),      // 10: pulse.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 11: pulse.v1.HeartbeatResponse
-	(*HeartbeatResult)(nil),       // 12: pulse.v1.HeartbeatResult
-	(*JobResult)(nil),             // 13: pulse.v1.JobResult
-	(*ReportResultRequest)(nil),   // 14: pulse.v1.ReportResultRequest
-	(*ReportResultResponse)(nil),  // 15: pulse.v1.ReportResultResponse
-	(*ResultAck)(nil),             // 16: pulse.v1.ResultAck
-	(*ScopeState)(nil),            // 17: pulse.v1.ScopeState
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(JobStatus)(0),                // 20: pulse.v1.JobStatus
+	(Outcome)(0),                   // 0: pulse.v1.Outcome
+	(*StreamJobsRequest)(nil),      // 1: pulse.v1.StreamJobsRequest
+	(*OpenStream)(nil),             // 2: pulse.v1.OpenStream
+	(*Credit)(nil),                 // 3: pulse.v1.Credit
+	(*StreamJobsResponse)(nil),     // 4: pulse.v1.StreamJobsResponse
+	(*DispatchState)(nil),          // 5: pulse.v1.DispatchState
+	(*Welcome)(nil),                // 6: pulse.v1.Welcome
+	(*Assignments)(nil),            // 7: pulse.v1.Assignments
+	(*Assignment)(nil),             // 8: pulse.v1.Assignment
+	(*JobRef)(nil),                 // 9: pulse.v1.JobRef
+	(*HeartbeatRequest)(nil),       // 10: pulse.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 11: pulse.v1.HeartbeatResponse
+	(*HeartbeatResult)(nil),        // 12: pulse.v1.HeartbeatResult
+	(*JobResult)(nil),              // 13: pulse.v1.JobResult
+	(*ReportResultRequest)(nil),    // 14: pulse.v1.ReportResultRequest
+	(*ReportResultResponse)(nil),   // 15: pulse.v1.ReportResultResponse
+	(*ResultAck)(nil),              // 16: pulse.v1.ResultAck
+	(*UpdateProgressRequest)(nil),  // 17: pulse.v1.UpdateProgressRequest
+	(*UpdateProgressResponse)(nil), // 18: pulse.v1.UpdateProgressResponse
+	(*ScopeState)(nil),             // 19: pulse.v1.ScopeState
+	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
+	(JobStatus)(0),                 // 22: pulse.v1.JobStatus
 }
 var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	2,  // 0: pulse.v1.StreamJobsRequest.open:type_name -> pulse.v1.OpenStream
@@ -1338,30 +1475,32 @@ var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	6,  // 2: pulse.v1.StreamJobsResponse.welcome:type_name -> pulse.v1.Welcome
 	7,  // 3: pulse.v1.StreamJobsResponse.assignments:type_name -> pulse.v1.Assignments
 	5,  // 4: pulse.v1.StreamJobsResponse.dispatch_state:type_name -> pulse.v1.DispatchState
-	17, // 5: pulse.v1.DispatchState.paused_scopes:type_name -> pulse.v1.ScopeState
-	18, // 6: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
-	18, // 7: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	19, // 5: pulse.v1.DispatchState.paused_scopes:type_name -> pulse.v1.ScopeState
+	20, // 6: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
+	20, // 7: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
 	8,  // 8: pulse.v1.Assignments.jobs:type_name -> pulse.v1.Assignment
-	19, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
-	19, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
-	18, // 11: pulse.v1.Assignment.timeout:type_name -> google.protobuf.Duration
+	21, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
+	21, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
+	20, // 11: pulse.v1.Assignment.timeout:type_name -> google.protobuf.Duration
 	9,  // 12: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
 	12, // 13: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
 	5,  // 14: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
-	19, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
+	21, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
 	0,  // 16: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
-	18, // 17: pulse.v1.JobResult.retry_after:type_name -> google.protobuf.Duration
+	20, // 17: pulse.v1.JobResult.retry_after:type_name -> google.protobuf.Duration
 	13, // 18: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
 	16, // 19: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
-	20, // 20: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
+	22, // 20: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
 	1,  // 21: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
 	10, // 22: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
 	14, // 23: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
-	4,  // 24: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
-	11, // 25: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
-	15, // 26: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
-	24, // [24:27] is the sub-list for method output_type
-	21, // [21:24] is the sub-list for method input_type
+	17, // 24: pulse.v1.DispatchService.UpdateProgress:input_type -> pulse.v1.UpdateProgressRequest
+	4,  // 25: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
+	11, // 26: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
+	15, // 27: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
+	18, // 28: pulse.v1.DispatchService.UpdateProgress:output_type -> pulse.v1.UpdateProgressResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -1383,13 +1522,14 @@ func file_pulse_v1_dispatch_proto_init() {
 		(*StreamJobsResponse_Assignments)(nil),
 		(*StreamJobsResponse_DispatchState)(nil),
 	}
+	file_pulse_v1_dispatch_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_dispatch_proto_rawDesc), len(file_pulse_v1_dispatch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DispatchService_StreamJobs_FullMethodName   = "/pulse.v1.DispatchService/StreamJobs"
-	DispatchService_Heartbeat_FullMethodName    = "/pulse.v1.DispatchService/Heartbeat"
-	DispatchService_ReportResult_FullMethodName = "/pulse.v1.DispatchService/ReportResult"
+	DispatchService_StreamJobs_FullMethodName     = "/pulse.v1.DispatchService/StreamJobs"
+	DispatchService_Heartbeat_FullMethodName      = "/pulse.v1.DispatchService/Heartbeat"
+	DispatchService_ReportResult_FullMethodName   = "/pulse.v1.DispatchService/ReportResult"
+	DispatchService_UpdateProgress_FullMethodName = "/pulse.v1.DispatchService/UpdateProgress"
 )
 
 // DispatchServiceClient is the client API for DispatchService service.
@@ -45,6 +46,10 @@ type DispatchServiceClient interface {
 	StreamJobs(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamJobsRequest, StreamJobsResponse], error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	ReportResult(ctx context.Context, in *ReportResultRequest, opts ...grpc.CallOption) (*ReportResultResponse, error)
+	// UpdateProgress records a running attempt's progress and merges into
+	// its metadata, fenced as a heartbeat is: only the attempt's lease
+	// holder, only while it runs.
+	UpdateProgress(ctx context.Context, in *UpdateProgressRequest, opts ...grpc.CallOption) (*UpdateProgressResponse, error)
 }
 
 type dispatchServiceClient struct {
@@ -88,6 +93,16 @@ func (c *dispatchServiceClient) ReportResult(ctx context.Context, in *ReportResu
 	return out, nil
 }
 
+func (c *dispatchServiceClient) UpdateProgress(ctx context.Context, in *UpdateProgressRequest, opts ...grpc.CallOption) (*UpdateProgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateProgressResponse)
+	err := c.cc.Invoke(ctx, DispatchService_UpdateProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DispatchServiceServer is the server API for DispatchService service.
 // All implementations must embed UnimplementedDispatchServiceServer
 // for forward compatibility.
@@ -109,6 +124,10 @@ type DispatchServiceServer interface {
 	StreamJobs(grpc.BidiStreamingServer[StreamJobsRequest, StreamJobsResponse]) error
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	ReportResult(context.Context, *ReportResultRequest) (*ReportResultResponse, error)
+	// UpdateProgress records a running attempt's progress and merges into
+	// its metadata, fenced as a heartbeat is: only the attempt's lease
+	// holder, only while it runs.
+	UpdateProgress(context.Context, *UpdateProgressRequest) (*UpdateProgressResponse, error)
 	mustEmbedUnimplementedDispatchServiceServer()
 }
 
@@ -127,6 +146,9 @@ func (UnimplementedDispatchServiceServer) Heartbeat(context.Context, *HeartbeatR
 }
 func (UnimplementedDispatchServiceServer) ReportResult(context.Context, *ReportResultRequest) (*ReportResultResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportResult not implemented")
+}
+func (UnimplementedDispatchServiceServer) UpdateProgress(context.Context, *UpdateProgressRequest) (*UpdateProgressResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateProgress not implemented")
 }
 func (UnimplementedDispatchServiceServer) mustEmbedUnimplementedDispatchServiceServer() {}
 func (UnimplementedDispatchServiceServer) testEmbeddedByValue()                         {}
@@ -192,6 +214,24 @@ func _DispatchService_ReportResult_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DispatchService_UpdateProgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatchServiceServer).UpdateProgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DispatchService_UpdateProgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatchServiceServer).UpdateProgress(ctx, req.(*UpdateProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DispatchService_ServiceDesc is the grpc.ServiceDesc for DispatchService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -206,6 +246,10 @@ var DispatchService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportResult",
 			Handler:    _DispatchService_ReportResult_Handler,
+		},
+		{
+			MethodName: "UpdateProgress",
+			Handler:    _DispatchService_UpdateProgress_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -384,7 +384,12 @@ type Job struct {
 	Retry *RetryPolicy `protobuf:"bytes,20,opt,name=retry,proto3" json:"retry,omitempty"`
 	// What the handler returned, as JSON text, for a COMPLETED job; empty
 	// when it returned nothing, and in listings.
-	Result        []byte `protobuf:"bytes,21,opt,name=result,proto3" json:"result,omitempty"`
+	Result []byte `protobuf:"bytes,21,opt,name=result,proto3" json:"result,omitempty"`
+	// What the handler last reported of its progress, 0..100; unset when it
+	// never did.
+	Progress *int32 `protobuf:"varint,22,opt,name=progress,proto3,oneof" json:"progress,omitempty"`
+	// The JSON object the handler's metadata updates built; empty when none.
+	Metadata      []byte `protobuf:"bytes,23,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +571,20 @@ func (x *Job) GetResult() []byte {
 	return nil
 }
 
+func (x *Job) GetProgress() int32 {
+	if x != nil && x.Progress != nil {
+		return *x.Progress
+	}
+	return 0
+}
+
+func (x *Job) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
@@ -592,7 +611,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xca\x06\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x94\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -621,7 +640,10 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"tracestate\x123\n" +
 	"\atimeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12+\n" +
 	"\x05retry\x18\x14 \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\x12\x16\n" +
-	"\x06result\x18\x15 \x01(\fR\x06result*\xc1\x01\n" +
+	"\x06result\x18\x15 \x01(\fR\x06result\x12\x1f\n" +
+	"\bprogress\x18\x16 \x01(\x05H\x00R\bprogress\x88\x01\x01\x12\x1a\n" +
+	"\bmetadata\x18\x17 \x01(\fR\bmetadataB\v\n" +
+	"\t_progress*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12JOB_STATUS_PENDING\x10\x01\x12\x16\n" +
@@ -684,6 +706,7 @@ func file_pulse_v1_job_proto_init() {
 	if File_pulse_v1_job_proto != nil {
 		return
 	}
+	file_pulse_v1_job_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

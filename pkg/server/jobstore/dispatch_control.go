@@ -30,7 +30,7 @@ const (
 	// PauseDrain stops new claims; running jobs run to completion.
 	PauseDrain PauseMode = "drain"
 	// PauseQuiesce stops new claims and asks running jobs, through their
-	// heartbeat answers, to hold at their next pulse.Checkpoint.
+	// heartbeat answers, to hold at their next pulse.SafePoint.
 	PauseQuiesce PauseMode = "quiesce"
 )
 

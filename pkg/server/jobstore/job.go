@@ -45,6 +45,12 @@ type Job struct {
 	// Result is what the handler of a COMPLETED job returned (JSON text,
 	// migration 00002); nil when it returned none, and in listings.
 	Result []byte
+	// Progress is what the handler last reported of its progress
+	// (job.SetProgress), 0..100; -1 when it never did. Metadata is the
+	// JSON object its job.SetMetadata calls built; nil when none
+	// (migration 00004).
+	Progress int
+	Metadata json.RawMessage
 }
 
 // rowScanner is a pgx row or rows.

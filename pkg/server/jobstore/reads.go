@@ -106,6 +106,10 @@ type jobRow struct {
 	RetryBaseMicros  int64 `bun:"retry_base_micros,scanonly"`
 	RetryMaxMicros   int64 `bun:"retry_max_micros,scanonly"`
 	RetryFixedMicros int64 `bun:"retry_fixed_micros,scanonly"`
+	// Progress and Metadata are a running job's last report of itself
+	// (migration 00004); NULL reads as -1 and nil.
+	Progress *int16          `bun:"progress"`
+	Metadata json.RawMessage `bun:"metadata,type:jsonb"`
 	// Result is jobs.result (migration 00002), read only where one job is
 	// read whole (Get, resultColumnSQL): a listing never carries results.
 	Result []byte `bun:"result,scanonly"`
@@ -130,6 +134,13 @@ func (r *jobRow) job() *Job {
 		IdempotencyKey: r.IdempotencyKey, TraceParent: r.TraceParent, TraceState: r.TraceState,
 		Timeout: time.Duration(r.TimeoutMicros) * time.Microsecond,
 		Result:  r.Result,
+		Progress: func() int {
+			if r.Progress == nil {
+				return -1
+			}
+			return int(*r.Progress)
+		}(),
+		Metadata: r.Metadata,
 		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,

@@ -152,17 +152,18 @@ func (e *causedError) Unwrap() []error { return []error{e.typed, e.cause} }
 // the shape of a value (migrations 00001 and 00005, ADR-0002): breaking
 // one is an invalid transition, not an invalid argument.
 var lifecycleRules = map[string]bool{
-	"jobs_status_transition":     true, // the status table; COMPLETED is final
-	"jobs_attempts_fence":        true, // a claim adds one, a retry resets to 0
-	"jobs_terminal_frozen":       true, // DEAD_LETTERED and CANCELED change only by a retry
-	"jobs_born_pending":          true, // an INSERT makes a fresh PENDING job
-	"jobs_identity_immutable":    true, // id, topic, args, submitted_at, idempotency_key, schedule_id
-	"jobs_errors_append_only":    true, // the error history only grows
-	"jobs_locked_by_claim_only":  true, // locked_by changes only in a claim
-	"jobs_timestamps_not_future": true, // started_at, finished_at not ahead of the clock
-	"jobs_timestamps_ordered":    true, // nothing starts or finishes before it was submitted
-	"jobs_delete_terminal_only":  true, // only a finished job is deleted
-	"jobs_result_only_completed": true, // only a COMPLETED job has a result
+	"jobs_status_transition":          true, // the status table; COMPLETED is final
+	"jobs_attempts_fence":             true, // a claim adds one, a retry resets to 0
+	"jobs_terminal_frozen":            true, // DEAD_LETTERED and CANCELED change only by a retry
+	"jobs_born_pending":               true, // an INSERT makes a fresh PENDING job
+	"jobs_identity_immutable":         true, // id, topic, args, submitted_at, idempotency_key, schedule_id
+	"jobs_errors_append_only":         true, // the error history only grows
+	"jobs_locked_by_claim_only":       true, // locked_by changes only in a claim
+	"jobs_timestamps_not_future":      true, // started_at, finished_at not ahead of the clock
+	"jobs_timestamps_ordered":         true, // nothing starts or finishes before it was submitted
+	"jobs_delete_terminal_only":       true, // only a finished job is deleted
+	"jobs_result_only_completed":      true, // only a COMPLETED job has a result
+	"jobs_progress_lease_holder_only": true, // progress and metadata change only within a running attempt
 }
 
 func constraintField(name string) string {
@@ -185,6 +186,10 @@ func constraintField(name string) string {
 		return "timeout"
 	case "jobs_result_size":
 		return "result"
+	case "jobs_progress_range":
+		return "progress"
+	case "jobs_metadata_object", "jobs_metadata_size":
+		return "metadata"
 	case "job_uniques_period_range":
 		return "unique_for"
 	case "dispatch_control_scope_format", "topic_limits_topic_format":

@@ -55,6 +55,11 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		Traceparent:    j.TraceParent,
 		Tracestate:     j.TraceState,
 		Result:         j.Result,
+		Metadata:       j.Metadata,
+	}
+	if j.Progress >= 0 {
+		p := int32(j.Progress)
+		out.Progress = &p
 	}
 	if j.ScheduleID != nil {
 		out.ScheduleId = j.ScheduleID.String()

@@ -180,6 +180,13 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 	if r := j.GetResult(); len(r) > 0 && json.Valid(r) {
 		out.Result = r
 	}
+	if j.Progress != nil {
+		p := j.GetProgress()
+		out.Progress = &p
+	}
+	if m := j.GetMetadata(); len(m) > 0 {
+		out.Metadata = m
+	}
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

@@ -233,6 +233,12 @@ type jobDetailView struct {
 	TraceURL       string
 	// Waiting says why a queued job is not running yet; empty otherwise.
 	Waiting string
+	// Progress is what the handler last reported (0..100), -1 when it
+	// never did; Metadata its metadata object, indented, and Result a
+	// completed job's result, indented; empty when none.
+	Progress int
+	Metadata string
+	Result   string
 }
 
 func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
@@ -245,8 +251,18 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 		jobRow: jobRowOf(j), Args: prettyJSON(j.GetArgs()),
 		LockedBy: j.GetLockedBy(), LeaseUntil: api.TimeFromWire(j.GetLeaseUntil()),
 		ScheduleID: j.GetScheduleId(), IdempotencyKey: j.GetIdempotencyKey(),
-		TraceID: telemetry.TraceID(j.GetTraceparent()),
-		Waiting: d.waiting(resp.GetWait(), j.GetTopic()),
+		TraceID:  telemetry.TraceID(j.GetTraceparent()),
+		Waiting:  d.waiting(resp.GetWait(), j.GetTopic()),
+		Progress: -1,
+	}
+	if j.Progress != nil {
+		view.Progress = int(j.GetProgress())
+	}
+	if m := j.GetMetadata(); len(m) > 0 {
+		view.Metadata = prettyJSON(m)
+	}
+	if r := j.GetResult(); len(r) > 0 {
+		view.Result = prettyJSON(r)
 	}
 	if view.TraceID != "" && d.opts.TraceURL != "" {
 		view.TraceURL = strings.ReplaceAll(d.opts.TraceURL, "{trace_id}", view.TraceID)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,7 @@ const (
 type Store interface {
 	Heartbeat(ctx context.Context, worker string, refs []pulsetype.AttemptRef, leaseTTL time.Duration) ([]pulsetype.Beat, error)
 	Report(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error)
+	SetProgress(ctx context.Context, worker string, ref pulsetype.AttemptRef, progress *int16, metadata []byte) (bool, error)
 }
 
 // Observer is told about settled results and streams, for metrics.
@@ -481,6 +483,61 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 		resp.Acks[i] = ack
 	}
 	return resp, nil
+}
+
+// UpdateProgress records a running attempt's progress and merges into its
+// metadata, in the caller's name (leaseHolder): a worker that no longer
+// holds the attempt is answered held=false and nothing changes.
+func (s *DispatchService) UpdateProgress(ctx context.Context, req *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error) {
+	if err := validateWorkerID("worker_id", req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	u, err := uuid.Parse(req.GetJobId())
+	if err != nil {
+		return nil, apierr.Invalid("job_id", "%q is not a job id (a UUID)", req.GetJobId())
+	}
+	if req.GetAttempt() < 1 {
+		return nil, apierr.Invalid("attempt", "is %d; attempts start at 1", req.GetAttempt())
+	}
+	var progress *int16
+	if req.Progress != nil {
+		p := req.GetProgress()
+		if p < 0 || p > 100 {
+			return nil, apierr.Invalid("progress", "is %d; it must be between 0 and 100", p)
+		}
+		v := int16(p)
+		progress = &v
+	}
+	var meta []byte
+	if m := req.GetMetadata(); len(m) > 0 {
+		if meta, err = validateMetadata("metadata", m); err != nil {
+			return nil, err
+		}
+	}
+	if progress == nil && meta == nil {
+		return nil, apierr.Invalid("progress", "and metadata are both empty; send at least one")
+	}
+	held, err := s.store.SetProgress(ctx, s.leaseHolder(ctx, req.GetWorkerId()), pulsetype.AttemptRef{ID: u, Attempt: req.GetAttempt()}, progress, meta)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.UpdateProgressResponse{Held: held}, nil
+}
+
+// validateMetadata checks a metadata update: a JSON object of at most
+// pulsetype.MaxMetadataPatchBytes that Postgres's jsonb will take.
+func validateMetadata(field string, m []byte) ([]byte, error) {
+	if len(m) > pulsetype.MaxMetadataPatchBytes {
+		return nil, apierr.Invalid(field, "is %d bytes; the limit is %d", len(m), pulsetype.MaxMetadataPatchBytes)
+	}
+	trimmed := bytes.TrimSpace(m)
+	if !json.Valid(trimmed) || len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, apierr.Invalid(field, "must be a JSON object")
+	}
+	if err := storable.JSON(field, trimmed); err != nil {
+		return nil, err
+	}
+	return trimmed, nil
 }
 
 // withResult puts a completion's result on res. Only a completion may

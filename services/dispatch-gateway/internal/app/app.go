@@ -29,11 +29,12 @@ import (
 const Service = "dispatch-gateway"
 
 // MinSchemaVersion is the oldest schema this build can run against: job
-// results, which its report stores and whose waiters it wakes. It records its streams in worker_presence, its report
+// progress and metadata, which its UpdateProgress writes; job results
+// before it, which its report stores and whose waiters it wakes. It records its streams in worker_presence, its report
 // schedules a failed attempt's retry with pulse_retry_delay and the job's
 // own policy, counts settled attempts in job_throughput, and its claim
 // reads jobs.timeout and topic_limits.
-const MinSchemaVersion = migrations.VersionJobResults
+const MinSchemaVersion = migrations.VersionJobProgress
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/dispatch.proto.
  */
 export const file_pulse_v1_dispatch: GenFile = /*@__PURE__*/
-  fileDesc("ChdwdWxzZS92MS9kaXNwYXRjaC5wcm90bxIIcHVsc2UudjEiZAoRU3RyZWFtSm9ic1JlcXVlc3QSJAoEb3BlbhgBIAEoCzIULnB1bHNlLnYxLk9wZW5TdHJlYW1IABIiCgZjcmVkaXQYAiABKAsyEC5wdWxzZS52MS5DcmVkaXRIAEIFCgNtc2ciVwoKT3BlblN0cmVhbRIRCgl3b3JrZXJfaWQYASABKAkSDgoGdG9waWNzGAIgAygJEhMKC2NvbmN1cnJlbmN5GAMgASgFEhEKCWluX2ZsaWdodBgEIAEoBSIXCgZDcmVkaXQSDQoFc2xvdHMYASABKAUiogEKElN0cmVhbUpvYnNSZXNwb25zZRIkCgd3ZWxjb21lGAEgASgLMhEucHVsc2UudjEuV2VsY29tZUgAEiwKC2Fzc2lnbm1lbnRzGAIgASgLMhUucHVsc2UudjEuQXNzaWdubWVudHNIABIxCg5kaXNwYXRjaF9zdGF0ZRgDIAEoCzIXLnB1bHNlLnYxLkRpc3BhdGNoU3RhdGVIAEIFCgNtc2ciXQoNRGlzcGF0Y2hTdGF0ZRIPCgd2ZXJzaW9uGAEgASgDEg4KBnBhdXNlZBgCIAEoCBIrCg1wYXVzZWRfc2NvcGVzGAMgAygLMhQucHVsc2UudjEuU2NvcGVTdGF0ZSKCAQoHV2VsY29tZRISCgpnYXRld2F5X2lkGAEgASgJEiwKCWxlYXNlX3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMQoLQXNzaWdubWVudHMSIgoEam9icxgBIAMoCzIULnB1bHNlLnYxLkFzc2lnbm1lbnQiqgIKCkFzc2lnbm1lbnQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFdG9waWMYAyABKAkSDAoEYXJncxgEIAEoDBIQCghwcmlvcml0eRgFIAEoBRIUCgxtYXhfYXR0ZW1wdHMYBiABKAUSMAoMc3VibWl0dGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLdHJhY2VwYXJlbnQYCSABKAkSEgoKdHJhY2VzdGF0ZRgKIAEoCRIqCgd0aW1lb3V0GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKBkpvYlJlZhIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBSJFChBIZWFydGJlYXRSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIeCgRqb2JzGAIgAygLMhAucHVsc2UudjEuSm9iUmVmInAKEUhlYXJ0YmVhdFJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5wdWxzZS52MS5IZWFydGJlYXRSZXN1bHQSLwoOZGlzcGF0Y2hfc3RhdGUYAiABKAsyFy5wdWxzZS52MS5EaXNwYXRjaFN0YXRlIpsBCg9IZWFydGJlYXRSZXN1bHQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKbGVhc2VfaGVsZBgDIAEoCBIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY2FuY2VsZWQYBSABKAgSEAoIcXVpZXNjZWQYBiABKAginwEKCUpvYlJlc3VsdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIiCgdvdXRjb21lGAMgASgOMhEucHVsc2UudjEuT3V0Y29tZRINCgVlcnJvchgEIAEoCRIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZXN1bHQYBiABKAwiTgoTUmVwb3J0UmVzdWx0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJAoHcmVzdWx0cxgCIAMoCzITLnB1bHNlLnYxLkpvYlJlc3VsdCI5ChRSZXBvcnRSZXN1bHRSZXNwb25zZRIhCgRhY2tzGAEgAygLMhMucHVsc2UudjEuUmVzdWx0QWNrInAKCVJlc3VsdEFjaxIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIMCgRjb2RlGAMgASgFEg8KB21lc3NhZ2UYBCABKAkSIwoGc3RhdHVzGAUgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzKmYKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhQKEE9VVENPTUVfQ09NUExFVEUQARIQCgxPVVRDT01FX0ZBSUwQAhIaChZPVVRDT01FX0ZBSUxfUEVSTUFORU5UEAMy8wEKD0Rpc3BhdGNoU2VydmljZRJLCgpTdHJlYW1Kb2JzEhsucHVsc2UudjEuU3RyZWFtSm9ic1JlcXVlc3QaHC5wdWxzZS52MS5TdHJlYW1Kb2JzUmVzcG9uc2UoATABEkQKCUhlYXJ0YmVhdBIaLnB1bHNlLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5wdWxzZS52MS5IZWFydGJlYXRSZXNwb25zZRJNCgxSZXBvcnRSZXN1bHQSHS5wdWxzZS52MS5SZXBvcnRSZXN1bHRSZXF1ZXN0Gh4ucHVsc2UudjEuUmVwb3J0UmVzdWx0UmVzcG9uc2VCNFoyZ2l0aHViLmNvbS9wdWxzZXF1ZXVlL3B1bHNlL3BrZy9wdWxzZXBiL3YxO3B1bHNldjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
+  fileDesc("ChdwdWxzZS92MS9kaXNwYXRjaC5wcm90bxIIcHVsc2UudjEiZAoRU3RyZWFtSm9ic1JlcXVlc3QSJAoEb3BlbhgBIAEoCzIULnB1bHNlLnYxLk9wZW5TdHJlYW1IABIiCgZjcmVkaXQYAiABKAsyEC5wdWxzZS52MS5DcmVkaXRIAEIFCgNtc2ciVwoKT3BlblN0cmVhbRIRCgl3b3JrZXJfaWQYASABKAkSDgoGdG9waWNzGAIgAygJEhMKC2NvbmN1cnJlbmN5GAMgASgFEhEKCWluX2ZsaWdodBgEIAEoBSIXCgZDcmVkaXQSDQoFc2xvdHMYASABKAUiogEKElN0cmVhbUpvYnNSZXNwb25zZRIkCgd3ZWxjb21lGAEgASgLMhEucHVsc2UudjEuV2VsY29tZUgAEiwKC2Fzc2lnbm1lbnRzGAIgASgLMhUucHVsc2UudjEuQXNzaWdubWVudHNIABIxCg5kaXNwYXRjaF9zdGF0ZRgDIAEoCzIXLnB1bHNlLnYxLkRpc3BhdGNoU3RhdGVIAEIFCgNtc2ciXQoNRGlzcGF0Y2hTdGF0ZRIPCgd2ZXJzaW9uGAEgASgDEg4KBnBhdXNlZBgCIAEoCBIrCg1wYXVzZWRfc2NvcGVzGAMgAygLMhQucHVsc2UudjEuU2NvcGVTdGF0ZSKCAQoHV2VsY29tZRISCgpnYXRld2F5X2lkGAEgASgJEiwKCWxlYXNlX3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMQoLQXNzaWdubWVudHMSIgoEam9icxgBIAMoCzIULnB1bHNlLnYxLkFzc2lnbm1lbnQiqgIKCkFzc2lnbm1lbnQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFdG9waWMYAyABKAkSDAoEYXJncxgEIAEoDBIQCghwcmlvcml0eRgFIAEoBRIUCgxtYXhfYXR0ZW1wdHMYBiABKAUSMAoMc3VibWl0dGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLdHJhY2VwYXJlbnQYCSABKAkSEgoKdHJhY2VzdGF0ZRgKIAEoCRIqCgd0aW1lb3V0GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKBkpvYlJlZhIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBSJFChBIZWFydGJlYXRSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIeCgRqb2JzGAIgAygLMhAucHVsc2UudjEuSm9iUmVmInAKEUhlYXJ0YmVhdFJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5wdWxzZS52MS5IZWFydGJlYXRSZXN1bHQSLwoOZGlzcGF0Y2hfc3RhdGUYAiABKAsyFy5wdWxzZS52MS5EaXNwYXRjaFN0YXRlIpsBCg9IZWFydGJlYXRSZXN1bHQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKbGVhc2VfaGVsZBgDIAEoCBIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY2FuY2VsZWQYBSABKAgSEAoIcXVpZXNjZWQYBiABKAginwEKCUpvYlJlc3VsdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIiCgdvdXRjb21lGAMgASgOMhEucHVsc2UudjEuT3V0Y29tZRINCgVlcnJvchgEIAEoCRIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZXN1bHQYBiABKAwiTgoTUmVwb3J0UmVzdWx0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJAoHcmVzdWx0cxgCIAMoCzITLnB1bHNlLnYxLkpvYlJlc3VsdCI5ChRSZXBvcnRSZXN1bHRSZXNwb25zZRIhCgRhY2tzGAEgAygLMhMucHVsc2UudjEuUmVzdWx0QWNrInAKCVJlc3VsdEFjaxIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIMCgRjb2RlGAMgASgFEg8KB21lc3NhZ2UYBCABKAkSIwoGc3RhdHVzGAUgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzIoEBChVVcGRhdGVQcm9ncmVzc1JlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhUKCHByb2dyZXNzGAQgASgFSACIAQESEAoIbWV0YWRhdGEYBSABKAxCCwoJX3Byb2dyZXNzIiYKFlVwZGF0ZVByb2dyZXNzUmVzcG9uc2USDAoEaGVsZBgBIAEoCCpmCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0NPTVBMRVRFEAESEAoMT1VUQ09NRV9GQUlMEAISGgoWT1VUQ09NRV9GQUlMX1BFUk1BTkVOVBADMsgCCg9EaXNwYXRjaFNlcnZpY2USSwoKU3RyZWFtSm9icxIbLnB1bHNlLnYxLlN0cmVhbUpvYnNSZXF1ZXN0GhwucHVsc2UudjEuU3RyZWFtSm9ic1Jlc3BvbnNlKAEwARJECglIZWFydGJlYXQSGi5wdWxzZS52MS5IZWFydGJlYXRSZXF1ZXN0GhsucHVsc2UudjEuSGVhcnRiZWF0UmVzcG9uc2USTQoMUmVwb3J0UmVzdWx0Eh0ucHVsc2UudjEuUmVwb3J0UmVzdWx0UmVxdWVzdBoeLnB1bHNlLnYxLlJlcG9ydFJlc3VsdFJlc3BvbnNlElMKDlVwZGF0ZVByb2dyZXNzEh8ucHVsc2UudjEuVXBkYXRlUHJvZ3Jlc3NSZXF1ZXN0GiAucHVsc2UudjEuVXBkYXRlUHJvZ3Jlc3NSZXNwb25zZUI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
 
 /**
  * @generated from message pulse.v1.StreamJobsRequest
@@ -414,7 +414,7 @@ export type HeartbeatResult = Message<"pulse.v1.HeartbeatResult"> & {
 
   /**
    * True while the job's scope (global or its topic) is paused in quiesce
-   * mode: the SDK's pulse.Checkpoint blocks until it is false again. The
+   * mode: the SDK's pulse.SafePoint blocks until it is false again. The
    * lease is still renewed.
    *
    * @generated from field: bool quiesced = 6;
@@ -564,6 +564,68 @@ export const ResultAckSchema: GenMessage<ResultAck> = /*@__PURE__*/
   messageDesc(file_pulse_v1_dispatch, 15);
 
 /**
+ * @generated from message pulse.v1.UpdateProgressRequest
+ */
+export type UpdateProgressRequest = Message<"pulse.v1.UpdateProgressRequest"> & {
+  /**
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * 0..100; unset leaves the job's progress as it is.
+   *
+   * @generated from field: optional int32 progress = 4;
+   */
+  progress?: number | undefined;
+
+  /**
+   * A JSON object merged into the job's metadata (its keys replace the
+   * same keys); empty leaves the metadata as it is.
+   *
+   * @generated from field: bytes metadata = 5;
+   */
+  metadata: Uint8Array;
+};
+
+/**
+ * Describes the message pulse.v1.UpdateProgressRequest.
+ * Use `create(UpdateProgressRequestSchema)` to create a new message.
+ */
+export const UpdateProgressRequestSchema: GenMessage<UpdateProgressRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_dispatch, 16);
+
+/**
+ * @generated from message pulse.v1.UpdateProgressResponse
+ */
+export type UpdateProgressResponse = Message<"pulse.v1.UpdateProgressResponse"> & {
+  /**
+   * False when the caller no longer holds the attempt (it finished, was
+   * canceled or reaped): nothing changed.
+   *
+   * @generated from field: bool held = 1;
+   */
+  held: boolean;
+};
+
+/**
+ * Describes the message pulse.v1.UpdateProgressResponse.
+ * Use `create(UpdateProgressResponseSchema)` to create a new message.
+ */
+export const UpdateProgressResponseSchema: GenMessage<UpdateProgressResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_dispatch, 17);
+
+/**
  * @generated from enum pulse.v1.Outcome
  */
 export enum Outcome {
@@ -639,6 +701,18 @@ export const DispatchService: GenService<{
     methodKind: "unary";
     input: typeof ReportResultRequestSchema;
     output: typeof ReportResultResponseSchema;
+  },
+  /**
+   * UpdateProgress records a running attempt's progress and merges into
+   * its metadata, fenced as a heartbeat is: only the attempt's lease
+   * holder, only while it runs.
+   *
+   * @generated from rpc pulse.v1.DispatchService.UpdateProgress
+   */
+  updateProgress: {
+    methodKind: "unary";
+    input: typeof UpdateProgressRequestSchema;
+    output: typeof UpdateProgressResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_dispatch, 0);
