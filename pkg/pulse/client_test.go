@@ -162,7 +162,7 @@ func TestClient(t *testing.T) {
 				{Attempt: 2, Error: "smtp down", Worker: "w2", At: submittedAt.Add(2 * time.Second)},
 			},
 			SubmittedAt: submittedAt, FinishedAt: submittedAt.Add(2 * time.Second),
-			ScheduleID: "sched-1", IdempotencyKey: "key-1",
+			ScheduleID: "sched-1", IdempotencyKey: "key-1", Progress: -1,
 		}
 		ctx := t.Context()
 		got, err := b.client.Get(ctx, "job-1")

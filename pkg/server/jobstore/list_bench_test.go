@@ -98,7 +98,7 @@ func (s *Store) listPgx(ctx context.Context, f ListFilter) ([]*Job, error) {
 	const cols = `id, topic, args, priority, status, attempts, max_attempts, errors,
 	COALESCE(locked_by, ''), lease_until, next_run_at, submitted_at, started_at, finished_at,
 	schedule_id, COALESCE(idempotency_key, ''), COALESCE(traceparent, ''), COALESCE(tracestate, ''),
-	COALESCE((extract(epoch FROM timeout) * 1000000)::bigint, 0)`
+	COALESCE((extract(epoch FROM timeout) * 1000000)::bigint, 0), COALESCE(progress, -1), metadata`
 	var where []string
 	var args []any
 	if f.Topic != "" {
@@ -130,13 +130,15 @@ func (s *Store) listPgx(ctx context.Context, f ListFilter) ([]*Job, error) {
 		var status string
 		var errs []byte
 		var timeoutMicros int64
+		var progress int16
 		if err := rows.Scan(&j.ID, &j.Topic, &j.Args, &j.Priority, &status, &j.Attempts, &j.MaxAttempts, &errs,
 			&j.LockedBy, &j.LeaseUntil, &j.NextRunAt, &j.SubmittedAt, &j.StartedAt, &j.FinishedAt,
-			&j.ScheduleID, &j.IdempotencyKey, &j.TraceParent, &j.TraceState, &timeoutMicros); err != nil {
+			&j.ScheduleID, &j.IdempotencyKey, &j.TraceParent, &j.TraceState, &timeoutMicros, &progress, &j.Metadata); err != nil {
 			return nil, err
 		}
 		j.Status, j.Errors = pulsetype.Status(status), decodeErrors(errs)
 		j.Timeout = time.Duration(timeoutMicros) * time.Microsecond
+		j.Progress = int(progress)
 		out = append(out, &j)
 	}
 	return out, rows.Err()
