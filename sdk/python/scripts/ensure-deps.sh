@@ -13,7 +13,15 @@ need=()
 if ! "$py" -c 'import grpc, google.protobuf' >/dev/null 2>&1; then
   need+=(python3-grpcio python3-protobuf)
 fi
-if [ "${1:-}" = --test ]; then
+want_test=false want_protoc=false
+for arg in "$@"; do
+  case $arg in
+    --test) want_test=true ;;
+    --protoc) want_protoc=true ;;
+    *) echo "ensure-deps: unknown flag $arg (--test, --protoc)" >&2; exit 2 ;;
+  esac
+done
+if $want_test; then
   # The packaging test installs the SDK into a venv with pip.
   "$py" -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
   "$py" -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
@@ -21,7 +29,7 @@ if [ "${1:-}" = --test ]; then
   command -v openssl >/dev/null 2>&1 || need+=(openssl)  # the TLS test makes its certificates
   command -v pyflakes3 >/dev/null 2>&1 || need+=(pyflakes3)  # test.sh lints first
 fi
-if [ "${1:-}" = --protoc ]; then
+if $want_protoc; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
   [ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
 fi

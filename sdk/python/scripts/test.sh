@@ -6,18 +6,18 @@
 # python3 with python3-grpcio and python3-protobuf, installed when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="$(scripts/ensure-deps.sh --test)"
+py="$(scripts/ensure-deps.sh --test --protoc)"
 # The generated code must be what scripts/generate.sh writes from proto/.
-if command -v protoc >/dev/null 2>&1 && [ -f /usr/include/google/protobuf/duration.proto ]; then
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' EXIT
-  cp -r pulsequeue/pb "$tmp/before"
-  scripts/generate.sh 2>/dev/null
-  if ! diff -r -x __pycache__ "$tmp/before" pulsequeue/pb >/dev/null; then
-    echo "sdk-python-test: pulsequeue/pb was stale; scripts/generate.sh regenerated it: commit the change" >&2
-    exit 1
-  fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cp -r pulsequeue/pb "$tmp/before"
+scripts/generate.sh 2>/dev/null
+if ! diff -r -x __pycache__ "$tmp/before" pulsequeue/pb >/dev/null; then
+  echo "sdk-python-test: pulsequeue/pb was stale; scripts/generate.sh regenerated it: commit the change" >&2
+  exit 1
 fi
+rm -rf "$tmp"
+trap - EXIT
 # Unused imports, undefined names and the like: Debian's pyflakes3.
 pyflakes3 pulsequeue/*.py tests/*.py conformance/*.py examples/*.py
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m unittest discover -s tests -t . "$@"
