@@ -29,7 +29,7 @@ type ScopeArg struct {
 type PauseArgs struct {
 	Reason string `json:"reason" jsonschema:"why dispatch is paused, for the audit log and every worker (at most 500 characters)"`
 	Topic  string `json:"topic,omitempty" jsonschema:"pause this topic only; omit it to pause all dispatch"`
-	Mode   string `json:"mode,omitempty" jsonschema:"drain (the default: running jobs run to completion) or quiesce (running jobs also hold at their next checkpoint)"`
+	Mode   string `json:"mode,omitempty" jsonschema:"drain (the default: running jobs run to completion) or quiesce (running jobs also hold at their next safe point)"`
 	For    string `json:"for,omitempty" jsonschema:"resume automatically after this Go duration, such as 30m or 2h; not with until"`
 	Until  string `json:"until,omitempty" jsonschema:"resume automatically at this RFC 3339 time; not with for"`
 }
@@ -128,7 +128,7 @@ func (s *Server) addOperatorTools() {
 		})
 
 	tool(s, &mcp.Tool{Name: ToolDispatchPause, Title: "Pause dispatch", Annotations: destructive(true),
-		Description: "Stop jobs from starting, everywhere, for all topics or one. Returns once the pause is committed: from then on no job of the scope starts on any gateway. Running jobs run to completion (drain) or also hold at their next checkpoint (quiesce). Operators only; audited."},
+		Description: "Stop jobs from starting, everywhere, for all topics or one. Returns once the pause is committed: from then on no job of the scope starts on any gateway. Running jobs run to completion (drain) or also hold at their next safe point (quiesce). Operators only; audited."},
 		func(ctx context.Context, in PauseArgs) (pulsehttp.ControlResult, string, error) {
 			req, err := httpapi.PauseToWire(pulsehttp.Pause{Reason: in.Reason, Topic: in.Topic, Mode: in.Mode, For: in.For, Until: in.Until})
 			if err != nil {

@@ -29,7 +29,7 @@ const MaxTopics = 100
 
 // System is the envelope every queue tool answers with: the pause state
 // that matters to the call (the global scope and the call's topics), so
-// an agent worker stops claiming and holds at its checkpoints exactly as
+// an agent worker stops claiming and holds at its safe points exactly as
 // an SDK worker does.
 type System struct {
 	Paused       bool                   `json:"paused" jsonschema:"true while nothing the call concerns may start: the global scope, or every topic asked for, is paused; claim nothing until it is false"`

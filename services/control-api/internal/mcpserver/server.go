@@ -135,7 +135,7 @@ func New(deps Deps, opts Options) *Server {
 	return s
 }
 
-const instructions = `pulse is a Postgres-backed job queue. Operators: dispatch.status shows what is paused and how much is queued and running; dispatch.pause stops jobs from starting (drain: running jobs finish; quiesce: they also hold at checkpoints), dispatch.resume lifts it; jobs.get and jobs.why_not_running explain a job. Agent workers: queue.claim leases one job, queue.heartbeat keeps the lease, queue.complete or queue.fail settles it; every answer carries "system", the pause state: while system.paused is true claim nothing, and while a job's heartbeat says quiesced, hold at your next step boundary.`
+const instructions = `pulse is a Postgres-backed job queue. Operators: dispatch.status shows what is paused and how much is queued and running; dispatch.pause stops jobs from starting (drain: running jobs finish; quiesce: they also hold at their next safe point), dispatch.resume lifts it; jobs.get and jobs.why_not_running explain a job. Agent workers: queue.claim leases one job, queue.heartbeat keeps the lease, queue.complete or queue.fail settles it; every answer carries "system", the pause state: while system.paused is true claim nothing, and while a job's heartbeat says quiesced, hold at your next step boundary.`
 
 // MCP is the underlying SDK server (for an in-process transport in tests).
 func (s *Server) MCP() *mcp.Server { return s.mcp }
