@@ -52,6 +52,42 @@ func TestQueueWaitCarriesTheJobsTraceAsExemplar(t *testing.T) {
 	require.False(t, strings.Contains(strings.Join(exemplars, ","), "00f067aa"), "the exemplar is the trace id, not the span id")
 }
 
+// The claim statement's duration links to the trace of a job it claimed
+// (whose claim span covers the statement); a claim of untraced jobs, or
+// of none, is a plain observation.
+func TestClaimDurationCarriesAClaimedJobsTrace(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, func() (int, int) { return 0, 0 })
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	m.Claimed(time.Millisecond, dispatch.ClaimFromHead, nil, nil)
+	m.Claimed(2*time.Millisecond, dispatch.ClaimFromHead, []pulsetype.Claimed{
+		{ID: uuid.New(), Attempt: 1, Topic: "t"},
+		{ID: uuid.New(), Attempt: 1, Topic: "t", TraceParent: "00-" + traceID + "-00f067aa0ba902b7-01"},
+	}, nil)
+	m.Claimed(time.Second, dispatch.ClaimFromCursor, []pulsetype.Claimed{{ID: uuid.New(), Attempt: 1, Topic: "t"}}, nil)
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var exemplars []string
+	for _, mf := range mfs {
+		if mf.GetName() != "pulse_claim_duration_seconds" {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			require.EqualValues(t, 3, metric.GetHistogram().GetSampleCount())
+			for _, b := range metric.GetHistogram().GetBucket() {
+				if e := b.GetExemplar(); e != nil {
+					for _, l := range e.GetLabel() {
+						exemplars = append(exemplars, l.GetName()+"="+l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{"trace_id=" + traceID}, exemplars)
+}
+
 func TestCountsPerTopicAndOutcomeInMixedBatches(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
