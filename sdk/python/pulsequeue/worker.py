@@ -147,6 +147,7 @@ class Worker:
         self._started = False
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
+        self._hurry: asyncio.Event | None = None  # a second signal: stop handlers now
         # observer, when set, is called with (event, fields) at each step
         # of the protocol: for tests and the conformance driver.
         self.observer: Callable[[str, dict], None] | None = None
@@ -213,13 +214,14 @@ class Worker:
         self._started = True
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
         installed = []
         if self._handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
-                    loop.add_signal_handler(sig, self.stop)
+                    loop.add_signal_handler(sig, self._signalled, sig)
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass
@@ -229,6 +231,17 @@ class Worker:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        """The first SIGTERM/SIGINT drains; a second one stops the running
+        handlers at once (WorkerShutdown), as an impatient Ctrl-C means."""
+        if self._stop is not None and self._stop.is_set():
+            self._log.warning("second %s: stopping running handlers now", sig.name)
+            if self._hurry is not None:
+                self._hurry.set()
+            return
+        self._log.info("%s: draining (a second one stops running handlers now)", sig.name)
+        self.stop()
 
     def _emit(self, event: str, **fields) -> None:
         if self.observer is not None:
@@ -358,14 +371,23 @@ class _Runtime:
         if not self.tasks:
             return
         self.log.info("shutting down, waiting for %d running jobs", len(self.running))
-        _, pending = await asyncio.wait(set(self.tasks), timeout=self.w._shutdown_timeout)
-        if not pending:
+        hurry = asyncio.ensure_future(self.w._hurry.wait())
+        try:
+            deadline = self.loop.time() + self.w._shutdown_timeout
+            while self.tasks and not hurry.done():
+                left = deadline - self.loop.time()
+                if left <= 0:
+                    break
+                await asyncio.wait(set(self.tasks) | {hurry}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
+        if not self.tasks:
             return
         n = 0
         for a in list(self.running.values()):
             a.stop(WorkerShutdown())
             n += 1
-        self.log.warning("shutdown timeout reached, cancelling %d running jobs", n)
+        self.log.warning("shutdown timeout reached or a second signal came: cancelling %d running jobs", n)
         _, pending = await asyncio.wait(set(self.tasks), timeout=_CANCEL_GRACE)
         if pending:
             self.log.error("handlers ignored cancellation; their results will be dropped (%d)", len(self.running))

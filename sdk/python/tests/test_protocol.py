@@ -168,5 +168,32 @@ class ProtocolTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual([(r.job_id, r.outcome) for r in self.gw.results], [("d", pb.OUTCOME_COMPLETE)])
 
 
+    async def test_a_second_signal_stops_running_handlers_at_once(self):
+        import signal
+
+        started = asyncio.Event()
+        causes = []
+
+        async def h(job):
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                causes.append(job.stop_cause)
+                raise
+
+        w, t = self.run_worker(h, shutdown_timeout=3600)
+        await self.gw.wait("the open", lambda: self.gw.opens)
+        self.gw.send(("s", 1))
+        await asyncio.wait_for(started.wait(), 60)
+        w._signalled(signal.SIGTERM)  # drain: the handler keeps running
+        self.assertFalse(t.done())
+        self.assertEqual(causes, [])
+        w._signalled(signal.SIGINT)  # impatient: stop it now, not in an hour
+        await asyncio.wait_for(t, 60)
+        self.assertEqual([type(c) for c in causes], [pulse.WorkerShutdown])
+        self.assertEqual([(r.job_id, r.error) for r in self.gw.results], [("s", "pulse: worker shutting down")])
+
+
 if __name__ == "__main__":
     unittest.main()
