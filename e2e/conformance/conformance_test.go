@@ -135,7 +135,9 @@ func upHarness(t *testing.T, name string, command []string, bins map[string]stri
 	ctx, cancel := context.WithTimeout(context.Background(), 5*proctest.Patience)
 	defer cancel()
 	f, err := localfleet.Up(ctx, localfleet.Options{
-		Open: true, Reaper: true, Gateways: 2, Env: fleetEnv, Binaries: bins,
+		// Not open: the fleet runs with the development users, so every
+		// contract also holds each SDK's basic auth to the gateways.
+		Reaper: true, Gateways: 2, Env: fleetEnv, Binaries: bins,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -151,7 +153,10 @@ func upHarness(t *testing.T, name string, command []string, bins map[string]stri
 			t.Errorf("fleet down: %v", err)
 		}
 	})
-	client, err := pulse.NewClient(f.ControlGRPC)
+	if !f.DevCredentials() {
+		t.Fatal("the fleet does not run with the development users")
+	}
+	client, err := pulse.NewClient(f.ControlGRPC, pulse.WithUserPass(localfleet.DevOperatorUser, localfleet.DevOperatorPassword))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulsequeue/pulse/deploy/localfleet"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
@@ -64,6 +65,9 @@ func startDriver(t *testing.T, command []string, spec driverSpec) *driver {
 		"PULSE_TOPICS=" + strings.Join(spec.Topics, ","),
 		"PULSE_WORKER_ID=" + spec.WorkerID,
 		"PULSE_CONCURRENCY=" + strconv.Itoa(max(spec.Concurrency, 1)),
+		// The fleet runs with the development users: the driver is a worker.
+		"PULSE_USER=" + localfleet.DevWorkerUser,
+		"PULSE_PASSWORD=" + localfleet.DevWorkerPassword,
 	}
 	if spec.ShutdownTimeout > 0 {
 		env = append(env, "PULSE_SHUTDOWN_TIMEOUT_MS="+strconv.FormatInt(spec.ShutdownTimeout.Milliseconds(), 10))
