@@ -188,7 +188,7 @@ func (r *reporter) send(ctx context.Context, batch []pendingResult) {
 		recordBatchedSettles(batch, span, started, err)
 		cancel()
 		if err == nil {
-			r.logRejected(resp.GetAcks())
+			r.logRejected(batch, resp.GetAcks())
 			settleAll(batch)
 			return
 		}
@@ -259,10 +259,18 @@ func (r *reporter) logDropped(batch []pendingResult, reason string, err error) {
 // logRejected warns about results the gateway refused. They are not
 // retried: a refusal means the fence did not match (stale attempt,
 // canceled, reaped), which no retry can change.
-func (r *reporter) logRejected(acks []*pulsev1.ResultAck) {
+func (r *reporter) logRejected(batch []pendingResult, acks []*pulsev1.ResultAck) {
 	for _, a := range acks {
 		if codes.Code(a.GetCode()) != codes.OK {
-			r.log.Warn("result rejected",
+			// The line carries the job's trace, from its result's span.
+			ctx := context.Background()
+			for _, p := range batch {
+				if p.result.GetJobId() == a.GetJobId() && p.result.GetAttempt() == a.GetAttempt() {
+					ctx = trace.ContextWithSpanContext(ctx, p.span)
+					break
+				}
+			}
+			r.log.WarnContext(ctx, "result rejected",
 				logKeyJobID, a.GetJobId(), logKeyAttempt, a.GetAttempt(),
 				logKeyCode, codes.Code(a.GetCode()).String(), logKeyError, a.GetMessage())
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetest/fakegateway"
@@ -88,4 +89,39 @@ func TestLinesAboutAJobCarryItsTraceID(t *testing.T) {
 	require.Len(t, panics, 2)
 	require.Equal(t, traceID, panics["job-1"][tracelog.TraceID], "the worker's line: %v", panics["job-1"])
 	require.NotContains(t, panics["job-2"], tracelog.TraceID)
+}
+
+// TestARejectedResultsLineCarriesItsTraceID: the worker's line about a
+// result the gateway refused carries the job's trace id.
+func TestARejectedResultsLineCarriesItsTraceID(t *testing.T) {
+	t.Parallel()
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	var workerLog syncBuffer
+	gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+	gw.SetReportFn(func(req *pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error) {
+		resp := &pulsev1.ReportResultResponse{}
+		for _, r := range req.GetResults() {
+			resp.Acks = append(resp.Acks, &pulsev1.ResultAck{JobId: r.GetJobId(), Attempt: r.GetAttempt(),
+				Code: int32(codes.FailedPrecondition), Message: "stale attempt"})
+		}
+		return resp, nil
+	})
+	registerWorker(t, []string{gw.Addr()}, func(w *Worker) {
+		w.Register("t", func(context.Context, *Job) error { return nil })
+	}, WithLogger(slog.New(slog.NewJSONHandler(&workerLog, nil))))
+	a := fakegateway.Assignment("job-1", "t")
+	a.Traceparent = "00-" + traceID + "-b7ad6b7169203331-01"
+	gw.NextStream(t).Assign(a)
+	gw.NextResult(t)
+	var line map[string]any
+	require.Eventually(t, func() bool {
+		for _, l := range workerLog.lines(t) {
+			if l["msg"] == "result rejected" {
+				line = l
+				return true
+			}
+		}
+		return false
+	}, liveness, tick)
+	require.Equal(t, traceID, line[tracelog.TraceID], "%v", line)
 }
