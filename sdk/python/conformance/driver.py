@@ -150,7 +150,7 @@ async def do(job: pulse.Job) -> None:
         for i in range(1, int(a.get("steps") or 0) + 1):
             try:
                 await sleep(job, ms)
-                await job.checkpoint()
+                await job.safe_point()
             except (Stopped, asyncio.CancelledError, pulse.StopCause):
                 raise aborted(job) from None
             emit("checkpoint", job=job.id, attempt=job.attempt, n=i)

@@ -2,7 +2,7 @@
 """The Python SDK's demo: a producer and a worker on the Python topic, beside
 the Go demo's, so `make dev` and `docker compose up` show jobs of three
 languages on the dashboard. The worker pretends to render a thumbnail for
-5–200 ms (with a checkpoint between its two steps), fails about 10% of
+5–200 ms (with a safe point between its two steps, and its progress and stage reported), fails about 10% of
 attempts (retried) and 1% permanently (dead-lettered); the producer
 enqueues a small batch every second. Progress is logged every 5 s.
 
@@ -79,7 +79,9 @@ counts = {"done": 0, "failed": 0, "permanent": 0, "sent": 0}
 async def render(job: pulse.Job) -> None:
     args = job.json()
     await asyncio.sleep(random.uniform(0.005, 0.1))
-    await job.checkpoint()  # a safe point: an operator's quiesce holds here
+    await job.safe_point()  # an operator's quiesce holds here
+    await job.set_progress(50)
+    await job.set_metadata({"stage": "encoded"})
     await asyncio.sleep(random.uniform(0.0, 0.1))
     r = random.random()
     if r < PERMANENT_RATE:

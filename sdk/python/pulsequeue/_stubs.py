@@ -32,6 +32,9 @@ class DispatchStub:
         self.ReportResult = _unary(
             channel, s, "ReportResult", dispatch_pb2.ReportResultRequest, dispatch_pb2.ReportResultResponse
         )
+        self.UpdateProgress = _unary(
+            channel, s, "UpdateProgress", dispatch_pb2.UpdateProgressRequest, dispatch_pb2.UpdateProgressResponse
+        )
 
 
 class ControlStub:

@@ -164,6 +164,13 @@ class JobInfo:
     # What the handler returned, as JSON bytes, for a COMPLETED job; empty
     # when it returned nothing (and in listings).
     result: bytes = b""
+    # What the handler last reported of its progress, 0..100 (None when it
+    # never did), and the JSON object its metadata updates built.
+    progress: int | None = None
+    metadata: bytes = b""
+
+    def metadata_json(self) -> dict:
+        return json.loads(self.metadata) if self.metadata else {}
 
     def result_json(self) -> Any:
         """The result decoded from JSON; None when there is none."""
@@ -202,6 +209,8 @@ class JobInfo:
             traceparent=j.traceparent,
             tracestate=j.tracestate,
             result=bytes(j.result),
+            progress=j.progress if j.HasField("progress") else None,
+            metadata=bytes(j.metadata),
         )
 
 

@@ -30,6 +30,12 @@ class WorkerRefused(PulseError):
     cannot help, so Worker.run raises this instead of reconnecting."""
 
 
+class NotRunning(PulseError):
+    """set_progress and set_metadata: the job's attempt is no longer this
+    worker's to report on (it finished, was canceled, or its lease was
+    lost), or the job is not run by a worker."""
+
+
 class StopCause(PulseError):
     """Why the worker stopped a running handler. The handler's task is
     cancelled with the cause's text as the cancellation message, and

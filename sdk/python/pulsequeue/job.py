@@ -43,6 +43,7 @@ class Job:
         "deadline",
         "result",
         "_checkpoint",
+        "_update",
     )
 
     def __init__(
@@ -76,6 +77,9 @@ class Job:
         self.deadline: float | None = None
         # result is what set_result recorded (JSON bytes), None for none.
         self.result: bytes | None = None
+        # _update sends an UpdateProgressRequest to a gateway; set by the
+        # worker, None outside one.
+        self._update = None
         self._checkpoint = None
 
     def json(self) -> Any:
@@ -98,7 +102,56 @@ class Job:
         configured), dead-lettering a larger one."""
         self.result = encode_result(self.id, value)
 
+    async def set_progress(self, percent: int) -> None:
+        """Records how far the running attempt has come, 0 to 100, where
+        operators and callers see it (JobInfo.progress, the dashboard). It
+        is sent to the gateway at once and stored only while this worker
+        holds the attempt's lease: NotRunning says it no longer does. The
+        value outlives the attempt. Call it at steps, not in a tight loop:
+        each call is a round trip and a row update."""
+        from .errors import ConfigError
+        from .pb.pulse.v1 import dispatch_pb2
+
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise ConfigError(f"pulse: progress of job {self.id} is {percent!r}; it must be an int between 0 and 100")
+        await self._send_progress(dispatch_pb2.UpdateProgressRequest(progress=percent))
+
+    async def set_metadata(self, kv: dict) -> None:
+        """Merges kv into the job's metadata, a JSON object operators and
+        callers see beside its progress (the stage it is at, counts, an
+        upstream id): each key replaces the same key, the others stay.
+        Fenced as set_progress is; at most 64 KiB per call."""
+        from ._durations import MAX_METADATA_PATCH_BYTES
+        from .errors import ConfigError
+        from .pb.pulse.v1 import dispatch_pb2
+
+        if not isinstance(kv, dict):
+            raise ConfigError(f"pulse: metadata of job {self.id} must be a dict, got {type(kv).__name__}")
+        try:
+            b = json.dumps(kv, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"pulse: encode metadata of job {self.id}: {e}") from e
+        if len(b) > MAX_METADATA_PATCH_BYTES:
+            raise ConfigError(f"pulse: metadata of job {self.id} is {len(b)} bytes; the limit is {MAX_METADATA_PATCH_BYTES}")
+        await self._send_progress(dispatch_pb2.UpdateProgressRequest(metadata=b))
+
+    async def _send_progress(self, req) -> None:
+        from .errors import NotRunning
+
+        if self._update is None:
+            raise NotRunning("pulse: the attempt is not running on this worker")
+        req.job_id, req.attempt = self.id, self.attempt
+        resp = await self._update(req)
+        if not resp.held:
+            raise NotRunning(f"pulse: the attempt is not running on this worker (job {self.id}, attempt {self.attempt})")
+
     async def checkpoint(self) -> None:
+        """safe_point's former name: it only ever waited while the job's
+        scope is quiesced, and saves nothing (set_progress and set_metadata
+        record how far a job has come)."""
+        await self.safe_point()
+
+    async def safe_point(self) -> None:
         """A safe point in the handler. While an operator has paused the
         job's scope (its topic, or all dispatch) in quiesce mode it waits,
         the worker keeping the lease alive; it returns as soon as the scope

@@ -626,6 +626,7 @@ class _Runtime:
         att = _Attempt(key, job, lease_until, time.monotonic(), quiesced, self.loop)
         att.timeout_us = timeout_us
         job._checkpoint = lambda: (att.quiesced, self.quiesce_changed)
+        job._update = self.update_progress
         self.running[key] = att
         self.w._emit("assigned", job_id=a.job_id, attempt=a.attempt, topic=a.topic, held=held)
         t = asyncio.create_task(self.attempt(att))
@@ -782,6 +783,10 @@ class _Runtime:
                 exc_info=self.log.isEnabledFor(logging.DEBUG),
             )
             raise
+
+    async def update_progress(self, req):
+        req.worker_id = self.w.id
+        return await self.current().UpdateProgress(req, metadata=self.md, timeout=_RPC_TIMEOUT)
 
     # ---- stale leases (stale_lease.go)
 

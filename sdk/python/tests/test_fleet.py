@@ -280,7 +280,7 @@ class WorkerTest(FleetCase):
         async def h(job):
             await go.wait()
             at_checkpoint.set()
-            await job.checkpoint()
+            await job.safe_point()
             passed.set()
 
         s = await self.client.enqueue(self.topic, {})
@@ -418,6 +418,36 @@ class ResultsTest(FleetCase):
         with self.assertRaises(asyncio.TimeoutError):
             await self.client.wait(s.id, timeout=0.5)
         self.assertEqual((await self.client.get(s.id)).status, "PENDING")
+
+
+class ProgressTest(FleetCase):
+    async def test_progress_and_metadata_are_stored_while_the_lease_is_held(self):
+        reported = asyncio.Event()
+        finish = asyncio.Event()
+        after = []
+
+        async def h(job):
+            await job.set_progress(40)
+            await job.set_metadata({"stage": "fetch", "n": 1})
+            await job.set_metadata({"n": 2})
+            with self.assertRaises(pulse.ConfigError):
+                await job.set_progress(101)
+            reported.set()
+            await finish.wait()
+
+        s = await self.client.enqueue(self.topic, {})
+        w, _ = self.worker({self.topic: h})
+        await asyncio.wait_for(reported.wait(), fleetmod.PATIENCE)
+        j = await self.client.get(s.id)
+        self.assertEqual((j.status, j.progress, j.metadata_json()), ("RUNNING", 40, {"stage": "fetch", "n": 2}))
+        finish.set()
+        await self.status(s.id, "COMPLETED")
+        # Outside its handler a job has no lease to report under.
+        job = pulse.Job(id=s.id, attempt=1, topic=self.topic, args=b"{}")
+        with self.assertRaises(pulse.NotRunning):
+            await job.set_progress(1)
+        after.append((await self.client.get(s.id)).progress)
+        self.assertEqual(after, [40])
 
 
 class ReadmeTest(FleetCase):
