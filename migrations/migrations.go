@@ -36,7 +36,13 @@ const (
 	// (jobs.progress, jobs.metadata, written only within a RUNNING
 	// attempt: jobs_guard_progress), validated by 00005.
 	VersionJobProgress int64 = 5
+
+	// VersionSnooze adds jobs.snoozes and the snooze edge RUNNING ->
+	// PENDING (00006), and validates the CHECKs that bound
+	// attempts - snoozes by max_attempts (00007). The gateway's report,
+	// the reaper's sweep and control-api's retry and reads require it.
+	VersionSnooze int64 = 7
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobProgress
+const Latest = VersionSnooze

@@ -202,6 +202,7 @@ BEGIN
         OR (OLD.status = 'RUNNING'                        AND NEW.status IN ('COMPLETED', 'RETRYING', 'DEAD_LETTERED'))
         OR (OLD.status IN ('PENDING', 'RETRYING', 'RUNNING') AND NEW.status = 'CANCELED')
         OR (OLD.status IN ('DEAD_LETTERED', 'CANCELED')   AND NEW.status = 'PENDING')
+        OR (OLD.status = 'RUNNING'                        AND NEW.status = 'PENDING')
     ) THEN
         RAISE EXCEPTION 'illegal job transition % -> % for job %', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_status_transition';
@@ -234,6 +235,23 @@ BEGIN
     IF OLD.status IN ('DEAD_LETTERED', 'CANCELED') AND NEW.status = 'PENDING' AND NEW.attempts IS DISTINCT FROM 0 THEN
         RAISE EXCEPTION 'retry of job % must reset attempts to 0, not keep %', OLD.id, NEW.attempts
             USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_attempts_fence';
+    END IF;
+
+    -- snoozes counts the attempts that gave their lease back without
+    -- spending a try (a snooze, RUNNING -> PENDING): it moves only by +1
+    -- in a snooze, or back to 0 in an operator retry, and a RUNNING job
+    -- goes back to PENDING only by a snooze. attempts does not move in a
+    -- snooze (the rule above), so the next claim's token is new.
+    IF NEW.snoozes IS DISTINCT FROM OLD.snoozes AND NOT (
+           (OLD.status = 'RUNNING' AND NEW.status = 'PENDING' AND NEW.snoozes = OLD.snoozes + 1)
+        OR (NEW.status = 'PENDING' AND OLD.status IN ('DEAD_LETTERED', 'CANCELED') AND NEW.snoozes = 0)
+    ) THEN
+        RAISE EXCEPTION 'illegal snoozes change % -> % for job % (% -> %)', OLD.snoozes, NEW.snoozes, OLD.id, OLD.status, NEW.status
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_snooze_fence', COLUMN = 'snoozes';
+    END IF;
+    IF OLD.status = 'RUNNING' AND NEW.status = 'PENDING' AND NEW.snoozes IS DISTINCT FROM OLD.snoozes + 1 THEN
+        RAISE EXCEPTION 'job % goes back from RUNNING to PENDING only by a snooze, which counts one in snoozes', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_snooze_fence', COLUMN = 'snoozes';
     END IF;
 
     IF NEW.locked_by IS DISTINCT FROM OLD.locked_by AND NOT (NEW.status = 'RUNNING' AND OLD.status <> 'RUNNING') THEN
@@ -549,7 +567,8 @@ CREATE TABLE public.jobs (
     result bytea,
     progress smallint,
     metadata jsonb,
-    CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND (attempts <= max_attempts))),
+    snoozes integer DEFAULT 0 NOT NULL,
+    CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_finished_iff_terminal CHECK ((public.pulse_is_terminal(status) = (finished_at IS NOT NULL))),
     CONSTRAINT jobs_locked_by_not_empty CHECK ((locked_by <> ''::text)),
@@ -558,7 +577,7 @@ CREATE TABLE public.jobs (
     CONSTRAINT jobs_metadata_size CHECK ((pg_column_size(metadata) <= 262144)),
     CONSTRAINT jobs_priority_range CHECK (((priority >= 0) AND (priority <= 10))),
     CONSTRAINT jobs_progress_range CHECK (((progress >= 0) AND (progress <= 100))),
-    CONSTRAINT jobs_queued_has_attempts_left CHECK (((status <> ALL (ARRAY['PENDING'::text, 'RETRYING'::text])) OR (attempts < max_attempts))),
+    CONSTRAINT jobs_queued_has_attempts_left CHECK (((status <> ALL (ARRAY['PENDING'::text, 'RETRYING'::text])) OR ((attempts - snoozes) < max_attempts))),
     CONSTRAINT jobs_result_only_completed CHECK (((result IS NULL) OR (status = 'COMPLETED'::text))),
     CONSTRAINT jobs_result_size CHECK ((octet_length(result) <= 1048576)),
     CONSTRAINT jobs_running_is_leased CHECK ((((status = 'RUNNING'::text) = (lease_until IS NOT NULL)) AND ((status <> 'RUNNING'::text) OR ((locked_by IS NOT NULL) AND (started_at IS NOT NULL))))),
@@ -865,7 +884,7 @@ CREATE TRIGGER jobs_guard_spec BEFORE INSERT ON public.jobs FOR EACH ROW WHEN ((
 -- Name: jobs jobs_guard_transition; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER jobs_guard_transition AFTER UPDATE ON public.jobs FOR EACH ROW WHEN (((old.status = 'COMPLETED'::text) OR ((old.status IS DISTINCT FROM new.status) AND (NOT (((old.status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text])) AND (new.status = 'RUNNING'::text)) OR ((old.status = 'RUNNING'::text) AND (new.status = ANY (ARRAY['COMPLETED'::text, 'RETRYING'::text, 'DEAD_LETTERED'::text]))) OR ((old.status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text, 'RUNNING'::text])) AND (new.status = 'CANCELED'::text)) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = 'PENDING'::text))))) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = old.status)) OR ((old.attempts IS DISTINCT FROM new.attempts) AND (NOT (((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text) AND (new.attempts = (old.attempts + 1))) OR ((new.status = 'PENDING'::text) AND (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.attempts = 0))))) OR ((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text) AND (new.attempts IS DISTINCT FROM (old.attempts + 1))) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = 'PENDING'::text) AND (new.attempts IS DISTINCT FROM 0)) OR ((old.locked_by IS DISTINCT FROM new.locked_by) AND (NOT ((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text)))) OR ((old.started_at IS DISTINCT FROM new.started_at) AND (new.started_at > (clock_timestamp() + '00:01:00'::interval))) OR ((old.finished_at IS DISTINCT FROM new.finished_at) AND (new.finished_at > (clock_timestamp() + '00:01:00'::interval))))) EXECUTE FUNCTION public.jobs_guard_transition();
+CREATE TRIGGER jobs_guard_transition AFTER UPDATE ON public.jobs FOR EACH ROW WHEN (((old.status = 'COMPLETED'::text) OR ((old.status IS DISTINCT FROM new.status) AND (NOT (((old.status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text])) AND (new.status = 'RUNNING'::text)) OR ((old.status = 'RUNNING'::text) AND (new.status = ANY (ARRAY['COMPLETED'::text, 'RETRYING'::text, 'DEAD_LETTERED'::text]))) OR ((old.status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text, 'RUNNING'::text])) AND (new.status = 'CANCELED'::text)) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = 'PENDING'::text)) OR ((old.status = 'RUNNING'::text) AND (new.status = 'PENDING'::text))))) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = old.status)) OR ((old.attempts IS DISTINCT FROM new.attempts) AND (NOT (((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text) AND (new.attempts = (old.attempts + 1))) OR ((new.status = 'PENDING'::text) AND (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.attempts = 0))))) OR ((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text) AND (new.attempts IS DISTINCT FROM (old.attempts + 1))) OR ((old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = 'PENDING'::text) AND (new.attempts IS DISTINCT FROM 0)) OR ((old.snoozes IS DISTINCT FROM new.snoozes) AND (NOT (((old.status = 'RUNNING'::text) AND (new.status = 'PENDING'::text) AND (new.snoozes = (old.snoozes + 1))) OR ((new.status = 'PENDING'::text) AND (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.snoozes = 0))))) OR ((old.status = 'RUNNING'::text) AND (new.status = 'PENDING'::text) AND (new.snoozes IS DISTINCT FROM (old.snoozes + 1))) OR ((old.locked_by IS DISTINCT FROM new.locked_by) AND (NOT ((new.status = 'RUNNING'::text) AND (old.status <> 'RUNNING'::text)))) OR ((old.started_at IS DISTINCT FROM new.started_at) AND (new.started_at > (clock_timestamp() + '00:01:00'::interval))) OR ((old.finished_at IS DISTINCT FROM new.finished_at) AND (new.finished_at > (clock_timestamp() + '00:01:00'::interval))))) EXECUTE FUNCTION public.jobs_guard_transition();
 
 --
 -- Name: jobs jobs_guard_truncate; Type: TRIGGER; Schema: public; Owner: -

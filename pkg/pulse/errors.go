@@ -142,3 +142,42 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// snoozeError puts the job back without spending its attempt.
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return "job snoozed for " + e.d.String() }
+
+// Snooze, returned by a handler, puts its job back to PENDING for d
+// without spending an attempt: the job is not failed, nothing is added to
+// its error history, and its next claim still gets a new attempt number
+// (the lease's fencing token), while the attempts it has spent, which
+// max_attempts bounds, stay where they were (docs/adr/0044). The job's
+// snoozes count how many times it was put back. Use it when the job
+// cannot run yet for a reason that is not its fault: a resource busy, an
+// upstream not ready. d is clamped to [0, MaxRetryDelay] and rounded up to
+// a microsecond; 0 makes the job claimable again at once. Wrapping the
+// error (fmt.Errorf with %w) keeps the snooze; [Permanent] or
+// [RetryAfter] around it win.
+func Snooze(d time.Duration) error {
+	switch {
+	case d < 0:
+		d = 0
+	case d > MaxRetryDelay:
+		d = MaxRetryDelay
+	}
+	if r := d % time.Microsecond; r != 0 {
+		d += time.Microsecond - r
+	}
+	return &snoozeError{d: d}
+}
+
+// SnoozeOf reports how long err asked to snooze its job with [Snooze], if
+// err or any error it wraps was made by it, so middleware can see it.
+func SnoozeOf(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.d, true
+	}
+	return 0, false
+}

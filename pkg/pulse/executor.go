@@ -261,6 +261,10 @@ func (e *executor) result(job *Job, err error) *pulsev1.JobResult {
 	case IsPermanent(err):
 		res.Outcome = pulsev1.Outcome_OUTCOME_FAIL_PERMANENT
 		res.Error = errorText(err)
+	case isSnooze(err):
+		d, _ := SnoozeOf(err)
+		res.Outcome = pulsev1.Outcome_OUTCOME_SNOOZE
+		res.RetryAfter = durationpb.New(d)
 	default:
 		if d, ok := RetryAfterOf(err); ok {
 			res.RetryAfter = durationpb.New(d)
@@ -287,4 +291,14 @@ func (e *executor) idle() <-chan struct{} {
 // marked. The gateway sanitizes again on receipt.
 func errorText(err error) string {
 	return errtext.Sanitize(err.Error(), maxErrorBytes)
+}
+
+// isSnooze reports whether err asks for a snooze and nothing wraps it in
+// a RetryAfter (which fails the attempt instead).
+func isSnooze(err error) bool {
+	if _, ok := SnoozeOf(err); !ok {
+		return false
+	}
+	_, retry := RetryAfterOf(err)
+	return !retry
 }

@@ -22,8 +22,12 @@ type JobInfo struct {
 	Priority int
 	// Status is PENDING, RUNNING, RETRYING, COMPLETED, DEAD_LETTERED or
 	// CANCELED (pulsetype.StatusPending …).
-	Status      pulsetype.Status
+	Status pulsetype.Status
+	// Attempts counts the job's claims (the latest attempt's number);
+	// Snoozes those that ended in [Snooze]. The attempts spent, which
+	// MaxAttempts bounds, are Attempts - Snoozes.
 	Attempts    int
+	Snoozes     int
 	MaxAttempts int
 	// Errors is the per-attempt failure history, oldest first.
 	Errors []AttemptError
@@ -121,6 +125,7 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		Priority:       int(j.GetPriority()),
 		Status:         statusName(j.GetStatus()),
 		Attempts:       int(j.GetAttempts()),
+		Snoozes:        int(j.GetSnoozes()),
 		MaxAttempts:    int(j.GetMaxAttempts()),
 		LockedBy:       j.GetLockedBy(),
 		LeaseUntil:     timeOf(j.GetLeaseUntil()),

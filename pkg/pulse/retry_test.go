@@ -3,6 +3,7 @@ package pulse
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -132,6 +133,63 @@ func TestRetryAfter(t *testing.T) {
 					require.Nil(t, res.GetRetryAfter())
 				} else {
 					require.Equal(t, c.after, res.GetRetryAfter().AsDuration())
+				}
+			})
+		}
+	})
+}
+
+func TestSnooze(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheWaitIsClampedToWhatTheServerAccepts", func(t *testing.T) {
+		t.Parallel()
+		for in, want := range map[time.Duration]time.Duration{
+			-time.Second:         0,
+			0:                    0,
+			time.Second + 1:      time.Second + time.Microsecond,
+			400 * 24 * time.Hour: MaxRetryDelay,
+		} {
+			d, ok := SnoozeOf(Snooze(in))
+			require.True(t, ok)
+			require.Equal(t, want, d, "%s", in)
+		}
+		_, ok := SnoozeOf(errors.New("x"))
+		require.False(t, ok)
+	})
+
+	t.Run("TheWorkerReportsASnooze", func(t *testing.T) {
+		t.Parallel()
+		for name, c := range map[string]struct {
+			handler Handler
+			outcome pulsev1.Outcome
+			after   time.Duration
+		}{
+			"snooze": {func(context.Context, *Job) error { return Snooze(time.Minute) }, pulsev1.Outcome_OUTCOME_SNOOZE, time.Minute},
+			"zero":   {func(context.Context, *Job) error { return Snooze(0) }, pulsev1.Outcome_OUTCOME_SNOOZE, 0},
+			"wrapped": {func(context.Context, *Job) error { return fmt.Errorf("upstream busy: %w", Snooze(time.Second)) },
+				pulsev1.Outcome_OUTCOME_SNOOZE, time.Second},
+			"permanent wins": {func(context.Context, *Job) error { return Permanent(Snooze(time.Second)) },
+				pulsev1.Outcome_OUTCOME_FAIL_PERMANENT, -1},
+			"retry after wins": {func(context.Context, *Job) error { return RetryAfter(time.Hour, Snooze(time.Second)) },
+				pulsev1.Outcome_OUTCOME_FAIL, time.Hour},
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				gw := fakegateway.New(t, "gw-1", fakegateway.FastWelcome())
+				startWorker(t, []string{gw.Addr()}, map[string]Handler{"t": c.handler})
+				fs := gw.NextStream(t)
+				fs.Assign(fakegateway.Assignment("job-1", "t"))
+				res := gw.NextResult(t)
+				require.Equal(t, c.outcome, res.GetOutcome())
+				if c.after < 0 {
+					require.Nil(t, res.GetRetryAfter())
+					return
+				}
+				require.NotNil(t, res.GetRetryAfter())
+				require.Equal(t, c.after, res.GetRetryAfter().AsDuration())
+				if c.outcome == pulsev1.Outcome_OUTCOME_SNOOZE {
+					require.Empty(t, res.GetError(), "a snooze is not a failure")
 				}
 			})
 		}

@@ -66,22 +66,25 @@ type Job struct {
 	Topic string `json:"topic"`
 	// Args is left out of a listing (GET /v1/jobs) unless it asks for it
 	// with include=args; a single job always has it.
-	Args           json.RawMessage `json:"args,omitempty"`
-	Priority       int32           `json:"priority"`
-	Status         string          `json:"status"`
-	Attempts       int32           `json:"attempts"`
-	MaxAttempts    int32           `json:"max_attempts"`
-	Errors         []AttemptError  `json:"errors"`
-	LockedBy       string          `json:"locked_by"`
-	LeaseUntil     *time.Time      `json:"lease_until"`
-	NextRunAt      *time.Time      `json:"next_run_at"`
-	SubmittedAt    *time.Time      `json:"submitted_at"`
-	StartedAt      *time.Time      `json:"started_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	ScheduleID     string          `json:"schedule_id"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Traceparent    string          `json:"traceparent"`
-	Tracestate     string          `json:"tracestate"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Priority int32           `json:"priority"`
+	Status   string          `json:"status"`
+	Attempts int32           `json:"attempts"`
+	// Snoozes counts the claims that ended in a snooze: the attempts
+	// spent are Attempts - Snoozes.
+	Snoozes        int32          `json:"snoozes"`
+	MaxAttempts    int32          `json:"max_attempts"`
+	Errors         []AttemptError `json:"errors"`
+	LockedBy       string         `json:"locked_by"`
+	LeaseUntil     *time.Time     `json:"lease_until"`
+	NextRunAt      *time.Time     `json:"next_run_at"`
+	SubmittedAt    *time.Time     `json:"submitted_at"`
+	StartedAt      *time.Time     `json:"started_at"`
+	FinishedAt     *time.Time     `json:"finished_at"`
+	ScheduleID     string         `json:"schedule_id"`
+	IdempotencyKey string         `json:"idempotency_key"`
+	Traceparent    string         `json:"traceparent"`
+	Tracestate     string         `json:"tracestate"`
 	// Timeout is a Go duration ("30s"), null when the job has none.
 	Timeout *string `json:"timeout"`
 	// Retry is the job's own backoff, null when it follows the schema's

@@ -15,14 +15,15 @@ type Result struct {
 	JobID   string
 	Attempt int
 	// Outcome is what the worker reported: pulsetype.OutcomeComplete,
-	// OutcomeFail (retried while attempts remain) or OutcomeFailPermanent
-	// (dead-lettered now).
+	// OutcomeFail (retried while attempts remain), OutcomeFailPermanent
+	// (dead-lettered now) or OutcomeSnooze (back to PENDING for
+	// RetryAfter, no attempt spent).
 	Outcome pulsetype.Outcome
 	// Error is the error text the worker reported, as the job's history
 	// would keep it ("" when the attempt completed).
 	Error string
 	// RetryAfter is the wait the handler asked for with pulse.RetryAfter
-	// (zero: the job's backoff).
+	// (zero: the job's backoff), or how long pulse.Snooze put it back for.
 	RetryAfter time.Duration
 
 	// Job is the job as the handler saw it, and Err what the handler
@@ -65,6 +66,16 @@ func (r *Result) RequirePermanent(t testing.TB) string {
 	return r.Error
 }
 
+// RequireSnoozed fails the test unless the handler snoozed the job
+// (pulse.Snooze); it returns how long for.
+func (r *Result) RequireSnoozed(t testing.TB) time.Duration {
+	t.Helper()
+	if r.Outcome != pulsetype.OutcomeSnooze {
+		t.Fatalf("pulsetest: job %s attempt %d: want snoozed, got %s %q", r.JobID, r.Attempt, outcomeName(r.Outcome), r.Error)
+	}
+	return r.RetryAfter
+}
+
 func outcomeName(o pulsetype.Outcome) string {
 	switch o {
 	case pulsetype.OutcomeComplete:
@@ -73,6 +84,8 @@ func outcomeName(o pulsetype.Outcome) string {
 		return "failed (retried)"
 	case pulsetype.OutcomeFailPermanent:
 		return "failed permanently"
+	case pulsetype.OutcomeSnooze:
+		return "snoozed"
 	}
 	return "no outcome"
 }
@@ -87,6 +100,8 @@ func resultFromProto(r *pulsev1.JobResult) *Result {
 		res.Outcome = pulsetype.OutcomeFail
 	case pulsev1.Outcome_OUTCOME_FAIL_PERMANENT:
 		res.Outcome = pulsetype.OutcomeFailPermanent
+	case pulsev1.Outcome_OUTCOME_SNOOZE:
+		res.Outcome = pulsetype.OutcomeSnooze
 	}
 	if d := r.GetRetryAfter(); d != nil {
 		res.RetryAfter = d.AsDuration()

@@ -53,6 +53,9 @@ const (
 	OutcomeComplete      Outcome = 1
 	OutcomeFail          Outcome = 2 // retry while attempts remain
 	OutcomeFailPermanent Outcome = 3 // dead-letter now
+	// OutcomeSnooze puts the job back to PENDING for RetryAfter without
+	// spending the attempt (the job's snoozes grows by one instead).
+	OutcomeSnooze Outcome = 4
 )
 
 // Result is one worker report. Worker is the reporting worker's id, the
@@ -62,7 +65,8 @@ type Result struct {
 	Outcome Outcome
 	Error   string
 	Worker  string
-	// RetryAfter, for OutcomeFail, is the wait the handler asked for
+	// RetryAfter, for OutcomeSnooze, is how long the job sleeps
+	// (0..MaxRetryDelay). For OutcomeFail, it is the wait the handler asked for
 	// before the next attempt (MinRetryDelay..MaxRetryDelay, checked by
 	// the gateway), used instead of the job's backoff; zero: the backoff.
 	// The failed attempt counts like any other (ADR-0018): on the last one

@@ -74,7 +74,7 @@ func TestReaperProcess(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionJobResults))
+		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionSnooze))
 	})
 
 	t.Run("RefusesABadSweepIntervalNamingTheVariable", func(t *testing.T) {

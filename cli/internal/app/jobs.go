@@ -104,7 +104,7 @@ with a next page token, once its jobs' error histories and args reach 4 MiB.`,
 func printJobTable(w io.Writer, l jobList) {
 	fmt.Fprintln(w, "ID\tTOPIC\tSTATUS\tPRIORITY\tATTEMPTS\tSUBMITTED")
 	for _, j := range l.Jobs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d\t%s\n", j.ID, j.Topic, j.Status, j.Priority, j.Attempts, j.MaxAttempts, ts(j.SubmittedAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d\t%s\n", j.ID, j.Topic, j.Status, j.Priority, j.Attempts-j.Snoozes, j.MaxAttempts, ts(j.SubmittedAt))
 	}
 	if l.NextPageToken != "" {
 		fmt.Fprintf(w, "\nnext page: --page-token %s\n", l.NextPageToken)
@@ -116,7 +116,10 @@ func printJob(w io.Writer, j job) {
 	fmt.Fprintf(w, "Topic:\t%s\n", j.Topic)
 	fmt.Fprintf(w, "Status:\t%s\n", j.Status)
 	fmt.Fprintf(w, "Priority:\t%d\n", j.Priority)
-	fmt.Fprintf(w, "Attempts:\t%d of %d\n", j.Attempts, j.MaxAttempts)
+	fmt.Fprintf(w, "Attempts:\t%d of %d\n", j.Attempts-j.Snoozes, j.MaxAttempts)
+	if j.Snoozes > 0 {
+		fmt.Fprintf(w, "Snoozed:\t%d times (claims that spent no attempt)\n", j.Snoozes)
+	}
 	fmt.Fprintf(w, "Args:\t%s\n", string(j.Args))
 	fmt.Fprintf(w, "Submitted:\t%s\n", ts(j.SubmittedAt))
 	fmt.Fprintf(w, "Next run:\t%s\n", ts(j.NextRunAt))

@@ -32,6 +32,10 @@ const (
 	Outcome_OUTCOME_FAIL Outcome = 2
 	// Dead-letter now, whatever attempts remain.
 	Outcome_OUTCOME_FAIL_PERMANENT Outcome = 3
+	// Put the job back to PENDING for retry_after (0..366d) without
+	// spending the attempt: the job's snoozes grows by one. The next claim
+	// still gets a new attempt number (the lease's fencing token).
+	Outcome_OUTCOME_SNOOZE Outcome = 4
 )
 
 // Enum value maps for Outcome.
@@ -41,12 +45,14 @@ var (
 		1: "OUTCOME_COMPLETE",
 		2: "OUTCOME_FAIL",
 		3: "OUTCOME_FAIL_PERMANENT",
+		4: "OUTCOME_SNOOZE",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED":    0,
 		"OUTCOME_COMPLETE":       1,
 		"OUTCOME_FAIL":           2,
 		"OUTCOME_FAIL_PERMANENT": 3,
+		"OUTCOME_SNOOZE":         4,
 	}
 )
 
@@ -938,7 +944,8 @@ type JobResult struct {
 	Error   string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// For OUTCOME_FAIL: the handler asked for the next attempt to wait this
 	// long (1ms..366d) instead of the job's backoff. Ignored when no attempt
-	// remains.
+	// remains. For OUTCOME_SNOOZE (required): how long the job sleeps
+	// (0..366d).
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// For OUTCOME_COMPLETE: what the handler returned, as JSON text, stored
 	// with the completion (at most the gateway's PULSE_MAX_RESULT_BYTES; a
@@ -1417,12 +1424,13 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x01(\fR\bmetadataB\v\n" +
 	"\t_progress\",\n" +
 	"\x16UpdateProgressResponse\x12\x12\n" +
-	"\x04held\x18\x01 \x01(\bR\x04held*f\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held*z\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_COMPLETE\x10\x01\x12\x10\n" +
 	"\fOUTCOME_FAIL\x10\x02\x12\x1a\n" +
-	"\x16OUTCOME_FAIL_PERMANENT\x10\x032\xc8\x02\n" +
+	"\x16OUTCOME_FAIL_PERMANENT\x10\x03\x12\x12\n" +
+	"\x0eOUTCOME_SNOOZE\x10\x042\xc8\x02\n" +
 	"\x0fDispatchService\x12K\n" +
 	"\n" +
 	"StreamJobs\x12\x1b.pulse.v1.StreamJobsRequest\x1a\x1c.pulse.v1.StreamJobsResponse(\x010\x01\x12D\n" +

@@ -358,12 +358,14 @@ func (x *AttemptError) GetAt() *timestamppb.Timestamp {
 
 // Job is the full stored state of one job.
 type Job struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Topic          string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
-	Args           []byte                 `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
-	Priority       int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
-	Status         JobStatus              `protobuf:"varint,5,opt,name=status,proto3,enum=pulse.v1.JobStatus" json:"status,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Topic    string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Args     []byte                 `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
+	Priority int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	Status   JobStatus              `protobuf:"varint,5,opt,name=status,proto3,enum=pulse.v1.JobStatus" json:"status,omitempty"`
+	// Claims made so far: the number of the latest attempt, its lease's
+	// fencing token. Snoozed claims count here too.
 	Attempts       int32                  `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	MaxAttempts    int32                  `protobuf:"varint,7,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	Errors         []*AttemptError        `protobuf:"bytes,8,rep,name=errors,proto3" json:"errors,omitempty"`
@@ -389,7 +391,10 @@ type Job struct {
 	// never did.
 	Progress *int32 `protobuf:"varint,22,opt,name=progress,proto3,oneof" json:"progress,omitempty"`
 	// The JSON object the handler's metadata updates built; empty when none.
-	Metadata      []byte `protobuf:"bytes,23,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata []byte `protobuf:"bytes,23,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// Claims that ended in a snooze: they gave the job back without spending
+	// an attempt. The attempts spent are attempts - snoozes.
+	Snoozes       int32 `protobuf:"varint,24,opt,name=snoozes,proto3" json:"snoozes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +590,13 @@ func (x *Job) GetMetadata() []byte {
 	return nil
 }
 
+func (x *Job) GetSnoozes() int32 {
+	if x != nil {
+		return x.Snoozes
+	}
+	return 0
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
@@ -611,7 +623,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x94\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xae\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -642,7 +654,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x05retry\x18\x14 \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\x12\x16\n" +
 	"\x06result\x18\x15 \x01(\fR\x06result\x12\x1f\n" +
 	"\bprogress\x18\x16 \x01(\x05H\x00R\bprogress\x88\x01\x01\x12\x1a\n" +
-	"\bmetadata\x18\x17 \x01(\fR\bmetadataB\v\n" +
+	"\bmetadata\x18\x17 \x01(\fR\bmetadata\x12\x18\n" +
+	"\asnoozes\x18\x18 \x01(\x05R\asnoozesB\v\n" +
 	"\t_progress*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +

@@ -260,6 +260,8 @@ func ackStatus(o pulsev1.Outcome) pulsev1.JobStatus {
 		return pulsev1.JobStatus_JOB_STATUS_RETRYING
 	case pulsev1.Outcome_OUTCOME_FAIL_PERMANENT:
 		return pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED
+	case pulsev1.Outcome_OUTCOME_SNOOZE:
+		return pulsev1.JobStatus_JOB_STATUS_PENDING
 	default:
 		return pulsev1.JobStatus_JOB_STATUS_COMPLETED
 	}

@@ -19,12 +19,17 @@ type AttemptError struct {
 
 // Job is one row of the jobs table.
 type Job struct {
-	ID             uuid.UUID
-	Topic          string
-	Args           json.RawMessage
-	Priority       int16
-	Status         pulsetype.Status
-	Attempts       int32
+	ID       uuid.UUID
+	Topic    string
+	Args     json.RawMessage
+	Priority int16
+	Status   pulsetype.Status
+	// Attempts counts the job's claims: the latest attempt's number, its
+	// lease's fencing token.
+	Attempts int32
+	// Snoozes counts the claims that ended in a snooze (ADR-0044); the
+	// attempts spent are Attempts - Snoozes.
+	Snoozes        int32
 	MaxAttempts    int32
 	Errors         []AttemptError
 	LockedBy       string

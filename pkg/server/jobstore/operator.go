@@ -31,7 +31,7 @@ SELECT ` // + jobReturning FROM settled, ...
 const retrySQL = `
 WITH retried AS (
     UPDATE jobs
-    SET status = 'PENDING', attempts = 0, finished_at = NULL,
+    SET status = 'PENDING', attempts = 0, snoozes = 0, finished_at = NULL,
         lease_until = NULL, next_run_at = now()
     WHERE id = ? AND status IN ('DEAD_LETTERED', 'CANCELED')
     RETURNING *

@@ -86,6 +86,7 @@ type jobRow struct {
 	Priority    int16           `bun:"priority"`
 	Status      string          `bun:"status"`
 	Attempts    int32           `bun:"attempts"`
+	Snoozes     int32           `bun:"snoozes"`
 	MaxAttempts int32           `bun:"max_attempts"`
 	Errors      json.RawMessage `bun:"errors,type:jsonb"`
 	LockedBy    string          `bun:"locked_by,nullzero"`
@@ -128,7 +129,7 @@ const intervalMicrosSQL = `COALESCE((extract(epoch FROM j.timeout) * 1000000)::b
 func (r *jobRow) job() *Job {
 	return &Job{
 		ID: r.ID, Topic: r.Topic, Args: r.Args, Priority: r.Priority, Status: pulsetype.Status(r.Status),
-		Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, Errors: decodeErrors(r.Errors),
+		Attempts: r.Attempts, Snoozes: r.Snoozes, MaxAttempts: r.MaxAttempts, Errors: decodeErrors(r.Errors),
 		LockedBy: r.LockedBy, LeaseUntil: r.LeaseUntil, NextRunAt: r.NextRunAt, SubmittedAt: r.SubmittedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, ScheduleID: r.ScheduleID,
 		IdempotencyKey: r.IdempotencyKey, TraceParent: r.TraceParent, TraceState: r.TraceState,

@@ -45,9 +45,9 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), settled AS (
     UPDATE jobs AS j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
-        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() ELSE NULL END,
-        next_run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.next_run_at
+    SET status = CASE WHEN j.attempts - j.snoozes >= j.max_attempts THEN 'DEAD_LETTERED' ELSE 'RETRYING' END,
+        finished_at = CASE WHEN j.attempts - j.snoozes >= j.max_attempts THEN now() ELSE NULL END,
+        next_run_at = CASE WHEN j.attempts - j.snoozes >= j.max_attempts THEN j.next_run_at
                            ELSE now() + ` + retryDelaySQL + ` END,
         lease_until = NULL,
         errors = j.errors || jsonb_build_array(jsonb_build_object(

@@ -19,7 +19,7 @@ import (
 // costs what the formula written out cost. The report and the reap share
 // it: a failure and a lapsed lease back off alike, and neither service
 // holds the numbers.
-const retryDelaySQL = `pulse_retry_delay(j.attempts,
+const retryDelaySQL = `pulse_retry_delay(j.attempts - j.snoozes,
             (SELECT backoff_unit FROM retry_policy), (SELECT backoff_max FROM retry_policy),
             j.retry_base, j.retry_max, j.retry_fixed)`
 
@@ -34,6 +34,14 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts,
 //	                                   else pulse_retry_delay(attempts, …)
 //	fail on the last attempt,
 //	or fail permanently              → DEAD_LETTERED
+//	snooze                           → PENDING, next_run_at = now + the
+//	                                   result's retry_after, snoozes + 1:
+//	                                   the attempt is not spent (ADR-0044)
+//
+// "Attempts left" is max_attempts minus the attempts spent, attempts -
+// snoozes: attempts stays the lease's fencing token, which every claim
+// raises and nothing lowers, so a snooze cannot hand a stale worker's
+// attempt number to the next claim.
 //
 // Failures append {attempt, error, worker, at} to the error history. A
 // completion stores its result ($7, NULL for none; the schema refuses a
@@ -86,7 +94,7 @@ woken AS (
 // With nobody waiting it costs one look at an empty table per statement.
 const notifySettledSQL = `
 notified AS (
-    SELECT pulse_notify_settled(array_agg(id)) FROM settled WHERE status <> 'RETRYING'
+    SELECT pulse_notify_settled(array_agg(id)) FROM settled WHERE status NOT IN ('RETRYING', 'PENDING')
 )`
 
 // wokenFilter ends a statement with wakeLimitedSQL and notifySettledSQL:
@@ -99,20 +107,23 @@ const reportUpdateSQL = `
     UPDATE jobs AS j
     SET status = CASE
             WHEN r.outcome = 1 THEN 'COMPLETED'
-            WHEN r.outcome = 3 OR j.attempts >= j.max_attempts THEN 'DEAD_LETTERED'
+            WHEN r.outcome = 4 THEN 'PENDING'
+            WHEN r.outcome = 3 OR j.attempts - j.snoozes >= j.max_attempts THEN 'DEAD_LETTERED'
             ELSE 'RETRYING' END,
         finished_at = CASE
-            WHEN r.outcome = 2 AND j.attempts < j.max_attempts THEN NULL
+            WHEN r.outcome = 4 OR (r.outcome = 2 AND j.attempts - j.snoozes < j.max_attempts) THEN NULL
             ELSE now() END,
         next_run_at = CASE
-            WHEN r.outcome = 2 AND j.attempts < j.max_attempts
+            WHEN r.outcome = 4 THEN now() + r.retry_after * interval '1 microsecond'
+            WHEN r.outcome = 2 AND j.attempts - j.snoozes < j.max_attempts
             THEN now() + CASE WHEN r.retry_after > 0 THEN r.retry_after * interval '1 microsecond'
                               ELSE ` + retryDelaySQL + ` END
             ELSE j.next_run_at END,
+        snoozes = j.snoozes + (r.outcome = 4)::int,
         lease_until = NULL,
         result = CASE WHEN r.outcome = 1 THEN r.result END,
         errors = CASE
-            WHEN r.outcome = 1 THEN j.errors
+            WHEN r.outcome IN (1, 4) THEN j.errors
             ELSE j.errors || jsonb_build_array(jsonb_build_object(
                 'attempt', j.attempts, 'error', r.error, 'worker', j.locked_by, 'at', now()))
             END
@@ -131,7 +142,8 @@ SELECT id, status, attempts, COALESCE(locked_by, '') FROM jobs WHERE id = ANY($1
 // Report settles results reported by worker in one statement and answers
 // each individually, in request order. A failure with attempts left waits
 // what its result asks (RetryAfter), else as the job's policy or the
-// retry_policy row says (retryDelaySQL). The same statement counts what it
+// retry_policy row says (retryDelaySQL); a snooze waits what it asks and
+// spends no attempt. The same statement counts what it
 // settled in job_throughput under the store's writer. Results may carry their own Worker
 // (a gateway folding several workers' reports into one statement); those
 // without one are worker's.

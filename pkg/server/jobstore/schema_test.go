@@ -32,11 +32,16 @@ var allowed = map[[2]pulsetype.Status]bool{
 	{pulsetype.StatusRunning, pulsetype.StatusCanceled}:     true,
 	{pulsetype.StatusDeadLettered, pulsetype.StatusPending}: true,
 	{pulsetype.StatusCanceled, pulsetype.StatusPending}:     true,
+	{pulsetype.StatusRunning, pulsetype.StatusPending}:      true, // a snooze (migration 00006)
 }
 
 // transitionSQL moves a row to `to` while keeping every CHECK constraint
 // satisfied, so only the transition trigger can object.
-func transitionSQL(to pulsetype.Status) string {
+func transitionSQL(from, to pulsetype.Status) string {
+	switch {
+	case from == pulsetype.StatusRunning && to == pulsetype.StatusPending:
+		return `UPDATE jobs SET status = 'PENDING', snoozes = snoozes + 1, lease_until = NULL, finished_at = NULL WHERE id = $1`
+	}
 	switch to {
 	case pulsetype.StatusRunning:
 		return `UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, locked_by = 'w',
@@ -65,7 +70,7 @@ func TestSchemaTransitions(t *testing.T) {
 				// Built by legal transitions: PENDING and CANCELED have made no
 				// attempt, every other status one (of 3).
 				id := insertRow(t, pool, rowOpts{Status: from})
-				_, err := pool.Exec(ctx, transitionSQL(to), id)
+				_, err := pool.Exec(ctx, transitionSQL(from, to), id)
 				if allowed[[2]pulsetype.Status{from, to}] {
 					require.NoError(t, err, "Postgres must allow %s -> %s", from, to)
 					require.Equal(t, to, statusOf(t, pool, id))

@@ -52,7 +52,8 @@ func ValidWriter(id string) error {
 // counts: a report split by Isolate counts each part it settled, once.
 //
 // COMPLETED counts as completed; RETRYING and DEAD_LETTERED as failed, and
-// DEAD_LETTERED as dead_lettered too. The rows go in sorted by key
+// DEAD_LETTERED as dead_lettered too. A snooze (PENDING) settled nothing:
+// the attempt was given back, not spent, and is not counted. The rows go in sorted by key
 // (bucket and writer are the same for the whole statement, so by topic),
 // so two statements of one writer lock shared rows in one order and cannot
 // deadlock. A row already there is added to (ON CONFLICT ... DO UPDATE);
@@ -68,6 +69,7 @@ counted AS (
            count(*) FILTER (WHERE s.status <> 'COMPLETED'),
            count(*) FILTER (WHERE s.status = 'DEAD_LETTERED')
     FROM settled AS s
+    WHERE s.status <> 'PENDING'
     GROUP BY s.topic
     ORDER BY s.topic
     ON CONFLICT (bucket, topic, writer) DO UPDATE

@@ -44,6 +44,7 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		Priority:       int32(j.Priority),
 		Status:         statusToWire[j.Status],
 		Attempts:       j.Attempts,
+		Snoozes:        j.Snoozes,
 		MaxAttempts:    j.MaxAttempts,
 		LockedBy:       j.LockedBy,
 		LeaseUntil:     timestampOrNil(j.LeaseUntil),

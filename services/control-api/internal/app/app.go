@@ -43,8 +43,9 @@ const Service = "control-api"
 // Explaining a waiting job reads worker_presence; a submit writes
 // jobs.timeout and the job's retry policy and claims unique keys in
 // job_uniques; topics read and set topic_limits; the dashboard reads
-// job_throughput.
-const MinSchemaVersion = migrations.VersionJobProgress
+// job_throughput; a job's view and its retry read and reset jobs.snoozes
+// (VersionSnooze).
+const MinSchemaVersion = migrations.VersionSnooze
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -154,6 +154,7 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		Priority:       j.GetPriority(),
 		Status:         strings.TrimPrefix(j.GetStatus().String(), "JOB_STATUS_"),
 		Attempts:       j.GetAttempts(),
+		Snoozes:        j.GetSnoozes(),
 		MaxAttempts:    j.GetMaxAttempts(),
 		Errors:         make([]attemptErrorJSON, len(j.GetErrors())),
 		LockedBy:       j.GetLockedBy(),

@@ -51,7 +51,7 @@ func jobRowOf(j *pulsev1.Job) jobRow {
 	st := j.GetStatus()
 	row := jobRow{
 		ID: j.GetId(), Topic: j.GetTopic(), Status: statusName(st), Priority: j.GetPriority(),
-		Attempts: j.GetAttempts(), MaxAttempts: j.GetMaxAttempts(),
+		Attempts: j.GetAttempts() - j.GetSnoozes(), MaxAttempts: j.GetMaxAttempts(),
 		Submitted: api.TimeFromWire(j.GetSubmittedAt()), Started: api.TimeFromWire(j.GetStartedAt()),
 		Finished: api.TimeFromWire(j.GetFinishedAt()), NextRun: api.TimeFromWire(j.GetNextRunAt()),
 		// The schema's transitions: a live job may be canceled, a dead or
@@ -298,7 +298,18 @@ func workerLabel(st pulsev1.JobStatus) string {
 // failures are its error history, which an operator retry keeps while
 // starting the count of attempts again.
 func attemptsText(j *pulsev1.Job) string {
-	n, limit, failed := j.GetAttempts(), j.GetMaxAttempts(), len(j.GetErrors())
+	// A snoozed claim spent no attempt (ADR-0044): the budget counts the others.
+	n, limit, failed := j.GetAttempts()-j.GetSnoozes(), j.GetMaxAttempts(), len(j.GetErrors())
+	text := attemptsBudgetText(j.GetStatus(), n, limit, failed)
+	if s := j.GetSnoozes(); s == 1 {
+		text += "; snoozed once"
+	} else if s > 1 {
+		text += fmt.Sprintf("; snoozed %d times", s)
+	}
+	return text
+}
+
+func attemptsBudgetText(status pulsev1.JobStatus, n, limit int32, failed int) string {
 	plural := func(k int, one, many string) string {
 		if k == 1 {
 			return one
@@ -309,7 +320,7 @@ func attemptsText(j *pulsev1.Job) string {
 	if failed > 0 {
 		failures = ", after " + plural(failed, "1 failed attempt", "failed attempts")
 	}
-	switch j.GetStatus() {
+	switch status {
 	case pulsev1.JobStatus_JOB_STATUS_COMPLETED:
 		if n == 1 && failed == 0 {
 			return fmt.Sprintf("Completed on its first attempt (of %d allowed)", limit)

@@ -443,11 +443,13 @@ func (s *DispatchService) ReportResult(ctx context.Context, req *pulsev1.ReportR
 			outcome = pulsetype.OutcomeFail
 		case pulsev1.Outcome_OUTCOME_FAIL_PERMANENT:
 			outcome = pulsetype.OutcomeFailPermanent
+		case pulsev1.Outcome_OUTCOME_SNOOZE:
+			outcome = pulsetype.OutcomeSnooze
 		default:
-			return nil, apierr.Invalid(entryField("results", i, "outcome"), "must be COMPLETE, FAIL or FAIL_PERMANENT")
+			return nil, apierr.Invalid(entryField("results", i, "outcome"), "must be COMPLETE, FAIL, FAIL_PERMANENT or SNOOZE")
 		}
 		msg := errtext.Sanitize(r.GetError(), MaxErrorBytes)
-		if outcome != pulsetype.OutcomeComplete && msg == "" {
+		if outcome != pulsetype.OutcomeComplete && outcome != pulsetype.OutcomeSnooze && msg == "" {
 			msg = "(no error message)"
 		}
 		after, err := retryAfter(entryField("results", i, "retry_after"), r)
@@ -581,11 +583,25 @@ const (
 	MaxRetryAfter = pulsetype.MaxRetryDelay
 )
 
+// MaxSnooze bounds how long a snooze may put its job back for
+// (JobResult.retry_after of OUTCOME_SNOOZE); a snooze may be 0, a job
+// claimable again at once.
+const MaxSnooze = pulsetype.MaxRetryDelay
+
 // retryAfter is a result's retry_after, zero when unset. Only a retryable
-// failure may carry one: on a completion or a permanent failure there is
-// no next attempt to wait for, and a worker sending one has a bug worth
-// hearing about.
+// failure may carry one, and a snooze must: on a completion or a
+// permanent failure there is no next attempt to wait for, and a worker
+// sending one has a bug worth hearing about.
 func retryAfter(field string, r *pulsev1.JobResult) (time.Duration, error) {
+	if r.GetOutcome() == pulsev1.Outcome_OUTCOME_SNOOZE {
+		if r.GetRetryAfter() == nil {
+			return 0, apierr.Invalid(field, "is required for OUTCOME_SNOOZE: how long the job sleeps (0..%s)", MaxSnooze)
+		}
+		if d := r.GetRetryAfter(); d.GetSeconds() == 0 && d.GetNanos() == 0 {
+			return 0, nil // claimable again at once
+		}
+		return jobspec.ValidateDuration(field, r.GetRetryAfter(), pulsetype.DurationResolution, MaxSnooze)
+	}
 	if r.GetRetryAfter() == nil {
 		return 0, nil
 	}

@@ -33,8 +33,9 @@ const Service = "dispatch-gateway"
 // before it, which its report stores and whose waiters it wakes. It records its streams in worker_presence, its report
 // schedules a failed attempt's retry with pulse_retry_delay and the job's
 // own policy, counts settled attempts in job_throughput, and its claim
-// reads jobs.timeout and topic_limits.
-const MinSchemaVersion = migrations.VersionJobProgress
+// reads jobs.timeout and topic_limits; a snooze needs jobs.snoozes
+// (VersionSnooze).
+const MinSchemaVersion = migrations.VersionSnooze
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {

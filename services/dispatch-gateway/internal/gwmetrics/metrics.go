@@ -255,6 +255,8 @@ func outcomeLabel(s pulsetype.Status) string {
 		return "retried"
 	case pulsetype.StatusDeadLettered:
 		return "dead_lettered"
+	case pulsetype.StatusPending:
+		return "snoozed"
 	}
 	return "other"
 }

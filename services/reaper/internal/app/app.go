@@ -25,8 +25,10 @@ const Service = "reaper"
 // results, whose pulse_notify_settled wakes the waiters of a job the sweep
 // dead-letters; the baseline before it, whose pulse_retry_delay (with the job's own policy) schedules a
 // lapsed attempt's retry, whose job_throughput counts it, and whose
-// control_events guard lets the pruner delete audit rows older than a day.
-const MinSchemaVersion = migrations.VersionJobResults
+// control_events guard lets the pruner delete audit rows older than a day;
+// and jobs.snoozes (VersionSnooze), which a lapsed attempt's budget
+// subtracts.
+const MinSchemaVersion = migrations.VersionSnooze
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {
