@@ -147,6 +147,9 @@ class JobInfo:
     args: bytes
     priority: int
     status: str
+    # attempts counts the job's claims (the latest attempt's number);
+    # snoozes those that ended in Snooze. The attempts spent, which
+    # max_attempts bounds, are attempts - snoozes.
     attempts: int
     max_attempts: int
     errors: tuple[AttemptError, ...]
@@ -171,6 +174,7 @@ class JobInfo:
 
     def metadata_json(self) -> dict:
         return json.loads(self.metadata) if self.metadata else {}
+    snoozes: int = 0
 
     def result_json(self) -> Any:
         """The result decoded from JSON; None when there is none."""
@@ -211,6 +215,7 @@ class JobInfo:
             result=bytes(j.result),
             progress=j.progress if j.HasField("progress") else None,
             metadata=bytes(j.metadata),
+            snoozes=j.snoozes,
         )
 
 

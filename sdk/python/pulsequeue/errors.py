@@ -3,7 +3,7 @@ gives when it stops a handler: the Python side of pkg/pulse/errors.go."""
 
 from __future__ import annotations
 
-from ._durations import clamp_retry_delay, format_duration, to_micros
+from ._durations import MAX_RETRY_DELAY, clamp_retry_delay, format_duration, to_micros
 
 
 class PulseError(Exception):
@@ -106,6 +106,30 @@ class RetryAfter(PulseError):
         super().__init__(text)
 
 
+class Snooze(PulseError):
+    """Raise ``Snooze(delay)`` from a handler to put its job back to PENDING
+    for delay (seconds or a timedelta) without spending an attempt: the job
+    is not failed, nothing joins its error history, and its next claim
+    still gets a new attempt number (the lease's fence), while the attempts
+    it has spent, which max_attempts bounds, stay where they were. For a
+    job that cannot run yet through no fault of its own (a resource busy,
+    an upstream not ready). The delay is clamped to 0..366d and rounded up
+    to a microsecond; 0 makes the job claimable again at once. Permanent or
+    RetryAfter around it win."""
+
+    def __init__(self, delay=0) -> None:
+        us = to_micros("snooze", delay, round_up=True)
+        self.delay_us = min(max(us, 0), MAX_RETRY_DELAY)
+        super().__init__("job snoozed for " + format_duration(self.delay_us))
+
+
+def snooze_in(err: BaseException | None) -> Snooze | None:
+    """The Snooze in err's chain, unless a RetryAfter is in it too."""
+    if retry_after_in(err) is not None:
+        return None
+    return _find(err, Snooze)
+
+
 def permanent_in(err: BaseException | None) -> bool:
     """Whether err, or an error in its cause/context chain, is Permanent."""
     return _find(err, Permanent) is not None
@@ -122,7 +146,7 @@ def _find(err, kind):
         seen.add(id(err))
         if isinstance(err, kind):
             return err
-        if isinstance(err, (Permanent, RetryAfter)) and isinstance(err.err, BaseException):
+        if isinstance(err, (Permanent, RetryAfter)) and isinstance(getattr(err, "err", None), BaseException):
             err = err.err
             continue
         err = err.__cause__  # explicit wrapping only (raise X from Y), like errors.Is

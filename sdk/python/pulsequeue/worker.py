@@ -39,6 +39,7 @@ from .errors import (
     Permanent,
     permanent_in,
     retry_after_in,
+    snooze_in,
 )
 from .job import Job, encode_result
 from .pb.pulse.v1 import dispatch_control_pb2, dispatch_pb2
@@ -1054,6 +1055,10 @@ def _result(job: Job, err: BaseException | None) -> dispatch_pb2.JobResult:
         return res
     if permanent_in(err):
         res.outcome = dispatch_pb2.OUTCOME_FAIL_PERMANENT
+    elif (sn := snooze_in(err)) is not None:
+        res.outcome = dispatch_pb2.OUTCOME_SNOOZE
+        res.retry_after.CopyFrom(d.to_pb_duration(sn.delay_us))
+        return res  # not a failure: nothing joins the error history
     else:
         res.outcome = dispatch_pb2.OUTCOME_FAIL
         ra = retry_after_in(err)

@@ -184,6 +184,24 @@ class WorkerTest(FleetCase):
         self.assertEqual(failed[0].error, "boom")
         await self.status(jobs["ok"].id, "COMPLETED")
 
+    async def test_snooze_puts_the_job_back_without_spending_an_attempt(self):
+        async def h(job):
+            if job.attempt == 1:
+                raise pulse.Snooze(0)
+            if job.attempt == 2:
+                raise pulse.Snooze(datetime.timedelta(hours=1))
+
+        s = await self.client.enqueue(self.topic, {}, max_attempts=1)
+        self.worker({self.topic: h})
+        j = await eventually("two snoozes", lambda: self._snoozed(s.id, 2))
+        self.assertEqual((j.status, j.attempts, j.errors), ("PENDING", 2, ()))
+        self.assertGreaterEqual(j.next_run_at - datetime.datetime.now(datetime.timezone.utc),
+                                datetime.timedelta(minutes=59))
+
+    async def _snoozed(self, job_id, n):
+        j = await self.client.get(job_id)
+        return j if j.snoozes >= n else None
+
     async def _errors(self, job_id):
         return (await self.client.get(job_id)).errors
 

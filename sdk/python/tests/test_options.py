@@ -107,6 +107,16 @@ class DurationTest(unittest.TestCase):
         for us, text in cases.items():
             self.assertEqual(d.format_duration(us), text)
 
+    def test_snooze_is_clamped_and_loses_to_retry_after_and_permanent(self):
+        from pulsequeue.errors import snooze_in
+
+        self.assertEqual(pulse.Snooze(-1).delay_us, 0)
+        self.assertEqual(pulse.Snooze(10**9).delay_us, 366 * d.DAY)
+        self.assertEqual(str(pulse.Snooze(90)), "job snoozed for 1m30s")
+        self.assertIsNotNone(snooze_in(pulse.Snooze(1)))
+        self.assertIsNone(snooze_in(pulse.RetryAfter(5, pulse.Snooze(1))))
+        self.assertTrue(permanent_in(pulse.Permanent(pulse.Snooze(1))))
+
     def test_retry_after_is_clamped_and_rounded_up(self):
         self.assertEqual(pulse.RetryAfter(0).delay_us, d.MS)
         self.assertEqual(pulse.RetryAfter(10**9).delay_us, 366 * d.DAY)
