@@ -123,7 +123,7 @@ type JobWithWait struct {
 }
 
 // Wait says why a job waits: "paused" (by whom, since when, why, until
-// when), "scheduled" / "retry_backoff" (until not_before), "no_worker" (no
+// when), "scheduled" / "retry_backoff" / "snoozed" (until not_before), "no_worker" (no
 // connected worker serves its topic; worker_last_seen says when one last
 // did, null if never), or "queued" behind Ahead jobs of its topic.
 type Wait struct {

@@ -150,7 +150,7 @@ func printJob(w io.Writer, j job) {
 			if p := wt.PausedBy; p != nil {
 				why = fmt.Sprintf("paused (scope %s, %s) by %s since %s: %s", p.Scope, p.Mode, p.Actor, ts(p.PausedAt), p.Reason)
 			}
-		case "scheduled", "retry_backoff":
+		case "scheduled", "retry_backoff", "snoozed":
 			why = fmt.Sprintf("%s until %s", wt.Reason, ts(wt.NotBefore))
 		case "queued":
 			more := ""

@@ -37,6 +37,8 @@ const (
 	JobWaitReason_JOB_WAIT_REASON_QUEUED JobWaitReason = 4
 	// Due, but no connected worker serves its topic; see worker_last_seen.
 	JobWaitReason_JOB_WAIT_REASON_NO_WORKER JobWaitReason = 5
+	// PENDING, put back by its handler (pulse.Snooze) until not_before.
+	JobWaitReason_JOB_WAIT_REASON_SNOOZED JobWaitReason = 6
 )
 
 // Enum value maps for JobWaitReason.
@@ -48,6 +50,7 @@ var (
 		3: "JOB_WAIT_REASON_RETRY_BACKOFF",
 		4: "JOB_WAIT_REASON_QUEUED",
 		5: "JOB_WAIT_REASON_NO_WORKER",
+		6: "JOB_WAIT_REASON_SNOOZED",
 	}
 	JobWaitReason_value = map[string]int32{
 		"JOB_WAIT_REASON_UNSPECIFIED":   0,
@@ -56,6 +59,7 @@ var (
 		"JOB_WAIT_REASON_RETRY_BACKOFF": 3,
 		"JOB_WAIT_REASON_QUEUED":        4,
 		"JOB_WAIT_REASON_NO_WORKER":     5,
+		"JOB_WAIT_REASON_SNOOZED":       6,
 	}
 )
 
@@ -981,14 +985,15 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
 	"\x0fWaitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
-	"\bfinished\x18\x02 \x01(\bR\bfinished*\xc9\x01\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished*\xe6\x01\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n" +
 	"\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
-	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x052\xe8\x03\n" +
+	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n" +
+	"\x17JOB_WAIT_REASON_SNOOZED\x10\x062\xe8\x03\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +

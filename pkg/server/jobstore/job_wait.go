@@ -20,6 +20,10 @@ const (
 	WaitScheduled WaitReason = "scheduled"
 	// WaitRetryBackoff: a RETRYING job waiting out its backoff.
 	WaitRetryBackoff WaitReason = "retry_backoff"
+	// WaitSnoozed: a PENDING job its handler snoozed (pulse.Snooze),
+	// until NotBefore. Only a snooze makes a PENDING job with snoozes
+	// (an operator retry resets them).
+	WaitSnoozed WaitReason = "snoozed"
 	// WaitNoWorker: due, but no connected worker serves its topic
 	// (worker_presence); WorkerLastSeen says when one last did.
 	WaitNoWorker WaitReason = "no_worker"
@@ -102,6 +106,8 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 		w.Reason, w.PausedBy = WaitPaused, &blocking
 	case w.NotBefore != nil && job.Status == pulsetype.StatusRetrying:
 		w.Reason = WaitRetryBackoff
+	case w.NotBefore != nil && job.Snoozes > 0:
+		w.Reason = WaitSnoozed
 	case w.NotBefore != nil:
 		w.Reason = WaitScheduled
 	default:

@@ -113,7 +113,8 @@ func TestSnoozeWaitsItsDuration(t *testing.T) {
 	require.Empty(t, got, "a snoozed job is not due")
 	wait, err := store.ExplainWait(ctx, mustGet(t, store, job.ID))
 	require.NoError(t, err)
-	require.Equal(t, jobstore.WaitScheduled, wait.Reason)
+	require.Equal(t, jobstore.WaitSnoozed, wait.Reason, "a snoozed job says so, not scheduled")
+	require.NotNil(t, wait.NotBefore)
 
 	// The job is due again: a claim takes it as attempt 2.
 	_, err = pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() WHERE id = $1`, job.ID)

@@ -14,6 +14,7 @@ var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
 	jobstore.WaitRetryBackoff: pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF,
 	jobstore.WaitQueued:       pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
 	jobstore.WaitNoWorker:     pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
+	jobstore.WaitSnoozed:      pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED,
 }
 
 // WaitToWire converts why a job is not running; nil stays nil.

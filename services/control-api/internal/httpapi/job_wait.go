@@ -13,7 +13,7 @@ import (
 type jobWithWaitJSON = pulsehttp.JobWithWait
 
 // waitJSON says why a job waits: "paused" (by whom, since when, why,
-// until when), "scheduled" / "retry_backoff" (until not_before),
+// until when), "scheduled" / "retry_backoff" / "snoozed" (until not_before),
 // "no_worker" (no connected worker serves its topic; worker_last_seen says
 // when one last did, null if never), or "queued" behind `ahead` jobs of its
 // topic.

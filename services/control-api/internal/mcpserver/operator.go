@@ -381,7 +381,7 @@ func explain(job pulsehttp.Job, w *pulsehttp.Wait) string {
 			return fmt.Sprintf("job %s waits because %s is paused by %s: %s", job.ID, scope, w.PausedBy.Actor, w.PausedBy.Reason)
 		}
 		return fmt.Sprintf("job %s waits because dispatch is paused", job.ID)
-	case "scheduled", "retry_backoff":
+	case "scheduled", "retry_backoff", "snoozed":
 		when := "later"
 		if w.NotBefore != nil {
 			when = "at " + w.NotBefore.UTC().Format("2006-01-02T15:04:05Z")
