@@ -263,14 +263,14 @@ func (r *reporter) logRejected(batch []pendingResult, acks []*pulsev1.ResultAck)
 	for _, a := range acks {
 		if codes.Code(a.GetCode()) != codes.OK {
 			// The line carries the job's trace, from its result's span.
-			ctx := context.Background()
+			var span trace.SpanContext
 			for _, p := range batch {
 				if p.result.GetJobId() == a.GetJobId() && p.result.GetAttempt() == a.GetAttempt() {
-					ctx = trace.ContextWithSpanContext(ctx, p.span)
+					span = p.span
 					break
 				}
 			}
-			r.log.WarnContext(ctx, "result rejected",
+			r.log.WarnContext(trace.ContextWithSpanContext(context.Background(), span), "result rejected",
 				logKeyJobID, a.GetJobId(), logKeyAttempt, a.GetAttempt(),
 				logKeyCode, codes.Code(a.GetCode()).String(), logKeyError, a.GetMessage())
 		}
