@@ -438,6 +438,17 @@ class _Runtime:
         grace: asyncio.TimerHandle | None = None
         sender: asyncio.Task | None = None
         welcomed = False
+
+        def start_grace(_=None) -> None:
+            # The stream outlives the stop by up to _HALF_CLOSE_GRACE: the
+            # gateway sends what it claimed and ends it; this bounds the
+            # wait for one that does not (or never welcomes the worker).
+            nonlocal grace
+            if grace is None:
+                grace = self.loop.call_later(_HALF_CLOSE_GRACE, call.cancel)
+
+        stop_watch = asyncio.ensure_future(stop.wait())
+        stop_watch.add_done_callback(lambda f: None if f.cancelled() else start_grace())
         try:
             in_flight = self.opened()
             await call.write(
@@ -466,11 +477,6 @@ class _Runtime:
                 self.interval,
             )
             self.w._emit("welcome", target=target, gateway_id=first.welcome.gateway_id, in_flight=in_flight)
-
-            def start_grace() -> None:
-                nonlocal grace
-                grace = self.loop.call_later(_HALF_CLOSE_GRACE, call.cancel)
-
             sender = asyncio.create_task(self.send_credits(call, start_grace))
             while True:
                 msg = await call.read()
@@ -492,6 +498,7 @@ class _Runtime:
         except Exception as e:  # AioRpcError, or the channel failing under it: reconnect
             return welcomed, e
         finally:
+            stop_watch.cancel()
             if grace is not None:
                 grace.cancel()
             if sender is not None:

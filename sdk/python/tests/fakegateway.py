@@ -24,6 +24,7 @@ class FakeGateway:
         self.changed = asyncio.Event()  # set whenever something arrives
         self.refuse: grpc.StatusCode | None = None
         self.welcome = True
+        self.silent = False  # accept the stream and never say a word
         self.lost: set[tuple[str, int]] = set()  # heartbeats answer lease_held=False
         self.outbox: asyncio.Queue | None = None
         self.server: grpc.aio.Server | None = None
@@ -102,6 +103,8 @@ class FakeGateway:
 
         reader = asyncio.create_task(read())
         try:
+            if self.silent:
+                await asyncio.Event().wait()
             if self.welcome:
                 await context.write(pb.StreamJobsResponse(welcome=pb.Welcome(
                     gateway_id="fake", lease_ttl=duration_pb2.Duration(seconds=30),

@@ -97,6 +97,14 @@ class ProtocolTest(unittest.IsolatedAsyncioTestCase):
         self.gw.send(("x", 1))
         await self.gw.wait("its result", lambda: self.gw.results)
 
+    async def test_stop_while_a_gateway_never_answers_ends_after_the_grace(self):
+        self.gw.silent = True
+        w, t = self.run_worker(lambda job: None)
+        await self.gw.wait("the open", lambda: self.gw.opens)
+        w.stop()
+        await asyncio.wait_for(t, 60)  # the half-close grace (3 s), not forever
+        self.assertEqual(len(self.gw.opens), 1)
+
     async def test_refusal_by_every_gateway_stops_run(self):
         other = await FakeGateway().start()
         try:
