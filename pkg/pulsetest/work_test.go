@@ -79,6 +79,17 @@ func TestWork(t *testing.T) {
 		require.Equal(t, 90*time.Second, res.RetryAfter)
 	})
 
+	t.Run("ASnoozeIsReported", func(t *testing.T) {
+		t.Parallel()
+		res := pulsetest.Work(ctx, t, func(context.Context, *pulse.Job) error { return pulse.Snooze(time.Minute) }, nil)
+		require.Equal(t, time.Minute, res.RequireSnoozed(t))
+		require.Empty(t, res.Error, "a snooze is not a failure")
+		require.False(t, res.Completed())
+		d, ok := pulse.SnoozeOf(res.Err)
+		require.True(t, ok)
+		require.Equal(t, time.Minute, d)
+	})
+
 	t.Run("APanicFailsTheAttempt", func(t *testing.T) {
 		t.Parallel()
 		res := pulsetest.Work(ctx, t, func(context.Context, *pulse.Job) error { panic("boom") }, nil)
