@@ -275,8 +275,11 @@ class Client:
         self._conn = conn_options(conn)
         self._conn.check([target])
         self._md = self._conn.call_metadata()
-        self._channel = self._conn.channel(target)
-        self._rpc = ControlStub(self._channel)
+        self._target = target
+        # The channel is made on first use, inside the event loop that uses
+        # it: a Client built at import time, before asyncio.run, works.
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: ControlStub | None = None
         self._interceptors = list(interceptors)
         self._timeout = rpc_timeout
 
@@ -286,8 +289,18 @@ class Client:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    @property
+    def _rpc(self) -> ControlStub:
+        if self._stub is None:
+            self._channel = self._conn.channel(self._target)
+            self._stub = ControlStub(self._channel)
+        return self._stub
+
     async def close(self) -> None:
-        await self._channel.close()
+        """Closes the channel; a later call opens a new one."""
+        if self._channel is not None:
+            ch, self._channel, self._stub = self._channel, None, None
+            await ch.close()
 
     async def _call(self, rpc, req, trace: tuple[tuple[str, str], ...] = ()):
         return await rpc(req, metadata=self._md + trace, timeout=self._timeout)

@@ -109,6 +109,17 @@ class ProducerTest(FleetCase):
                 await c.enqueue_many([pulse.JobRequest(self.topic), pulse.JobRequest(self.topic, max_attempts=999)])
             self.assertIn("job 1", str(cm.exception))
 
+    def test_a_client_built_before_the_event_loop_works_inside_it(self):
+        client = pulse.Client(self.fleet.control, **self.fleet.conn("producer"))  # at import time, say
+
+        async def use():
+            try:
+                return await client.enqueue(self.topic, {}, delay=3600)
+            finally:
+                await client.close()
+
+        self.assertFalse(asyncio.run(use()).duplicate)
+
     async def test_server_refusals_are_grpc_errors(self):
         import grpc
 
