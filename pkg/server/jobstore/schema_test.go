@@ -38,8 +38,7 @@ var allowed = map[[2]pulsetype.Status]bool{
 // transitionSQL moves a row to `to` while keeping every CHECK constraint
 // satisfied, so only the transition trigger can object.
 func transitionSQL(from, to pulsetype.Status) string {
-	switch {
-	case from == pulsetype.StatusRunning && to == pulsetype.StatusPending:
+	if from == pulsetype.StatusRunning && to == pulsetype.StatusPending { // a snooze
 		return `UPDATE jobs SET status = 'PENDING', snoozes = snoozes + 1, lease_until = NULL, finished_at = NULL WHERE id = $1`
 	}
 	switch to {
