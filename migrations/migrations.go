@@ -42,7 +42,10 @@ const (
 	// attempts - snoozes by max_attempts (00007). The gateway's report,
 	// the reaper's sweep and control-api's retry and reads require it.
 	VersionSnooze int64 = 7
+	// VersionJobTags adds a job's tags (jobs.tags, immutable, checked at
+	// birth, 00008) and the GIN index listings filter them with (00009).
+	VersionJobTags int64 = 9
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionSnooze
+const Latest = VersionJobTags

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -174,6 +175,8 @@ type ListOptions struct {
 	// before Limit, with a next page token, once its jobs' args and error
 	// histories reach 4 MiB.
 	IncludeArgs bool
+	// Tag lists only the jobs carrying it ([Tags]); empty does not filter.
+	Tag string
 }
 
 // List returns one page of jobs, newest first, and the token for the next
@@ -190,6 +193,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]*JobInfo, string
 		PageToken: opts.PageToken,
 
 		IncludeArgs: opts.IncludeArgs,
+		Tag:         opts.Tag,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("pulse: list jobs: %w", err)
@@ -255,6 +259,12 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 		spec.UniqueFor = durationpb.New(cfg.uniqueFor)
 	}
 	spec.Retry = cfg.retry
+	if len(cfg.tags) > 0 {
+		spec.Tags = slices.Compact(slices.Sorted(slices.Values(cfg.tags)))
+		if len(spec.Tags) > pulsetype.MaxTags {
+			return nil, fmt.Errorf("pulse: %d tags; the limit is %d", len(spec.Tags), pulsetype.MaxTags)
+		}
+	}
 	return spec, nil
 }
 

@@ -56,6 +56,8 @@ type JobInfo struct {
 	// [Job.SetMetadata] calls built; nil when none.
 	Progress int
 	Metadata json.RawMessage
+	// Tags are the job's tags ([Tags]), sorted; nil when none.
+	Tags []string
 }
 
 // ErrNoResult is UnmarshalResult's error for a job without a result.
@@ -139,6 +141,7 @@ func jobInfoFromProto(j *pulsev1.Job) *JobInfo {
 		Result:         resultOf(j.GetResult()),
 		Progress:       -1,
 		Metadata:       resultOf(j.GetMetadata()),
+		Tags:           j.GetTags(),
 		Retry: RetryPolicy{
 			Base:  j.GetRetry().GetBase().AsDuration(),
 			Max:   j.GetRetry().GetMax().AsDuration(),

@@ -293,6 +293,7 @@ type enqueueConfig struct {
 	timeout        time.Duration
 	uniqueFor      time.Duration
 	retry          *pulsev1.RetryPolicy
+	tags           []string
 	errs           []error
 }
 
@@ -359,6 +360,24 @@ func RunAt(t time.Time) EnqueueOption {
 // producer's clock. The last of RunAt and Delay wins.
 func Delay(d time.Duration) EnqueueOption {
 	return func(c *enqueueConfig) { c.runAt = time.Now().Add(d) }
+}
+
+// Tags labels the job for listings to filter by ([ListOptions.Tag], GET
+// /v1/jobs?tag=, the dashboard): at most pulsetype.MaxTags in all, each
+// 1..pulsetype.MaxTagLength letters, digits, '.', '_', ':', '=', '/' or
+// '-' starting with a letter or digit ("tenant=acme", "batch-7").
+// Repeated calls add; duplicates are dropped. Tags never change.
+func Tags(tags ...string) EnqueueOption {
+	return func(c *enqueueConfig) {
+		for _, tag := range tags {
+			if !pulsetype.ValidTag(tag) {
+				c.errs = append(c.errs, fmt.Errorf("pulse: %q is not a tag: 1 to %d letters, digits, '.', '_', ':', '=', '/' or '-', starting with a letter or digit",
+					tag, pulsetype.MaxTagLength))
+				return
+			}
+		}
+		c.tags = append(c.tags, tags...)
+	}
 }
 
 // IdempotencyKey makes a retried Enqueue safe: while a job with the same key

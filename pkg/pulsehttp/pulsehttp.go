@@ -30,6 +30,9 @@ type JobSpec struct {
 	// Retry is the job's own backoff; absent or null means the schema's
 	// policy.
 	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Tags label the job for listings (GET /v1/jobs?tag=): at most 16,
+	// each 1..64 of letters, digits and . _ : = / -.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // RetryPolicy is one job's backoff between attempts, in exactly one form:
@@ -98,6 +101,8 @@ type Job struct {
 	// job.SetMetadata calls built, absent when none.
 	Progress *int32          `json:"progress"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Tags are the job's tags, sorted; absent when none.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // AttemptError is one entry of a job's error history.

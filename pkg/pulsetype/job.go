@@ -31,6 +31,9 @@ type NewJob struct {
 	// Retry is the job's own backoff between attempts; zero: the
 	// retry_policy row's.
 	Retry JobRetry
+	// Tags label the job for listings (at most MaxTags, each ValidTag,
+	// sorted and without duplicates; nil: none). Immutable.
+	Tags []string
 }
 
 // JobRetry is one job's backoff between attempts (ADR-0018), in at most

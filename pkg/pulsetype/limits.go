@@ -67,6 +67,13 @@ const (
 	MaxMetadataPatchBytes  = 64 << 10
 	MaxMetadataStoredBytes = 256 << 10
 
+	// MaxTags is the most tags a job carries, and MaxTagLength the
+	// longest tag, in bytes (ASCII); TagPattern a tag's charset
+	// (pulse_tags_valid, migration 00006).
+	MaxTags      = 16
+	MaxTagLength = 64
+	TagPattern   = `^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,63}$`
+
 	// MaxReportBatchBytes is where the SDK cuts a report batch by the
 	// bytes of its results and error texts, so a batch of large results
 	// still fits one gRPC message.
@@ -121,3 +128,9 @@ var topicRE = regexp.MustCompile(TopicPattern)
 // ValidTopic reports whether name is a valid topic: 1..MaxTopicLength
 // characters matching TopicPattern.
 func ValidTopic(name string) bool { return topicRE.MatchString(name) }
+
+var tagRE = regexp.MustCompile(TagPattern)
+
+// ValidTag reports whether tag is a valid job tag: 1..MaxTagLength
+// characters matching TagPattern.
+func ValidTag(tag string) bool { return tagRE.MatchString(tag) }

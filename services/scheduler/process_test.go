@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
@@ -38,6 +40,6 @@ func TestSchedulerProcess(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stdout+res.Stderr, "needs version 1 or newer")
+		require.Contains(t, res.Stdout+res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionJobTags))
 	})
 }

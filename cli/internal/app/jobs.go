@@ -52,23 +52,24 @@ func newJobsCmd(e *env) *cobra.Command {
 }
 
 func newJobsListCmd(e *env) *cobra.Command {
-	var topic, status, pageToken string
+	var topic, status, pageToken, tag string
 	var limit int
 	var includeArgs bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs, newest first",
-		Long: "List jobs, newest first, filtered by topic and status (" + strings.Join(jobStatuses, ", ") + `).
+		Long: "List jobs, newest first, filtered by topic, status (" + strings.Join(jobStatuses, ", ") + `) and tag.
 When more jobs match than --limit, the table ends with the token for the next
 page (json: next_page_token); pass it back with --page-token. Jobs are listed
 without their args unless --include-args (json: args); a page also ends early,
 with a next page token, once its jobs' error histories and args reach 4 MiB.`,
 		Example: `  pulse jobs list
   pulse jobs list --topic email.send --status dead_lettered --limit 20
+  pulse jobs list --tag tenant=acme
   pulse jobs list --page-token "$(pulse jobs list -o json | jq -r .next_page_token)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := map[string]string{"topic": topic, "page_token": pageToken}
+			q := map[string]string{"topic": topic, "page_token": pageToken, "tag": tag}
 			if status != "" {
 				q["status"] = strings.ToUpper(status)
 			}
@@ -98,6 +99,7 @@ with a next page token, once its jobs' error histories and args reach 4 MiB.`,
 	f.IntVar(&limit, "limit", 0, "most jobs per page (server default when 0)")
 	f.StringVar(&pageToken, "page-token", "", "next_page_token of the previous page")
 	f.BoolVar(&includeArgs, "include-args", false, "list the jobs with their args (-o json)")
+	f.StringVar(&tag, "tag", "", "only jobs carrying this tag")
 	return cmd
 }
 
@@ -227,6 +229,7 @@ func newSubmitCmd(e *env) *cobra.Command {
 	var argsJSON, at, key string
 	var priority, maxAttempts int
 	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
+	var tags []string
 	cmd := &cobra.Command{
 		Use:   "submit TOPIC",
 		Short: "Submit one job",
@@ -240,14 +243,15 @@ same topic and args within that period returns the first job, whatever its
 status (marked duplicate). The job's own backoff between attempts (1ms-366d,
 default the server's retry policy): --retry-base with an optional
 --retry-max, exponential with jitter, or --retry-fixed, the same wait every
-time.
+time. --tag (repeatable) labels the job for listings (pulse jobs list --tag).
 Prints the new job's id (json: {"id","duplicate"}).`,
 		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
   pulse submit report.build --args '{}' --priority 9 --max-attempts 3 --timeout 5m
   pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42
   pulse submit stats.refresh --args '{"shop":7}' --unique-for 1h
   pulse submit webhook.deliver --args '{"id":9}' --retry-base 2s --retry-max 10m
-  pulse submit sync.pull --args '{}' --retry-fixed 30s`,
+  pulse submit sync.pull --args '{}' --retry-fixed 30s
+  pulse submit import.csv --args '{"file":"a.csv"}' --tag tenant=acme --tag batch-7`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseArgsFlag("args", argsJSON)
@@ -272,6 +276,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 				body.UniqueFor = uniqueFor.String()
 			}
 			body.Retry = retryFlags(cmd, retryBase, retryMax, retryFixed)
+			body.Tags = tags
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -301,6 +306,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 	f.DurationVar(&retryBase, "retry-base", 0, "exponential backoff: the first retry's wait, doubling per attempt, 1ms-366d")
 	f.DurationVar(&retryMax, "retry-max", 0, "exponential backoff: the longest wait (default the server policy's cap)")
 	f.DurationVar(&retryFixed, "retry-fixed", 0, "fixed backoff: every retry waits this long, 1ms-366d")
+	f.StringArrayVar(&tags, "tag", nil, "a tag for listings to filter by (repeatable; letters, digits, . _ : = / -)")
 	return cmd
 }
 

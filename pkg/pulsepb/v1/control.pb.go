@@ -526,7 +526,9 @@ type ListJobsRequest struct {
 	// in bytes, not only in jobs: it ends early, with a next_page_token,
 	// once its jobs' error histories and (when included) args reach 4 MiB,
 	// always holding at least one job.
-	IncludeArgs   bool `protobuf:"varint,5,opt,name=include_args,json=includeArgs,proto3" json:"include_args,omitempty"`
+	IncludeArgs bool `protobuf:"varint,5,opt,name=include_args,json=includeArgs,proto3" json:"include_args,omitempty"`
+	// Only jobs carrying this tag; empty does not filter.
+	Tag           string `protobuf:"bytes,6,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -594,6 +596,13 @@ func (x *ListJobsRequest) GetIncludeArgs() bool {
 		return x.IncludeArgs
 	}
 	return false
+}
+
+func (x *ListJobsRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
 }
 
 type ListJobsResponse struct {
@@ -961,14 +970,15 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x14\n" +
 	"\x05ahead\x18\x04 \x01(\x03R\x05ahead\x12$\n" +
 	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\x12D\n" +
-	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\xac\x01\n" +
+	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\xbe\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x12!\n" +
-	"\finclude_args\x18\x05 \x01(\bR\vincludeArgs\"]\n" +
+	"\finclude_args\x18\x05 \x01(\bR\vincludeArgs\x12\x10\n" +
+	"\x03tag\x18\x06 \x01(\tR\x03tag\"]\n" +
 	"\x10ListJobsResponse\x12!\n" +
 	"\x04jobs\x18\x01 \x03(\v2\r.pulse.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\"\n" +

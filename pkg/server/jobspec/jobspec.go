@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -126,6 +127,9 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	if job.Retry, err = ValidateRetry(f("retry"), spec.GetRetry()); err != nil {
 		return pulsetype.NewJob{}, err
 	}
+	if job.Tags, err = ValidateTags(f("tags"), spec.GetTags()); err != nil {
+		return pulsetype.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return pulsetype.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -141,6 +145,26 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	}
 	job.ID = id
 	return job, nil
+}
+
+// ValidateTags checks a job's tags and returns them sorted, without
+// duplicates (nil for none): at most pulsetype.MaxTags, each
+// pulsetype.ValidTag. Errors name the tag: "tags[2]".
+func ValidateTags(field string, tags []string) ([]string, error) {
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	for i, tag := range tags {
+		if !pulsetype.ValidTag(tag) {
+			return nil, apierr.Invalid(fmt.Sprintf("%s[%d]", field, i), "%q is not a tag: 1 to %d letters, digits, '.', '_', ':', '=', '/' or '-', starting with a letter or digit",
+				tag, pulsetype.MaxTagLength)
+		}
+	}
+	out := slices.Compact(slices.Sorted(slices.Values(tags)))
+	if len(out) > pulsetype.MaxTags {
+		return nil, apierr.Invalid(field, "has %d tags; the limit is %d", len(out), pulsetype.MaxTags)
+	}
+	return out, nil
 }
 
 // ValidateRetry checks a job's own retry policy (nil: none, the schema's

@@ -3,6 +3,7 @@ package jobstore
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -26,7 +27,8 @@ const scalarSource = `
         $5::int AS max_attempts, $6::timestamptz AS run_at, $7::text AS idem,
         NULL::uuid AS schedule_id, $8::text AS tp, $9::text AS ts,
         $10::bigint AS tmo, $11::bigint AS uniq,
-        $12::bigint AS rbase, $13::bigint AS rmax, $14::bigint AS rfixed, 1::bigint AS ord) AS t`
+        $12::bigint AS rbase, $13::bigint AS rmax, $14::bigint AS rfixed, $15::text AS tags,
+        1::bigint AS ord) AS t`
 
 // insertOneSQL inserts one job; ON CONFLICT DO NOTHING covers its id and
 // a live idempotency key, as insertSQL does for a batch.
@@ -77,7 +79,7 @@ func InsertOne(ctx context.Context, q Queryer, job pulsetype.NewJob) (pulsetype.
 	}
 	params := []any{job.ID.String(), job.Topic, string(job.Args), job.Priority, job.MaxAttempts, runAt,
 		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds(),
-		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds()}
+		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds(), strings.Join(job.Tags, ",")}
 	for range insertOneTries {
 		ids, err := q.QueryText(ctx, stmt, params...)
 		if err != nil {

@@ -56,6 +56,9 @@ type Job struct {
 	// (migration 00004).
 	Progress int
 	Metadata json.RawMessage
+	// Tags are the job's tags, sorted; nil when it has none (migration
+	// 00006).
+	Tags []string
 }
 
 // rowScanner is a pgx row or rows.

@@ -37,6 +37,9 @@ type ListFilter struct {
 	// @>); nil does not filter. The caller validates it
 	// (jobspec.ValidateArgsFilter).
 	Args []byte
+	// Tag keeps the jobs that carry it (jobs_tags_idx); "" does not
+	// filter.
+	Tag string
 	// ByFinished lists finished jobs by finished_at, latest first (dead
 	// letters by their time of death), instead of by id.
 	ByFinished bool
@@ -168,6 +171,9 @@ func (s *Store) list(ctx context.Context, f ListFilter) (jobs []*Job, cut bool, 
 	}
 	if f.Args != nil {
 		q = q.Where("j.args @> ?::jsonb", string(f.Args))
+	}
+	if f.Tag != "" {
+		q = q.Where("j.tags @> ARRAY[?]::text[]", f.Tag)
 	}
 	if c := f.from; c != nil {
 		if f.ByFinished && c.Finished != nil {

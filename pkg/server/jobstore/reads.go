@@ -107,6 +107,8 @@ type jobRow struct {
 	RetryBaseMicros  int64 `bun:"retry_base_micros,scanonly"`
 	RetryMaxMicros   int64 `bun:"retry_max_micros,scanonly"`
 	RetryFixedMicros int64 `bun:"retry_fixed_micros,scanonly"`
+	// Tags are the job's tags (migration 00006); NULL reads as nil.
+	Tags []string `bun:"tags,array"`
 	// Progress and Metadata are a running job's last report of itself
 	// (migration 00004); NULL reads as -1 and nil.
 	Progress *int16          `bun:"progress"`
@@ -142,6 +144,7 @@ func (r *jobRow) job() *Job {
 			return int(*r.Progress)
 		}(),
 		Metadata: r.Metadata,
+		Tags:     r.Tags,
 		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,

@@ -186,6 +186,8 @@ func constraintField(name string) string {
 		return "timeout"
 	case "jobs_result_size":
 		return "result"
+	case "jobs_tags_format":
+		return "tags"
 	case "jobs_progress_range":
 		return "progress"
 	case "jobs_metadata_object", "jobs_metadata_size":

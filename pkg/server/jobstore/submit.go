@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,24 +28,26 @@ RETURNING id`
 const insertInto = `
 INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
                   idempotency_key, schedule_id, traceparent, tracestate, timeout,
-                  retry_base, retry_max, retry_fixed)`
+                  retry_base, retry_max, retry_fixed, tags)`
 
 const insertValues = `
 SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
        NULLIF(idem, ''), schedule_id, NULLIF(tp, ''), NULLIF(ts, ''),
        NULLIF(tmo, 0) * interval '1 microsecond',
        NULLIF(rbase, 0) * interval '1 microsecond', NULLIF(rmax, 0) * interval '1 microsecond',
-       NULLIF(rfixed, 0) * interval '1 microsecond'`
+       NULLIF(rfixed, 0) * interval '1 microsecond',
+       string_to_array(NULLIF(tags, ''), ',')`
 
 // arraySource is a batch as parallel arrays, one row per job; tmo, uniq
 // and the retry policy's rbase, rmax and rfixed are microseconds (0:
-// none).
+// none); tags are the job's tags joined by commas (”: none; a tag has
+// no comma, pulsetype.TagPattern).
 const arraySource = `
 unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
        $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],
-       $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[])
+       $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[])
      WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq,
-                          rbase, rmax, rfixed, ord)`
+                          rbase, rmax, rfixed, tags, ord)`
 
 // insertRowsSQL is the batch insert without conflict handling: the fast
 // path of a batch that can conflict only on a repeated job id (Insert).
@@ -204,6 +207,7 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 	rbases := make([]int64, n)
 	rmaxes := make([]int64, n)
 	rfixeds := make([]int64, n)
+	tags := make([]string, n)
 	for i := range jobs {
 		j := &jobs[i]
 		ids[i], topics[i], args[i] = j.ID, j.Topic, string(j.Args)
@@ -215,8 +219,9 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 		scheds[i], tps[i], tss[i] = j.ScheduleID, j.TraceParent, j.TraceState
 		tmos[i], uniqs[i] = j.Timeout.Microseconds(), j.UniqueFor.Microseconds()
 		rbases[i], rmaxes[i], rfixeds[i] = j.Retry.Base.Microseconds(), j.Retry.Max.Microseconds(), j.Retry.Fixed.Microseconds()
+		tags[i] = strings.Join(j.Tags, ",")
 	}
-	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds}
+	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds, tags}
 }
 
 // insertRows runs the batch's write and reports, per job, whether this

@@ -155,7 +155,7 @@ func (s *ControlService) GetJob(ctx context.Context, req *pulsev1.GetJobRequest)
 // holds, so the last page has no next token instead of an empty page after.
 func (s *ControlService) ListJobs(ctx context.Context, req *pulsev1.ListJobsRequest) (*pulsev1.ListJobsResponse, error) {
 	return s.SearchJobs(ctx, JobQuery{Topic: req.GetTopic(), Status: req.GetStatus(), Limit: req.GetLimit(), PageToken: req.GetPageToken(),
-		IncludeArgs: req.GetIncludeArgs()})
+		IncludeArgs: req.GetIncludeArgs(), Tag: req.GetTag()})
 }
 
 // CancelJob moves a live job to CANCELED.

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -33,7 +34,9 @@ type JobQuery struct {
 	Status pulsev1.JobStatus
 	// Args is a JSON object the listed jobs' args contain; empty does not
 	// filter.
-	Args      []byte
+	Args []byte
+	// Tag keeps the jobs carrying it; empty does not filter.
+	Tag       string
 	Order     JobOrder
 	Limit     int32
 	PageToken string
@@ -44,7 +47,7 @@ type JobQuery struct {
 
 // SearchJobs pages jobs as ListJobs does, filtered by args containment
 // and in q's order. Errors name the query's fields: topic, status, args,
-// order, limit, page_token.
+// tag, order, limit, page_token.
 func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.ListJobsResponse, error) {
 	limit := int(q.Limit)
 	switch {
@@ -67,6 +70,13 @@ func (s *ControlService) SearchJobs(ctx context.Context, q JobQuery) (*pulsev1.L
 	f.Status = st
 	if f.Args, err = jobspec.ValidateArgsFilter("args", q.Args); err != nil {
 		return nil, err
+	}
+	if q.Tag != "" {
+		if !pulsetype.ValidTag(q.Tag) {
+			return nil, apierr.Invalid("tag", "%q is not a tag: 1 to %d letters, digits, '.', '_', ':', '=', '/' or '-', starting with a letter or digit",
+				q.Tag, pulsetype.MaxTagLength)
+		}
+		f.Tag = q.Tag
 	}
 	switch q.Order {
 	case OrderSubmitted:

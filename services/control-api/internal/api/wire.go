@@ -57,6 +57,7 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		Tracestate:     j.TraceState,
 		Result:         j.Result,
 		Metadata:       j.Metadata,
+		Tags:           j.Tags,
 	}
 	if j.Progress >= 0 {
 		p := int32(j.Progress)

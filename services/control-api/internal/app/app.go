@@ -37,15 +37,16 @@ import (
 // pg_stat_activity.
 const Service = "control-api"
 
-// MinSchemaVersion is the oldest schema control-api runs on: job progress
-// and metadata (which every job read returns), after job results (a job's
+// MinSchemaVersion is the oldest schema control-api runs on: job tags
+// (written by submits, filtered by listings), job progress and metadata
+// (which every job read returns), after job results (a job's
 // result, and the settle_listeners row its waiters keep).
 // Explaining a waiting job reads worker_presence; a submit writes
 // jobs.timeout and the job's retry policy and claims unique keys in
 // job_uniques; topics read and set topic_limits; the dashboard reads
 // job_throughput; a job's view and its retry read and reset jobs.snoozes
 // (VersionSnooze).
-const MinSchemaVersion = migrations.VersionSnooze
+const MinSchemaVersion = migrations.VersionJobTags
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -266,14 +266,14 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request) error {
 }
 
 // listParams are the query parameters GET /v1/jobs understands.
-var listParams = []string{"topic", "status", "limit", "page_token", "include"}
+var listParams = []string{"topic", "status", "tag", "limit", "page_token", "include"}
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	if err := onlyParams(q, listParams); err != nil {
 		return err
 	}
-	req := &pulsev1.ListJobsRequest{Topic: q.Get("topic"), PageToken: q.Get("page_token")}
+	req := &pulsev1.ListJobsRequest{Topic: q.Get("topic"), PageToken: q.Get("page_token"), Tag: q.Get("tag")}
 	switch inc := q.Get("include"); inc {
 	case "":
 	case "args":

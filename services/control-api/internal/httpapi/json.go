@@ -80,6 +80,7 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	if spec.UniqueFor, err = parseDuration(join(prefix, "unique_for"), j.UniqueFor, "1h or 24h"); err != nil {
 		return nil, err
 	}
+	spec.Tags = j.Tags
 	if spec.Retry, err = retryToWire(j.Retry, join(prefix, "retry")); err != nil {
 		return nil, err
 	}
@@ -188,6 +189,7 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 	if m := j.GetMetadata(); len(m) > 0 {
 		out.Metadata = m
 	}
+	out.Tags = j.GetTags()
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

@@ -72,6 +72,8 @@ type jobFilter struct {
 	Topic  string
 	Status string
 	Args   string
+	// Tag keeps the jobs carrying it (index-backed, jobs_tags_idx).
+	Tag string
 	// Order is "" or "submitted" (newest submitted first) or "finished"
 	// (latest finished first).
 	Order     string
@@ -84,6 +86,7 @@ func jobFilterOf(r *http.Request) jobFilter {
 	return jobFilter{
 		Topic: strings.TrimSpace(q.Get("topic")), Status: q.Get("status"),
 		Args: strings.TrimSpace(q.Get("args")), Order: q.Get("order"), PageToken: q.Get("page_token"),
+		Tag: strings.TrimSpace(q.Get("tag")),
 	}
 }
 
@@ -98,6 +101,9 @@ func (f jobFilter) query() url.Values {
 	}
 	if f.Args != "" {
 		q.Set("args", f.Args)
+	}
+	if f.Tag != "" {
+		q.Set("tag", f.Tag)
 	}
 	if f.Order != "" {
 		q.Set("order", f.Order)
@@ -138,7 +144,10 @@ func (d *Dashboard) jobList(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	f := view.Filter
-	if d.opts.Bulk != nil && view.Error == "" && (f.Topic != "" || f.Status != "" || f.Args != "") {
+	// The bulk actions filter by topic, status and args only: with a tag
+	// set they would act on more than the page shows, so they are not
+	// offered.
+	if d.opts.Bulk != nil && view.Error == "" && f.Tag == "" && (f.Topic != "" || f.Status != "" || f.Args != "") {
 		if f.Status == "" || cancelable[f.Status] {
 			view.CancelURL = f.bulkURL("cancel")
 		}
@@ -162,7 +171,7 @@ func (d *Dashboard) listJobs(r *http.Request, path string, f jobFilter) (jobList
 	if order == "submitted" { // the form's name for the API's default
 		order = ""
 	}
-	req := api.JobQuery{Topic: f.Topic, PageToken: f.PageToken, Limit: pageSize, Args: []byte(f.Args), Order: api.JobOrder(order)}
+	req := api.JobQuery{Topic: f.Topic, PageToken: f.PageToken, Limit: pageSize, Args: []byte(f.Args), Tag: f.Tag, Order: api.JobOrder(order)}
 	if f.Status != "" {
 		v, ok := pulsev1.JobStatus_value["JOB_STATUS_"+strings.ToUpper(f.Status)]
 		if !ok || v == 0 {
@@ -239,6 +248,8 @@ type jobDetailView struct {
 	Progress int
 	Metadata string
 	Result   string
+	// Tags are the job's tags, each a link to the jobs carrying it.
+	Tags []string
 }
 
 func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
@@ -254,6 +265,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 		TraceID:  telemetry.TraceID(j.GetTraceparent()),
 		Waiting:  d.waiting(resp.GetWait(), j.GetTopic()),
 		Progress: -1,
+		Tags:     j.GetTags(),
 	}
 	if j.Progress != nil {
 		view.Progress = int(j.GetProgress())

@@ -19,9 +19,10 @@ import (
 // Service is the name in logs, traces and application_name.
 const Service = "scheduler"
 
-// MinSchemaVersion is the oldest schema this build can run against: the
-// baseline, which holds schedules and the jobs they fire.
-const MinSchemaVersion = migrations.VersionBaseline
+// MinSchemaVersion is the oldest schema this build can run against: job
+// tags, a column of the insert it fires schedules' jobs with; the
+// baseline before it holds schedules and the jobs they fire.
+const MinSchemaVersion = migrations.VersionJobTags
 
 // Command is the scheduler binary.
 func Command() service.Command[config.Config] {
