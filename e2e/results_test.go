@@ -68,8 +68,13 @@ func TestResultsAndWait(t *testing.T) {
 	require.NoError(t, err)
 	defer client.Close()
 
-	info, err := client.EnqueueAndWait(ctx, "e2e.result.sum", map[string]int{"a": 2, "b": 40})
+	info, err := client.EnqueueAndWait(ctx, "e2e.result.sum", map[string]int{"a": 2, "b": 40}, pulse.Tags("tenant=acme", "e2e"))
 	require.NoError(t, err)
+	require.Equal(t, []string{"e2e", "tenant=acme"}, info.Tags)
+	tagged, _, err := client.List(ctx, pulse.ListOptions{Tag: "tenant=acme"})
+	require.NoError(t, err)
+	require.Len(t, tagged, 1)
+	require.Equal(t, info.ID, tagged[0].ID)
 	require.Equal(t, "COMPLETED", string(info.Status))
 	var out struct{ Sum int }
 	require.NoError(t, info.UnmarshalResult(&out))

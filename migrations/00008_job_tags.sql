@@ -1,4 +1,4 @@
--- Job tags (ADR-0044): labels given at submit (`"tags": ["tenant=acme",
+-- Job tags (ADR-0046): labels given at submit (`"tags": ["tenant=acme",
 -- "batch-7"]`) that listings filter by. At most 16, each 1..64 of
 -- [A-Za-z0-9._:=/-] starting with a letter or digit (pulsetype.MaxTags,
 -- MaxTagLength, TagPattern): no comma, which the insert's row source uses
@@ -6,7 +6,7 @@
 -- they never change (jobs_guard_tags); the birth rule is a BEFORE INSERT
 -- trigger, not a CHECK, because no UPDATE can change them (ADR-0020): a
 -- claim or a report never evaluates it. The GIN index that serves the
--- filter is built CONCURRENTLY by 00007.
+-- filter is built CONCURRENTLY by 00009.
 
 -- +goose Up
 SET LOCAL lock_timeout = '500ms';

@@ -1,5 +1,5 @@
 -- +goose NO TRANSACTION
--- The index behind the tag filter of job listings (00006, ADR-0044): GIN
+-- The index behind the tag filter of job listings (00008, ADR-0046): GIN
 -- over tags, only for jobs that have any, so an untagged job's insert,
 -- claim and report never touch it. Built CONCURRENTLY, as
 -- migrations/README.md asks; a failed build leaves an INVALID index,

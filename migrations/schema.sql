@@ -185,6 +185,32 @@ END
 $_$;
 
 --
+-- Name: jobs_guard_tags(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_tags() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'job identity is immutable: % of job % cannot change', 'tags', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable', COLUMN = 'tags';
+END
+$$;
+
+--
+-- Name: jobs_guard_tags_birth(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_tags_birth() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"', TG_TABLE_NAME, 'jobs_tags_format'
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_tags_format', TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
+END
+$$;
+
+--
 -- Name: jobs_guard_transition(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -371,6 +397,18 @@ CREATE FUNCTION public.pulse_retry_max() RETURNS interval
 CREATE FUNCTION public.pulse_retry_unit() RETURNS interval
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ SELECT backoff_unit FROM retry_policy $$;
+
+--
+-- Name: pulse_tags_valid(text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.pulse_tags_valid(tags text[]) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT cardinality(tags) BETWEEN 1 AND 16 AND array_ndims(tags) = 1
+       AND NOT EXISTS (SELECT 1 FROM unnest(tags) AS t(tag)
+                       WHERE tag IS NULL OR length(tag) > 64 OR tag !~ '^[A-Za-z0-9][A-Za-z0-9._:=/-]*$')
+$_$;
 
 --
 -- Name: retry_policy_keep(); Type: FUNCTION; Schema: public; Owner: -
@@ -568,6 +606,7 @@ CREATE TABLE public.jobs (
     progress smallint,
     metadata jsonb,
     snoozes integer DEFAULT 0 NOT NULL,
+    tags text[],
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_finished_iff_terminal CHECK ((public.pulse_is_terminal(status) = (finished_at IS NOT NULL))),
@@ -804,6 +843,12 @@ CREATE UNIQUE INDEX jobs_idempotency_key_live_idx ON public.jobs USING btree (id
 CREATE INDEX jobs_schedule_idx ON public.jobs USING btree (schedule_id, submitted_at DESC, id) WHERE (schedule_id IS NOT NULL);
 
 --
+-- Name: jobs_tags_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_tags_idx ON public.jobs USING gin (tags) WHERE (tags IS NOT NULL);
+
+--
 -- Name: schedules_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -879,6 +924,18 @@ CREATE TRIGGER jobs_guard_progress AFTER UPDATE OF progress, metadata ON public.
 --
 
 CREATE TRIGGER jobs_guard_spec BEFORE INSERT ON public.jobs FOR EACH ROW WHEN ((((jsonb_typeof(new.args) = 'object'::text) IS FALSE) OR (((new.idempotency_key IS NULL) OR ((length(new.idempotency_key) >= 1) AND (length(new.idempotency_key) <= 255))) IS FALSE) OR ((((new.retry_base IS NULL) AND (new.retry_max IS NULL)) OR ((new.retry_fixed IS NULL) AND (new.retry_base IS NOT NULL) AND ((new.retry_max IS NULL) OR (new.retry_max >= new.retry_base)))) IS FALSE) OR ((((new.retry_base IS NULL) OR ((new.retry_base >= '00:00:00.001'::interval) AND (new.retry_base <= '366 days'::interval))) AND ((new.retry_max IS NULL) OR ((new.retry_max >= '00:00:00.001'::interval) AND (new.retry_max <= '366 days'::interval))) AND ((new.retry_fixed IS NULL) OR ((new.retry_fixed >= '00:00:00.001'::interval) AND (new.retry_fixed <= '366 days'::interval)))) IS FALSE) OR (((new.timeout IS NULL) OR ((new.timeout >= '00:00:01'::interval) AND (new.timeout <= '24:00:00'::interval))) IS FALSE) OR (((length(new.topic) <= 128) AND (new.topic ~ '^[A-Za-z0-9][A-Za-z0-9._:-]*$'::text)) IS FALSE))) EXECUTE FUNCTION public.jobs_guard_spec();
+
+--
+-- Name: jobs jobs_guard_tags; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_tags AFTER UPDATE OF tags ON public.jobs FOR EACH ROW WHEN ((old.tags IS DISTINCT FROM new.tags)) EXECUTE FUNCTION public.jobs_guard_tags();
+
+--
+-- Name: jobs jobs_guard_tags_birth; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_tags_birth BEFORE INSERT ON public.jobs FOR EACH ROW WHEN (((new.tags IS NOT NULL) AND (NOT public.pulse_tags_valid(new.tags)))) EXECUTE FUNCTION public.jobs_guard_tags_birth();
 
 --
 -- Name: jobs jobs_guard_transition; Type: TRIGGER; Schema: public; Owner: -

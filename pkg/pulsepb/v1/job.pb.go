@@ -116,7 +116,11 @@ type JobSpec struct {
 	UniqueFor *durationpb.Duration `protobuf:"bytes,9,opt,name=unique_for,json=uniqueFor,proto3" json:"unique_for,omitempty"`
 	// The backoff between this job's attempts; unset means the schema's
 	// policy (the retry_policy row).
-	Retry         *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Labels for listings to filter by: at most 16, each 1..64 characters of
+	// letters, digits and . _ : = / - starting with a letter or digit
+	// ("tenant=acme", "batch-7"). Duplicates are dropped; immutable.
+	Tags          []string `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +221,13 @@ func (x *JobSpec) GetUniqueFor() *durationpb.Duration {
 func (x *JobSpec) GetRetry() *RetryPolicy {
 	if x != nil {
 		return x.Retry
+	}
+	return nil
+}
+
+func (x *JobSpec) GetTags() []string {
+	if x != nil {
+		return x.Tags
 	}
 	return nil
 }
@@ -394,7 +405,9 @@ type Job struct {
 	Metadata []byte `protobuf:"bytes,23,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Claims that ended in a snooze: they gave the job back without spending
 	// an attempt. The attempts spent are attempts - snoozes.
-	Snoozes       int32 `protobuf:"varint,24,opt,name=snoozes,proto3" json:"snoozes,omitempty"`
+	Snoozes int32 `protobuf:"varint,24,opt,name=snoozes,proto3" json:"snoozes,omitempty"`
+	// The job's tags, sorted.
+	Tags          []string `protobuf:"bytes,25,rep,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,11 +610,18 @@ func (x *Job) GetSnoozes() int32 {
 	return 0
 }
 
+func (x *Job) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x03\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x03\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -614,7 +634,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"unique_for\x18\t \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\x12+\n" +
 	"\x05retry\x18\n" +
-	" \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\"\x9a\x01\n" +
+	" \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\x12\x12\n" +
+	"\x04tags\x18\v \x03(\tR\x04tags\"\x9a\x01\n" +
 	"\vRetryPolicy\x12-\n" +
 	"\x04base\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x04base\x12+\n" +
 	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12/\n" +
@@ -623,7 +644,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xae\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc2\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -655,7 +676,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x06result\x18\x15 \x01(\fR\x06result\x12\x1f\n" +
 	"\bprogress\x18\x16 \x01(\x05H\x00R\bprogress\x88\x01\x01\x12\x1a\n" +
 	"\bmetadata\x18\x17 \x01(\fR\bmetadata\x12\x18\n" +
-	"\asnoozes\x18\x18 \x01(\x05R\asnoozesB\v\n" +
+	"\asnoozes\x18\x18 \x01(\x05R\asnoozes\x12\x12\n" +
+	"\x04tags\x18\x19 \x03(\tR\x04tagsB\v\n" +
 	"\t_progress*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
