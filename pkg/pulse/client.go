@@ -261,8 +261,8 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 	spec.Retry = cfg.retry
 	if len(cfg.tags) > 0 {
 		spec.Tags = slices.Compact(slices.Sorted(slices.Values(cfg.tags)))
-		if len(spec.Tags) > pulsetype.MaxTags {
-			return nil, fmt.Errorf("pulse: %d tags; the limit is %d", len(spec.Tags), pulsetype.MaxTags)
+		if n := len(spec.GetTags()); n > pulsetype.MaxTags {
+			return nil, fmt.Errorf("pulse: %d tags; the limit is %d", n, pulsetype.MaxTags)
 		}
 	}
 	return spec, nil
