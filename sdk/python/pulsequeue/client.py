@@ -71,7 +71,10 @@ class JobRequest:
     by the producer's clock); idempotency_key (while a job with the key is
     live, enqueuing again returns it as a duplicate); timeout per attempt
     (1s..24h); unique_for (1s..366d: unique by topic and args, compared as
-    JSON values); backoff (ExponentialBackoff or FixedBackoff)."""
+    JSON values); backoff (ExponentialBackoff or FixedBackoff); tags
+    (labels listings filter by: at most 16, each 1..64 letters, digits,
+    '.', '_', ':', '=', '/' or '-' starting with a letter or digit;
+    duplicates dropped; they never change)."""
 
     topic: str
     args: Any = None
@@ -83,6 +86,7 @@ class JobRequest:
     timeout: Any = None
     unique_for: Any = None
     backoff: ExponentialBackoff | FixedBackoff | None = None
+    tags: Sequence[str] | None = None
 
     def spec(self) -> job_pb2.JobSpec:
         """The wire form of the job, after the checks the Go SDK makes; a
@@ -115,6 +119,19 @@ class JobRequest:
             if not isinstance(self.backoff, (ExponentialBackoff, FixedBackoff)):
                 raise ConfigError("pulse: backoff must be ExponentialBackoff(...) or FixedBackoff(...)")
             spec.retry.CopyFrom(self.backoff.to_pb())
+        if self.tags:
+            if isinstance(self.tags, str):
+                raise ConfigError("pulse: tags must be a list of str, not a str")
+            for tag in self.tags:
+                if not isinstance(tag, str) or not d.TAG_PATTERN.match(tag):
+                    raise ConfigError(
+                        f"pulse: {tag!r} is not a tag: 1 to {d.MAX_TAG_LENGTH} letters, digits, '.', '_', ':', '=', "
+                        "'/' or '-', starting with a letter or digit"
+                    )
+            tags = sorted(set(self.tags))
+            if len(tags) > d.MAX_TAGS:
+                raise ConfigError(f"pulse: {len(tags)} tags; the limit is {d.MAX_TAGS}")
+            spec.tags.extend(tags)
         return spec
 
 
@@ -175,6 +192,7 @@ class JobInfo:
     def metadata_json(self) -> dict:
         return json.loads(self.metadata) if self.metadata else {}
     snoozes: int = 0
+    tags: tuple[str, ...] = ()
 
     def result_json(self) -> Any:
         """The result decoded from JSON; None when there is none."""
@@ -216,6 +234,7 @@ class JobInfo:
             progress=j.progress if j.HasField("progress") else None,
             metadata=bytes(j.metadata),
             snoozes=j.snoozes,
+            tags=tuple(j.tags),
         )
 
 
@@ -434,10 +453,12 @@ class Client:
         return JobInfo.from_pb(resp.job)
 
     async def list(
-        self, *, topic: str = "", status: str = "", limit: int = 0, page_token: str = "", include_args: bool = False
+        self, *, topic: str = "", status: str = "", tag: str = "", limit: int = 0, page_token: str = "",
+        include_args: bool = False,
     ) -> tuple[list[JobInfo], str]:
         """One page of jobs, newest first, and the next page's token ("" on
-        the last page). status is a JobInfo status name, any case."""
+        the last page). status is a JobInfo status name, any case; tag
+        keeps the jobs carrying it."""
         st = 0
         if status:
             try:
@@ -447,7 +468,7 @@ class Client:
         resp = await self._call(
             self._rpc.ListJobs,
             control_pb2.ListJobsRequest(
-                topic=topic, status=st, limit=limit, page_token=page_token, include_args=include_args
+                topic=topic, status=st, tag=tag, limit=limit, page_token=page_token, include_args=include_args
             ),
         )
         return [JobInfo.from_pb(j) for j in resp.jobs], resp.next_page_token

@@ -92,6 +92,14 @@ class ProducerTest(FleetCase):
         canceled = await self.operator.cancel(s.id)
         self.assertEqual(canceled.status, "CANCELED")
 
+    async def test_tags_label_jobs_for_listings(self):
+        tag = "run=" + self.topic[-12:]
+        a = await self.client.enqueue(self.topic, {}, delay=3600, tags=[tag, "tenant=acme", tag])
+        await self.client.enqueue(self.topic, {}, delay=3600, tags=["tenant=other"])
+        jobs, _ = await self.client.list(tag=tag)
+        self.assertEqual([j.id for j in jobs], [a.id])
+        self.assertEqual((await self.client.get(a.id)).tags, tuple(sorted([tag, "tenant=acme"])))
+
     async def test_batch_is_all_or_nothing_and_passes_interceptors(self):
         seen = []
 

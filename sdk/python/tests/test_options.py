@@ -78,6 +78,17 @@ class JobOptionsTest(unittest.TestCase):
                     JobRequest("t", **kw).spec()
                 self.assertIn(name.strip(), str(cm.exception))
 
+    def test_tags(self):
+        spec = JobRequest("t", tags=["tenant=acme", "batch-7", "tenant=acme", "a/b:c_d.e"]).spec()
+        self.assertEqual(list(spec.tags), ["a/b:c_d.e", "batch-7", "tenant=acme"])
+        JobRequest("t", tags=["x" * 64] + [f"t{i}" for i in range(15)]).spec()
+        for bad, what in [(["x" * 65], "not a tag"), ([""], "not a tag"), (["-a"], "not a tag"), (["a b"], "not a tag"),
+                          (["é"], "not a tag"), (["a\x00"], "not a tag"), ("tenant=acme", "not a str"),
+                          ([f"t{i}" for i in range(17)], "17 tags; the limit is 16")]:
+            with self.subTest(bad=bad):
+                with self.assertRaisesRegex(pulse.ConfigError, what):
+                    JobRequest("t", tags=bad).spec()
+
     def test_topics(self):
         for t in ["a", "email.send", "A-b_c:d.e", "x" * 128]:
             JobRequest(t).spec()
