@@ -157,9 +157,11 @@ class Worker:
         """Runs handler for jobs of topic. handler(job) is a coroutine
         function (cancelled when the attempt must stop) or a plain function
         (run in a thread; it should watch job.stopping). Returning completes
-        the job; raising fails the attempt, retried with backoff while
-        attempts remain (Permanent dead-letters now, RetryAfter picks the
-        next attempt's time). timeout (seconds or a timedelta, 1s..24h) is
+        the job, what it returns (unless None) being the job's result;
+        raising fails the attempt, retried with backoff while attempts
+        remain (Permanent dead-letters now, RetryAfter picks the next
+        attempt's time, Snooze puts the job back without spending an
+        attempt). timeout (seconds or a timedelta, 1s..24h) is
         the topic's default for jobs enqueued without their own.
         Registration is start-up wiring: mistakes raise ConfigError."""
         check_topic(topic)
