@@ -133,6 +133,37 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
+	// Callers waiting for their jobs (Client.Wait: control-api's
+	// long-poll, woken by the settle's NOTIFY) through every kill and the
+	// Postgres crash: each must get its job back COMPLETED, with the
+	// completing attempt's result.
+	type waitedJob struct {
+		id   string
+		info *pulse.JobInfo
+		err  error
+	}
+	var waitMu sync.Mutex
+	var waitedJobs []waitedJob
+	var waiters sync.WaitGroup
+	waitCtx, stopWaiting := context.WithTimeout(ctx, duration+4*time.Minute)
+	defer stopWaiting()
+	load.Go(func() {
+		for loadCtx.Err() == nil {
+			if sub, err := client.Enqueue(loadCtx, topic, nil); err == nil {
+				ackMu.Lock()
+				acked = append(acked, sub.ID)
+				ackMu.Unlock()
+				waiters.Go(func() {
+					info, err := client.Wait(waitCtx, sub.ID)
+					waitMu.Lock()
+					waitedJobs = append(waitedJobs, waitedJob{sub.ID, info, err})
+					waitMu.Unlock()
+				})
+			}
+			_ = pauseSleep(loadCtx, 100*time.Millisecond)
+		}
+	})
+
 	// until retries op until it succeeds: components come back.
 	until := func(what string, op func() error) {
 		t.Helper()
@@ -241,6 +272,29 @@ func TestChaos(t *testing.T) {
 SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = a.id AND status = 'COMPLETED')`,
 		promised).Scan(&missing))
 	require.Zero(t, missing, "chaos (seed %d): acknowledged jobs lost", seed)
+
+	// Every completion stored its result, and the result is the
+	// completing attempt's: a reaped attempt's late report, carrying its
+	// own result, never landed on the job (the report's fence), however
+	// the gateways and workers died.
+	var badResults int64
+	require.NoError(t, pool.QueryRow(ctx, `
+SELECT count(*) FROM jobs
+WHERE topic = $1 AND status = 'COMPLETED'
+  AND (result IS NULL OR (convert_from(result, 'UTF8')::jsonb ->> 'attempt')::int IS DISTINCT FROM attempts)`,
+		topic).Scan(&badResults))
+	require.Zero(t, badResults, "chaos (seed %d): completed jobs whose result is missing or not the completing attempt's", seed)
+
+	waiters.Wait()
+	require.NotEmpty(t, waitedJobs)
+	for _, w := range waitedJobs {
+		require.NoError(t, w.err, "chaos (seed %d): waiting for job %s", seed, w.id)
+		require.Equal(t, "COMPLETED", string(w.info.Status), "chaos (seed %d): job %s", seed, w.id)
+		var res struct{ Attempt int }
+		require.NoError(t, w.info.UnmarshalResult(&res), "chaos (seed %d): job %s", seed, w.id)
+		require.Equal(t, w.info.Attempts, res.Attempt, "chaos (seed %d): job %s: the waiter got the completing attempt's result", seed, w.id)
+	}
+	t.Logf("chaos: %d waiters got their jobs back, results included", len(waitedJobs))
 
 	// No two live workers ran the same job at once. A run ends at its end
 	// or cancel record, at its worker's kill, and a frozen worker is not

@@ -123,6 +123,12 @@ func run(o options, logger *slog.Logger) error {
 	w.Register(o.topic, func(ctx context.Context, job *pulse.Job) error {
 		rec.write(Record{Event: "start", Job: job.ID, Attempt: job.Attempt, Worker: o.id})
 		err := handle(ctx, o, job, rec)
+		if err == nil {
+			// The completion carries which attempt produced it, so a
+			// judge can check that a stored result is the completing
+			// attempt's, never a stale one's.
+			err = job.SetResult(map[string]any{"attempt": job.Attempt, "worker": o.id})
+		}
 		end := Record{Event: "end", Job: job.ID, Attempt: job.Attempt, Worker: o.id}
 		if err != nil {
 			end.Err = err.Error()
