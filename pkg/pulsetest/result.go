@@ -1,6 +1,7 @@
 package pulsetest
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ type Result struct {
 	// RetryAfter is the wait the handler asked for with pulse.RetryAfter
 	// (zero: the job's backoff), or how long pulse.Snooze put it back for.
 	RetryAfter time.Duration
+	// Output is what the handler set with job.SetResult, as the gateway
+	// would store it (JSON); nil when it set none.
+	Output json.RawMessage
 
 	// Job is the job as the handler saw it, and Err what the handler
 	// itself returned; Panicked says it panicked instead. [Work] fills
@@ -105,6 +109,9 @@ func resultFromProto(r *pulsev1.JobResult) *Result {
 	}
 	if d := r.GetRetryAfter(); d != nil {
 		res.RetryAfter = d.AsDuration()
+	}
+	if out := r.GetResult(); len(out) > 0 {
+		res.Output = json.RawMessage(out)
 	}
 	return res
 }

@@ -54,6 +54,21 @@ func TestWork(t *testing.T) {
 		require.Zero(t, res.Job.Timeout)
 	})
 
+	t.Run("TheHandlersResultAndProgressAreSeen", func(t *testing.T) {
+		t.Parallel()
+		res := pulsetest.Work(ctx, t, func(ctx context.Context, job *pulse.Job) error {
+			if err := job.SetProgress(ctx, 50); err != nil {
+				return err
+			}
+			if err := job.SetMetadata(ctx, map[string]any{"stage": "send"}); err != nil {
+				return err
+			}
+			return job.SetResult(map[string]string{"message_id": "m-1"})
+		}, nil)
+		res.RequireCompleted(t)
+		require.JSONEq(t, `{"message_id": "m-1"}`, string(res.Output))
+	})
+
 	t.Run("AFailureKeepsTheHandlersError", func(t *testing.T) {
 		t.Parallel()
 		errSMTP := errors.New("smtp down")

@@ -59,6 +59,7 @@ type Gateway struct {
 	reportCalls    int
 	heartbeatFn    func(*pulsev1.HeartbeatRequest) (*pulsev1.HeartbeatResponse, error)
 	reportFn       func(*pulsev1.ReportResultRequest) (*pulsev1.ReportResultResponse, error)
+	progress       []*pulsev1.UpdateProgressRequest
 }
 
 // Stream is one StreamJobs stream as the gateway sees it.
@@ -211,6 +212,24 @@ func (g *Gateway) Heartbeat(_ context.Context, req *pulsev1.HeartbeatRequest) (*
 		return fn(req)
 	}
 	return HoldAll(req), nil
+}
+
+// UpdateProgress implements DispatchService: every update is recorded
+// ([Gateway.Progress]) and answered held, as a healthy gateway answers the
+// lease holder of a running attempt.
+func (g *Gateway) UpdateProgress(_ context.Context, req *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.progress = append(g.progress, req)
+	return &pulsev1.UpdateProgressResponse{Held: true}, nil
+}
+
+// Progress returns every UpdateProgress request received so far (a
+// handler's job.SetProgress and job.SetMetadata), in order.
+func (g *Gateway) Progress() []*pulsev1.UpdateProgressRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*pulsev1.UpdateProgressRequest(nil), g.progress...)
 }
 
 // HoldAll answers a heartbeat as a healthy gateway does: every lease held
