@@ -14,6 +14,10 @@ import (
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
+// waitersPerClient is how many of the waiters share one client
+// connection, below the server's 1,024 concurrent calls per connection.
+const waitersPerClient = 1000
+
 // WaitersParams shape the waiters run.
 type WaitersParams struct {
 	// Waiters is how many jobs are submitted and waited for, one
@@ -38,6 +42,19 @@ func Waiters(ctx context.Context, t Target, p WaitersParams) (Result, error) {
 		return Result{}, err
 	}
 	defer client.Close()
+	// One connection carries at most grpcserver.MaxConcurrentStreams
+	// (1,024) calls at once: the waiters spread over a client (a
+	// connection) per waitersPerClient, as an application waiting on that
+	// many jobs at once would.
+	waitClients := make([]*pulse.Client, (p.Waiters+waitersPerClient-1)/waitersPerClient)
+	for i := range waitClients {
+		c, err := pulse.NewClient(t.ControlGRPC)
+		if err != nil {
+			return Result{}, err
+		}
+		defer c.Close()
+		waitClients[i] = c
+	}
 
 	conn, err := pgx.Connect(ctx, t.DatabaseURL)
 	if err != nil {
@@ -94,11 +111,11 @@ func Waiters(ctx context.Context, t Target, p WaitersParams) (Result, error) {
 	var waitErr error
 	finished := 0
 	var lastDone time.Time
-	for _, id := range ids {
+	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			info, err := client.Wait(waitCtx, id)
+			info, err := waitClients[i/waitersPerClient].Wait(waitCtx, id)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
