@@ -176,7 +176,7 @@ func feed(ctx context.Context, side benchSide, inserted, worked *atomic.Int64, r
 	}
 }
 
-// waitCompleted returns once the handlers have seen jobs jobs (free to
+// waitCompleted returns once the handlers have seen that many jobs (free to
 // check) and the side's table shows them completed (a scan, so rarely).
 func waitCompleted(ctx context.Context, side benchSide, worked *atomic.Int64, jobs int64) error {
 	for worked.Load() < jobs && ctx.Err() == nil {

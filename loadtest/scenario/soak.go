@@ -99,8 +99,6 @@ func (r *soakRecorder) window(from, to int) (started int, lags []time.Duration) 
 // soakTable is a queue table's size and garbage at one moment.
 type soakTable struct {
 	heap, indexes, dead int64
-	claimCalls          int64
-	claimMS             float64
 }
 
 func readSoakTable(ctx context.Context, conn *pgx.Conn, side soakSide) (soakTable, error) {
@@ -448,8 +446,8 @@ type riverSoak struct {
 }
 
 func (s *riverSoak) startSoak(ctx context.Context, started func(time.Duration)) (func(), error) {
-	s.riverBench.started = started
-	return s.riverBench.start(ctx, func() {})
+	s.started = started
+	return s.start(ctx, func() {})
 }
 
 func (s *riverSoak) dbURL() string     { return s.url }
