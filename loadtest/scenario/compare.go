@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
 // CompareParams shape the river scenario: River's own CLI benchmark
@@ -245,18 +248,30 @@ func BacklogReady(ctx context.Context, databaseURL string, settle time.Duration,
 // ResetJobs empties pulse's jobs table between runs (TRUNCATE, which the
 // schema allows once no job is live; VACUUM FULL; CHECKPOINT), as River's
 // bench does with river_job, so every run starts from the same empty,
-// checkpointed table. With live jobs left by another scenario it deletes
-// only the finished ones.
+// checkpointed table. Live jobs left by another run are canceled first.
 func ResetJobs(ctx context.Context, databaseURL string) error {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	// CASCADE: job_uniques references jobs.
+	// CASCADE: job_uniques references jobs. The schema refuses to
+	// truncate live jobs (a concurrent workload leaves its inserter's lead
+	// queued, and a stopped worker's last leases may still run): cancel
+	// them first, through the store's own bulk cancel, so no run starts
+	// with another run's queue in front of it.
 	if _, err := conn.Exec(ctx, `TRUNCATE jobs CASCADE`); err != nil {
-		if _, err := conn.Exec(ctx, `DELETE FROM jobs WHERE status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')`); err != nil {
+		pool, err := pgxpool.New(ctx, databaseURL)
+		if err != nil {
 			return err
+		}
+		_, err = jobstore.New(pool).CancelMatching(ctx, jobstore.BulkFilter{}, 10000)
+		pool.Close()
+		if err != nil {
+			return fmt.Errorf("cancel the live jobs left: %w", err)
+		}
+		if _, err := conn.Exec(ctx, `TRUNCATE jobs CASCADE`); err != nil {
+			return fmt.Errorf("truncate jobs: %w", err)
 		}
 	}
 	for _, q := range []string{`VACUUM FULL jobs`, `CHECKPOINT`} {
