@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
 
@@ -83,25 +81,12 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 // inserts paced as the soak's) on a topic of its own while the samples
 // go through as in IdleLatency.
 func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBenchParams, share float64) (Result, error) {
-	pool, err := pgxpool.New(ctx, t.DatabaseURL)
+	sides, err := openPulseSides(ctx, t, load)
 	if err != nil {
 		return Result{}, err
 	}
-	defer pool.Close()
-	client, err := pulse.NewClient(t.ControlGRPC)
-	if err != nil {
-		return Result{}, err
-	}
-	defer client.Close()
-	side := func(name string) *pulseBench {
-		topic := fmt.Sprintf("load.%s.%d", name, time.Now().UnixNano())
-		reqs := make([]pulse.JobRequest, BenchInsertBatch)
-		for i := range reqs {
-			reqs[i] = pulse.JobRequest{Topic: topic, Args: []byte(`{}`)}
-		}
-		return &pulseBench{t: t, p: load, client: client, pool: pool, reqs: reqs}
-	}
-	probe := side("probe")
+	defer sides.close()
+	probe := sides.side("probe")
 	run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: soakProbe}, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("probe the maximum: %w", err)
@@ -114,7 +99,7 @@ func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBen
 	}
 	rate := share * run.rate()
 
-	bg := side("background")
+	bg := sides.side("background")
 	stopWorkers, err := bg.start(ctx, func() {})
 	if err != nil {
 		return Result{}, err

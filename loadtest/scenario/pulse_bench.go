@@ -55,39 +55,73 @@ func (b *pulseBench) insert(ctx context.Context, n int) error {
 }
 
 func (b *pulseBench) start(ctx context.Context, done func()) (func(), error) {
-	workCtx, stop := context.WithCancel(ctx)
-	wg, err := startPulseWorkers(workCtx, b.t, []string{b.reqs[0].Topic}, b.p.Workers, b.p.Concurrency, func(*pulse.Job) { done() })
+	return b.startWorkers(ctx, func(*pulse.Job) { done() })
+}
+
+// startWorkers runs the side's SDK workers on its topic, handle called as
+// each handler starts; stop stops them and waits.
+func (b *pulseBench) startWorkers(ctx context.Context, handle func(*pulse.Job)) (stop func(), err error) {
+	workCtx, cancel := context.WithCancel(ctx)
+	wg, err := startPulseWorkers(workCtx, b.t, []string{b.reqs[0].Topic}, b.p.Workers, b.p.Concurrency, handle)
 	if err != nil {
-		stop()
+		cancel()
 		wg.Wait()
 		return nil, err
 	}
-	return func() { stop(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }, nil
 }
 
 func (b *pulseBench) completed(ctx context.Context) (int64, error) {
 	return countCompleted(ctx, b.pool)
 }
 
-// PulseBench runs one River CLI workload through pulse. Call ResetJobs
-// before.
-func PulseBench(ctx context.Context, t Target, p PulseBenchParams, w BenchWorkload, before func() error) (Result, error) {
+// pulseSides is what every pulse side of a run shares — a pool on the
+// fleet's database and a control-api client — and makes sides, each on a
+// topic of its own.
+type pulseSides struct {
+	t      Target
+	p      PulseBenchParams
+	pool   *pgxpool.Pool
+	client *pulse.Client
+}
+
+func openPulseSides(ctx context.Context, t Target, p PulseBenchParams) (*pulseSides, error) {
 	pool, err := pgxpool.New(ctx, t.DatabaseURL)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	defer pool.Close()
 	client, err := pulse.NewClient(t.ControlGRPC)
 	if err != nil {
-		return Result{}, err
+		pool.Close()
+		return nil, err
 	}
-	defer client.Close()
-	topic := fmt.Sprintf("load.bench.%d", time.Now().UnixNano())
+	return &pulseSides{t: t, p: p, pool: pool, client: client}, nil
+}
+
+func (s *pulseSides) close() {
+	_ = s.client.Close() // a load client's close changes no result
+	s.pool.Close()
+}
+
+// side is a pulse side on a new topic named after name.
+func (s *pulseSides) side(name string) *pulseBench {
+	topic := fmt.Sprintf("load.%s.%d", name, time.Now().UnixNano())
 	reqs := make([]pulse.JobRequest, BenchInsertBatch)
 	for i := range reqs {
 		reqs[i] = pulse.JobRequest{Topic: topic, Args: []byte(`{}`)}
 	}
-	run, err := runBench(ctx, &pulseBench{t: t, p: p, client: client, pool: pool, reqs: reqs}, w, before)
+	return &pulseBench{t: s.t, p: s.p, client: s.client, pool: s.pool, reqs: reqs}
+}
+
+// PulseBench runs one River CLI workload through pulse. Call ResetJobs
+// before.
+func PulseBench(ctx context.Context, t Target, p PulseBenchParams, w BenchWorkload, before func() error) (Result, error) {
+	sides, err := openPulseSides(ctx, t, p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer sides.close()
+	run, err := runBench(ctx, sides.side("bench"), w, before)
 	if err != nil {
 		return Result{}, fmt.Errorf("pulse: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pulsequeue/pulse/pkg/pulse"
 )
@@ -394,16 +393,7 @@ type pulseSoak struct {
 }
 
 func (s *pulseSoak) startSoak(ctx context.Context, started func(time.Duration)) (func(), error) {
-	workCtx, stop := context.WithCancel(ctx)
-	wg, err := startPulseWorkers(workCtx, s.t, []string{s.reqs[0].Topic}, s.p.Workers, s.p.Concurrency, func(j *pulse.Job) {
-		started(time.Since(j.SubmittedAt))
-	})
-	if err != nil {
-		stop()
-		wg.Wait()
-		return nil, err
-	}
-	return func() { stop(); wg.Wait() }, nil
+	return s.startWorkers(ctx, func(j *pulse.Job) { started(time.Since(j.SubmittedAt)) })
 }
 
 func (s *pulseSoak) dbURL() string     { return s.url }
@@ -418,22 +408,12 @@ func PulseSoak(ctx context.Context, t Target, p SoakParams) (Result, error) {
 	if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
 		return Result{}, err
 	}
-	pool, err := pgxpool.New(ctx, t.DatabaseURL)
+	sides, err := openPulseSides(ctx, t, p.Pulse)
 	if err != nil {
 		return Result{}, err
 	}
-	defer pool.Close()
-	client, err := pulse.NewClient(t.ControlGRPC)
-	if err != nil {
-		return Result{}, err
-	}
-	defer client.Close()
-	topic := fmt.Sprintf("load.soak.%d", time.Now().UnixNano())
-	reqs := make([]pulse.JobRequest, BenchInsertBatch)
-	for i := range reqs {
-		reqs[i] = pulse.JobRequest{Topic: topic, Args: []byte(`{}`)}
-	}
-	side := &pulseSoak{pulseBench: &pulseBench{t: t, p: p.Pulse, client: client, pool: pool, reqs: reqs}, url: t.DatabaseURL}
+	defer sides.close()
+	side := &pulseSoak{pulseBench: sides.side("soak"), url: t.DatabaseURL}
 	return Soak(ctx, "pulse", side, t.DatabaseURL, p)
 }
 
