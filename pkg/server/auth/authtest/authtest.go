@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,9 +67,9 @@ func SelfSignedCert(t testing.TB) (certFile, keyFile string, roots *x509.CertPoo
 	return certFile, keyFile, roots
 }
 
-// CA is a throwaway certificate authority for mTLS tests (not for
-// concurrent use): it signs leaf
-// certificates good for both ends of a connection on localhost.
+// CA is a throwaway certificate authority for mTLS tests: it signs leaf
+// certificates good for both ends of a connection on localhost. Parallel
+// subtests may share one; every certificate gets its own serial and files.
 type CA struct {
 	// File is the CA certificate's PEM file (PULSE_TLS_CLIENT_CA, or a
 	// client's CA file); Pool trusts it.
@@ -78,7 +79,7 @@ type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	dir  string
-	next int64
+	next atomic.Int64
 }
 
 // NewCA makes a CA named commonName in a temporary directory.
@@ -99,7 +100,8 @@ func NewCA(t testing.TB, commonName string) *CA {
 	require.NoError(t, err)
 	cert, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
-	ca := &CA{cert: cert, key: key, dir: t.TempDir(), next: 2, Pool: x509.NewCertPool()}
+	ca := &CA{cert: cert, key: key, dir: t.TempDir(), Pool: x509.NewCertPool()}
+	ca.next.Store(1) // the CA itself is serial 1
 	ca.Pool.AddCert(cert)
 	ca.File = filepath.Join(ca.dir, "ca.pem")
 	require.NoError(t, os.WriteFile(ca.File, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
@@ -113,9 +115,9 @@ func (ca *CA) Issue(t testing.TB, commonName string) (certFile, keyFile string) 
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
-	ca.next++
+	serial := ca.next.Add(1)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.next),
+		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
@@ -128,7 +130,7 @@ func (ca *CA) Issue(t testing.TB, commonName string) (certFile, keyFile string) 
 	require.NoError(t, err)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	require.NoError(t, err)
-	base := filepath.Join(ca.dir, fmt.Sprintf("%d-%s", ca.next, commonName))
+	base := filepath.Join(ca.dir, fmt.Sprintf("%d-%s", serial, commonName))
 	certFile, keyFile = base+".pem", base+"-key.pem"
 	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600))
