@@ -32,7 +32,9 @@ const (
 func (c *Client) Wait(ctx context.Context, id string) (*JobInfo, error) {
 	bo := backoff{min: waitRetryMin, max: waitRetryMax}
 	for {
-		resp, err := c.rpc.WaitJob(ctx, &pulsev1.WaitJobRequest{Id: id, Timeout: durationpb.New(waitPoll)})
+		// Only the finish matters here: an unfinished answer without the
+		// job lets control-api renew the poll without reading it.
+		resp, err := c.rpc.WaitJob(ctx, &pulsev1.WaitJobRequest{Id: id, Timeout: durationpb.New(waitPoll), OmitUnfinishedJob: true})
 		switch {
 		case err == nil:
 			if resp.GetFinished() {

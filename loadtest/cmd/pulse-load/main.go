@@ -57,6 +57,7 @@ func run() error {
 		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
 		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
 		waiters     = flag.Int("waiters", 10000, "waiters: concurrent Client.Wait calls, each on a job of its own")
+		waitWindow  = flag.Duration("waiters-window", 65*time.Second, "waiters: how long the database's transactions are counted, idle and with every waiter waiting; longer than two of the SDK's 30 s long-polls, so every waiter renews twice in it")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
@@ -251,7 +252,7 @@ func run() error {
 		}
 	}
 	if want["waiters"] {
-		r, err := scenario.Waiters(ctx, target, scenario.WaitersParams{Waiters: *waiters, Window: 10 * time.Second})
+		r, err := scenario.Waiters(ctx, target, scenario.WaitersParams{Waiters: *waiters, Window: *waitWindow})
 		r.Scenario = "waiters"
 		if err := emit(r, err); err != nil {
 			return err

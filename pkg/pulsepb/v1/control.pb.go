@@ -839,9 +839,15 @@ type WaitJobRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// How long to wait at most: 1ms..5m; unset is 30s. The call's own
 	// deadline, when earlier, ends it first (DEADLINE_EXCEEDED).
-	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Answer a wait that ends unfinished (the timeout passed) without the
+	// job. A client that only waits for the finish sets it: the renewal of
+	// its long-poll on the same control-api process then reads nothing from
+	// the database, and the wait costs the database nothing for as long as
+	// it lasts.
+	OmitUnfinishedJob bool `protobuf:"varint,3,opt,name=omit_unfinished_job,json=omitUnfinishedJob,proto3" json:"omit_unfinished_job,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WaitJobRequest) Reset() {
@@ -888,9 +894,17 @@ func (x *WaitJobRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *WaitJobRequest) GetOmitUnfinishedJob() bool {
+	if x != nil {
+		return x.OmitUnfinishedJob
+	}
+	return false
+}
+
 type WaitJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The job when it finished, or when the timeout passed.
+	// The job when it finished, or when the timeout passed (unset then if
+	// the request asked omit_unfinished_job).
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// The job is COMPLETED, DEAD_LETTERED or CANCELED.
 	Finished      bool `protobuf:"varint,2,opt,name=finished,proto3" json:"finished,omitempty"`
@@ -989,10 +1003,11 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x0fRetryJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x10RetryJobResponse\x12\x1f\n" +
-	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\"U\n" +
+	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\"\x85\x01\n" +
 	"\x0eWaitJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x123\n" +
-	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12.\n" +
+	"\x13omit_unfinished_job\x18\x03 \x01(\bR\x11omitUnfinishedJob\"N\n" +
 	"\x0fWaitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
 	"\bfinished\x18\x02 \x01(\bR\bfinished*\xe6\x01\n" +

@@ -427,7 +427,7 @@ class Client:
             return await asyncio.wait_for(self.wait(job_id), d.to_micros("timeout", timeout) / d.SECOND)
         delay = _WAIT_RETRY_MIN
         while True:
-            req = control_pb2.WaitJobRequest(id=job_id, timeout=d.to_pb_duration(_WAIT_POLL))
+            req = control_pb2.WaitJobRequest(id=job_id, timeout=d.to_pb_duration(_WAIT_POLL), omit_unfinished_job=True)
             try:
                 resp = await self._rpc.WaitJob(req, metadata=self._md, timeout=_WAIT_POLL / d.SECOND + 30)
             except grpc.aio.AioRpcError as e:

@@ -51,6 +51,8 @@ type Options struct {
 // Waiters is waiter.Hub as the service uses it.
 type Waiters interface {
 	Watch(ctx context.Context, id uuid.UUID) (<-chan struct{}, func(), error)
+	Known(id uuid.UUID) (unfinished bool, token uint64)
+	MarkUnfinished(id uuid.UUID, wake <-chan struct{}, token uint64)
 }
 
 // ControlService implements pulsev1.ControlServiceServer. Its errors are

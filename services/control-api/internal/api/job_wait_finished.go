@@ -33,19 +33,24 @@ func (s *ControlService) WaitJob(ctx context.Context, req *pulsev1.WaitJobReques
 			return nil, err
 		}
 	}
-	job, finished, err := s.Wait(ctx, id, timeout)
+	job, finished, err := s.Wait(ctx, id, timeout, !req.GetOmitUnfinishedJob())
 	if err != nil {
 		return nil, err
+	}
+	if job == nil { // unfinished, asked without the job
+		return &pulsev1.WaitJobResponse{}, nil
 	}
 	return &pulsev1.WaitJobResponse{Job: JobToWire(job), Finished: finished}, nil
 }
 
 // Wait returns job id once it is finished (COMPLETED, DEAD_LETTERED or
-// CANCELED), or as it is when timeout passes, and whether it finished. It
-// reads the job twice at most: once after registering the waiter (so a
-// settle committed after the read wakes it) and once when woken or timed
-// out. While it waits it costs Postgres nothing.
-func (s *ControlService) Wait(ctx context.Context, id uuid.UUID, timeout time.Duration) (*jobstore.Job, bool, error) {
+// CANCELED), or as it is when timeout passes (nil without withJob), and
+// whether it finished. It reads the job twice at most: once after
+// registering the waiter (so a settle committed after the read wakes it),
+// unless the process already knows it unfinished (a renewal: the hub's
+// Known), and once when woken, or when timed out withJob. While it waits
+// it costs Postgres nothing.
+func (s *ControlService) Wait(ctx context.Context, id uuid.UUID, timeout time.Duration, withJob bool) (*jobstore.Job, bool, error) {
 	if s.opts.Waiters == nil {
 		return nil, false, apierr.Unavailable("waiting for jobs is not enabled on this server", nil)
 	}
@@ -54,19 +59,25 @@ func (s *ControlService) Wait(ctx context.Context, id uuid.UUID, timeout time.Du
 		return nil, false, apierr.Unavailable("wait for job", err)
 	}
 	defer release()
-	job, err := s.store.Get(ctx, id)
-	if err != nil || job.Status.Terminal() {
-		return job, err == nil, err
+	if known, token := s.opts.Waiters.Known(id); !known {
+		job, err := s.store.Get(ctx, id)
+		if err != nil || job.Status.Terminal() {
+			return job, err == nil, err
+		}
+		s.opts.Waiters.MarkUnfinished(id, wake, token)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-wake:
 	case <-timer.C:
+		if !withJob {
+			return nil, false, nil
+		}
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
-	job, err = s.store.Get(ctx, id)
+	job, err := s.store.Get(ctx, id)
 	if err != nil {
 		return nil, false, err
 	}

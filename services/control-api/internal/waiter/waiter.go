@@ -5,6 +5,13 @@
 // nothing while it waits: no query, no connection, no row of its own.
 // The process keeps one settle_listeners row while it has waiters, which
 // is what makes settling statements notify at all (ADR-0041).
+//
+// The hub also remembers, for RenewGap after a job's last waiter left,
+// that the job was read unfinished while the process was listening and
+// that no settle has named it since (Known, MarkUnfinished): the renewal
+// of a long-poll on the same process then needs no read at all, so a
+// waiter costs the database nothing for as long as it waits, not only
+// between renewals (ADR-0048).
 package waiter
 
 import (
@@ -31,6 +38,15 @@ const (
 	// reads once whether any of its waiters' jobs finished: a settle whose
 	// statement began before the row existed did not notify.
 	DefaultRecheckAfter = time.Second
+	// DefaultRenewGap is how long the hub remembers that a job was
+	// unfinished after its last waiter left: long enough for a client to
+	// renew its long-poll, short enough that the memory stays the size of
+	// the waiters.
+	DefaultRenewGap = 10 * time.Second
+	// DefaultKnownFor is how long one read that found a job unfinished
+	// serves renewals: every statement that finishes a job notifies, and
+	// this bounds what a path that did not would cost a waiter.
+	DefaultKnownFor = 5 * time.Minute
 )
 
 // Store is what the hub needs of jobstore.Store.
@@ -48,6 +64,8 @@ type Options struct {
 	ListenerTTL  time.Duration
 	Linger       time.Duration
 	RecheckAfter time.Duration
+	RenewGap     time.Duration
+	KnownFor     time.Duration
 	Logger       *slog.Logger
 }
 
@@ -62,6 +80,13 @@ type Hub struct {
 	waiters  int
 	lastLeft time.Time // when the count last reached zero
 	stopped  bool
+	// known holds the jobs read unfinished while the process listened
+	// without a gap, that no settle has named since; see Known. After
+	// anything that may have lost a notification (a resync, a fresh
+	// registration of the row) the recheck reads them all again and moves
+	// epoch on; a failed recheck and Stop empty it.
+	known map[uuid.UUID]knownJob
+	epoch uint64
 
 	regMu     sync.Mutex // one registration at a time
 	liveUntil time.Time  // under regMu: the row is known to live until then
@@ -69,6 +94,17 @@ type Hub struct {
 	kick chan struct{} // asks the loop to recheck every waiter now
 	done chan struct{}
 	wg   sync.WaitGroup
+}
+
+// knownJob is when a job was read unfinished, and until when the hub
+// remembers it without a waiter (zero while it has waiters).
+type knownJob struct {
+	read, until time.Time
+}
+
+// valid tells whether k still vouches for its job at now.
+func (k knownJob) valid(now time.Time, knownFor time.Duration) bool {
+	return now.Sub(k.read) < knownFor && (k.until.IsZero() || now.Before(k.until))
 }
 
 // entry is one job's waiters: closing wake wakes them all.
@@ -89,6 +125,12 @@ func New(store Store, opts Options) *Hub {
 	if opts.RecheckAfter <= 0 {
 		opts.RecheckAfter = DefaultRecheckAfter
 	}
+	if opts.RenewGap <= 0 {
+		opts.RenewGap = DefaultRenewGap
+	}
+	if opts.KnownFor <= 0 {
+		opts.KnownFor = DefaultKnownFor
+	}
 	if opts.Process == "" {
 		opts.Process = "control-api-" + uuid.NewString()
 	}
@@ -99,6 +141,7 @@ func New(store Store, opts Options) *Hub {
 	return &Hub{
 		store: store, opts: opts, log: log.With("component", "waiter"),
 		waiting: map[uuid.UUID]*entry{},
+		known:   map[uuid.UUID]knownJob{},
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
@@ -126,6 +169,13 @@ func (h *Hub) Watch(ctx context.Context, id uuid.UUID) (<-chan struct{}, func(),
 	}
 	e.n++
 	h.waiters++
+	if k, ok := h.known[id]; ok {
+		if k.valid(time.Now(), h.opts.KnownFor) {
+			h.known[id] = knownJob{read: k.read} // waited again: kept while it is
+		} else {
+			delete(h.known, id)
+		}
+	}
 	h.mu.Unlock()
 	release := func() { h.release(id, e) }
 	if err := h.ensureListening(ctx); err != nil {
@@ -145,7 +195,46 @@ func (h *Hub) release(id uuid.UUID, e *entry) {
 	}
 	if e.n == 0 && h.waiting[id] == e {
 		delete(h.waiting, id)
+		if k, ok := h.known[id]; ok {
+			h.known[id] = knownJob{read: k.read, until: time.Now().Add(h.opts.RenewGap)}
+		}
 	}
+}
+
+// Known tells whether job id is known unfinished: a wait on this process
+// read it unfinished after registering its waiter, no settle has named the
+// job since (the settle's notification, even one still on its way, wakes
+// the waiter registered before this call), and any gap in listening since
+// was followed by a recheck that read it again (until that recheck ends
+// the answer may be stale, and the recheck wakes the waiter), within
+// KnownFor of that read. Call it after Watch: a waiter that finds
+// the job known waits without reading it. token is for MarkUnfinished.
+func (h *Hub) Known(id uuid.UUID) (unfinished bool, token uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k, ok := h.known[id]
+	return ok && k.valid(time.Now(), h.opts.KnownFor), h.epoch
+}
+
+// MarkUnfinished records that job id was read unfinished by a waiter
+// registered with wake, after Known returned token. It records nothing
+// when the waiter was already woken (a settle may have named the job
+// after the read) or when the hub may have lost a notification since
+// token (a recheck collected its ids since).
+func (h *Hub) MarkUnfinished(id uuid.UUID, wake <-chan struct{}, token uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.waiting[id]; e == nil || e.wake != wake || token != h.epoch || h.stopped {
+		return
+	}
+	h.known[id] = knownJob{read: time.Now()}
+}
+
+// forgetLocked empties what the hub knows of unfinished jobs: from now
+// on a notification may have been missed. Call with mu held.
+func (h *Hub) forgetLocked() {
+	h.epoch++
+	clear(h.known)
 }
 
 // Waiters is how many waiters the hub holds.
@@ -196,14 +285,16 @@ func (h *Hub) Notify(payload string) {
 }
 
 func (h *Hub) wakeLocked(id uuid.UUID) {
+	delete(h.known, id)
 	if e := h.waiting[id]; e != nil {
 		close(e.wake)
 		delete(h.waiting, id)
 	}
 }
 
-// Resync asks for one read of every waiter's job (notifications may have
-// been lost while the LISTEN connection was down); it does not block.
+// Resync asks for one read of every waiter's job, and of every job known
+// unfinished (notifications may have been lost while the LISTEN
+// connection was down); it does not block.
 func (h *Hub) Resync() {
 	select {
 	case h.kick <- struct{}{}:
@@ -230,6 +321,7 @@ func (h *Hub) Stop(ctx context.Context) error {
 		for id := range h.waiting {
 			h.wakeLocked(id)
 		}
+		h.forgetLocked()
 		close(h.done)
 	}
 	h.mu.Unlock()
@@ -269,6 +361,12 @@ func (h *Hub) run() {
 func (h *Hub) maintain(ctx context.Context) {
 	h.mu.Lock()
 	n, lastLeft := h.waiters, h.lastLeft
+	now := time.Now()
+	for id, k := range h.known {
+		if !k.until.IsZero() && !k.valid(now, h.opts.KnownFor) {
+			delete(h.known, id)
+		}
+	}
 	h.mu.Unlock()
 	if n > 0 {
 		if err := h.ensureListening(ctx); err != nil {
@@ -288,26 +386,60 @@ func (h *Hub) maintain(ctx context.Context) {
 	h.liveUntil = time.Time{}
 }
 
-// recheck reads, in one statement, which waited-for jobs have finished,
-// and wakes their waiters.
+// recheck reads, in one statement, which waited-for or known-unfinished
+// jobs have finished, wakes their waiters and forgets them; the others it
+// knows unfinished from its own read. A waiter's read that began before
+// the recheck collected its ids may predate a settle that went unheard:
+// the epoch moves on with the collection, so such a read marks nothing
+// (MarkUnfinished), and the recheck's read vouches instead.
 func (h *Hub) recheck(ctx context.Context) {
 	h.mu.Lock()
-	ids := make([]uuid.UUID, 0, len(h.waiting))
-	for id := range h.waiting {
-		ids = append(ids, id)
+	h.epoch++
+	epoch := h.epoch
+	collected := make(map[uuid.UUID]*entry, len(h.waiting)+len(h.known))
+	for id, e := range h.waiting {
+		collected[id] = e
+	}
+	for id := range h.known {
+		if _, ok := collected[id]; !ok {
+			collected[id] = nil
+		}
 	}
 	h.mu.Unlock()
-	if len(ids) == 0 {
+	if len(collected) == 0 {
 		return
+	}
+	ids := make([]uuid.UUID, 0, len(collected))
+	for id := range collected {
+		ids = append(ids, id)
 	}
 	finished, err := h.store.Finished(ctx, ids)
 	if err != nil {
 		h.log.Warn("recheck of waited-for jobs failed; waiters fall back to their timeouts", "error", err)
+		h.mu.Lock()
+		h.forgetLocked()
+		h.mu.Unlock()
 		return
 	}
+	read := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, id := range finished {
 		h.wakeLocked(id)
+		delete(collected, id)
+	}
+	if h.epoch != epoch {
+		return // a later recheck collected since: it vouches
+	}
+	// What is left was read unfinished after it was collected. A settle
+	// heard since woke its waiter (a new entry, or none) or forgot it.
+	for id, e := range collected {
+		k, isKnown := h.known[id]
+		switch {
+		case e != nil && h.waiting[id] == e:
+			h.known[id] = knownJob{read: read}
+		case e == nil && isKnown:
+			h.known[id] = knownJob{read: read, until: k.until}
+		}
 	}
 }
