@@ -45,7 +45,14 @@ const (
 	// VersionJobTags adds a job's tags (jobs.tags, immutable, checked at
 	// birth, 00008) and the GIN index listings filter them with (00009).
 	VersionJobTags int64 = 9
+	// VersionJobDependencies adds dependencies between jobs
+	// (job_dependencies, jobs.blocked_by, has_dependents, workflow_id, the
+	// release in the parent's settle, 00010), validates
+	// jobs_blocked_not_runnable (00011) and rebuilds jobs_claim_idx
+	// without blocked jobs (00012). The gateway's claim and control-api's
+	// submit require it.
+	VersionJobDependencies int64 = 12
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobTags
+const Latest = VersionJobDependencies

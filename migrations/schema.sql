@@ -61,6 +61,67 @@ END
 $$;
 
 --
+-- Name: job_dependencies_added(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_dependencies_added() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    late uuid;
+BEGIN
+    -- Lock every job the new edges name, in id order (no cycle of waits
+    -- between two submits): a parent's settle in flight commits first.
+    PERFORM 1 FROM jobs
+    WHERE id IN (SELECT parent_id FROM added UNION SELECT child_id FROM added)
+    ORDER BY id
+    FOR NO KEY UPDATE;
+
+    -- A child gets its parents in the transaction that inserted it, never later.
+    SELECT c.id INTO late
+    FROM added AS a JOIN jobs AS c ON c.id = a.child_id
+    WHERE c.xmin::text::bigint <> (pg_current_xact_id()::text::bigint % 4294967296)
+       OR c.status NOT IN ('PENDING', 'CANCELED')
+    LIMIT 1;
+    IF late IS NOT NULL THEN
+        RAISE EXCEPTION 'dependencies are immutable: job % was submitted by an earlier transaction (or a savepoint); its parents are given when it is submitted', late
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'job_dependencies_immutable';
+    END IF;
+
+    UPDATE jobs SET has_dependents = true
+    WHERE id IN (SELECT parent_id FROM added)
+      AND NOT has_dependents AND NOT pulse_is_terminal(status);
+
+    UPDATE jobs AS c SET has_parents = true, blocked_by = c.blocked_by + w.n
+    FROM (SELECT a.child_id, count(*) FILTER (WHERE NOT pulse_is_terminal(p.status)) AS n
+          FROM added AS a JOIN jobs AS p ON p.id = a.parent_id
+          GROUP BY a.child_id) AS w
+    WHERE c.id = w.child_id AND c.status = 'PENDING';
+
+    -- Children of a parent already failed or canceled, by their edge's
+    -- policy (which fires jobs_release_dependents for their own children).
+    UPDATE jobs AS c SET status = 'CANCELED', finished_at = GREATEST(now(), c.submitted_at)
+    WHERE c.status = 'PENDING'
+      AND c.id IN (SELECT a.child_id FROM added AS a JOIN jobs AS p ON p.id = a.parent_id
+                   WHERE p.status IN ('DEAD_LETTERED', 'CANCELED') AND a.on_parent_failure = 'cancel');
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: job_dependencies_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_dependencies_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'dependencies are immutable: the edge % -> % cannot change (it goes with its jobs)', OLD.parent_id, OLD.child_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'job_dependencies_immutable';
+END
+$$;
+
+--
 -- Name: jobs_guard_birth(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -75,6 +136,20 @@ END
 $$;
 
 --
+-- Name: jobs_guard_blocked_by(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_blocked_by() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'blocked_by of job % counts its unfinished parents: it changes only when they finish or are retried (% -> %)',
+        OLD.id, OLD.blocked_by, NEW.blocked_by
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_blocked_by_release_only', COLUMN = 'blocked_by';
+END
+$$;
+
+--
 -- Name: jobs_guard_delete(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -85,6 +160,22 @@ BEGIN
     RAISE EXCEPTION 'job % is %: only a COMPLETED, DEAD_LETTERED or CANCELED job can be deleted (cancel it first)',
         OLD.id, OLD.status
         USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_delete_terminal_only';
+END
+$$;
+
+--
+-- Name: jobs_guard_dependencies(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_dependencies() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'job identity is immutable: % of job % cannot change',
+        CASE WHEN OLD.workflow_id IS DISTINCT FROM NEW.workflow_id THEN 'workflow_id'
+             WHEN OLD.has_parents AND NOT NEW.has_parents THEN 'has_parents'
+             ELSE 'has_dependents' END, OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable';
 END
 $$;
 
@@ -330,6 +421,79 @@ END
 $$;
 
 --
+-- Name: jobs_recount_blocked(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_recount_blocked() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Parents' settles in flight commit first (their row locks).
+    PERFORM 1 FROM jobs
+    WHERE id IN (SELECT parent_id FROM job_dependencies WHERE child_id = NEW.id)
+    ORDER BY id FOR SHARE;
+    UPDATE jobs AS c
+    SET blocked_by = w.n
+    FROM (SELECT count(*) AS n FROM job_dependencies AS d JOIN jobs AS p ON p.id = d.parent_id
+          WHERE d.child_id = NEW.id AND NOT pulse_is_terminal(p.status)) AS w
+    WHERE c.id = NEW.id AND c.status = 'PENDING' AND c.blocked_by <> w.n;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: jobs_release_dependents(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_release_dependents() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF pulse_is_terminal(NEW.status) THEN
+        WITH released AS (
+            UPDATE jobs AS c
+            SET blocked_by = c.blocked_by - 1,
+                next_run_at = GREATEST(c.next_run_at, NEW.finished_at)
+            FROM job_dependencies AS d
+            WHERE d.parent_id = NEW.id AND c.id = d.child_id
+              AND c.status = 'PENDING' AND c.blocked_by > 0
+              AND (NEW.status = 'COMPLETED' OR d.on_parent_failure = 'run')
+            RETURNING c.topic, c.blocked_by, c.next_run_at
+        )
+        SELECT count(pg_notify('pulse_jobs_ready', t.topic)) INTO n
+        FROM (SELECT DISTINCT topic FROM released WHERE blocked_by = 0 AND next_run_at <= now()) AS t;
+
+        IF NEW.status <> 'COMPLETED' THEN
+            WITH canceled AS (
+                UPDATE jobs AS c
+                SET status = 'CANCELED', finished_at = GREATEST(now(), c.submitted_at),
+                    blocked_by = GREATEST(c.blocked_by - 1, 0)
+                FROM job_dependencies AS d
+                WHERE d.parent_id = NEW.id AND c.id = d.child_id
+                  AND c.status = 'PENDING' AND d.on_parent_failure = 'cancel'
+                RETURNING c.id
+            )
+            SELECT count(pulse_notify_settled(ids)) INTO n
+            FROM (SELECT array_agg(id) AS ids FROM canceled) AS k;
+        END IF;
+    ELSE
+        -- A finished parent retried: its PENDING children wait for it again.
+        PERFORM 1 FROM jobs AS c
+        WHERE c.id IN (SELECT child_id FROM job_dependencies WHERE parent_id = NEW.id)
+        ORDER BY c.id FOR NO KEY UPDATE;
+        UPDATE jobs AS c
+        SET blocked_by = (SELECT count(*) FROM job_dependencies AS d JOIN jobs AS p ON p.id = d.parent_id
+                          WHERE d.child_id = c.id AND NOT pulse_is_terminal(p.status))
+        WHERE c.id IN (SELECT child_id FROM job_dependencies WHERE parent_id = NEW.id)
+          AND c.status = 'PENDING';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: pulse_is_terminal(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -547,6 +711,18 @@ CREATE SEQUENCE public.dispatch_control_version
     CACHE 1;
 
 --
+-- Name: job_dependencies; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.job_dependencies (
+    parent_id uuid NOT NULL,
+    child_id uuid NOT NULL,
+    on_parent_failure text DEFAULT 'cancel'::text NOT NULL,
+    CONSTRAINT job_dependencies_not_self CHECK ((parent_id <> child_id)),
+    CONSTRAINT job_dependencies_policy_known CHECK ((on_parent_failure = ANY (ARRAY['cancel'::text, 'run'::text])))
+);
+
+--
 -- Name: job_throughput; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -607,7 +783,12 @@ CREATE TABLE public.jobs (
     metadata jsonb,
     snoozes integer DEFAULT 0 NOT NULL,
     tags text[],
+    blocked_by integer DEFAULT 0 NOT NULL,
+    has_dependents boolean DEFAULT false NOT NULL,
+    has_parents boolean DEFAULT false NOT NULL,
+    workflow_id uuid,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
+    CONSTRAINT jobs_blocked_not_runnable CHECK (((blocked_by >= 0) AND ((blocked_by = 0) OR (status = ANY (ARRAY['PENDING'::text, 'CANCELED'::text]))))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_finished_iff_terminal CHECK ((public.pulse_is_terminal(status) = (finished_at IS NOT NULL))),
     CONSTRAINT jobs_locked_by_not_empty CHECK ((locked_by <> ''::text)),
@@ -732,6 +913,13 @@ ALTER TABLE ONLY public.dispatch_control
     ADD CONSTRAINT dispatch_control_pkey PRIMARY KEY (scope);
 
 --
+-- Name: job_dependencies job_dependencies_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (parent_id, child_id);
+
+--
 -- Name: job_throughput job_throughput_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -801,6 +989,12 @@ ALTER TABLE ONLY public.worker_topic_seen
 CREATE INDEX dispatch_control_paused_idx ON public.dispatch_control USING btree (scope) WHERE paused;
 
 --
+-- Name: job_dependencies_child_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX job_dependencies_child_idx ON public.job_dependencies USING btree (child_id);
+
+--
 -- Name: job_uniques_job_id_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -810,7 +1004,7 @@ CREATE INDEX job_uniques_job_id_idx ON public.job_uniques USING btree (job_id);
 -- Name: jobs_claim_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX jobs_claim_idx ON public.jobs USING btree (priority DESC, submitted_at, id) WHERE (status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text]));
+CREATE INDEX jobs_claim_idx ON public.jobs USING btree (priority DESC, submitted_at, id) WHERE ((status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text])) AND (blocked_by = 0));
 
 --
 -- Name: jobs_dead_lettered_topic_idx; Type: INDEX; Schema: public; Owner: -
@@ -849,6 +1043,12 @@ CREATE INDEX jobs_schedule_idx ON public.jobs USING btree (schedule_id, submitte
 CREATE INDEX jobs_tags_idx ON public.jobs USING gin (tags) WHERE (tags IS NOT NULL);
 
 --
+-- Name: jobs_workflow_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_workflow_idx ON public.jobs USING btree (workflow_id) WHERE (workflow_id IS NOT NULL);
+
+--
 -- Name: schedules_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -885,16 +1085,46 @@ CREATE TRIGGER dispatch_control_notify_update AFTER UPDATE ON public.dispatch_co
 CREATE TRIGGER dispatch_control_stamp BEFORE INSERT OR UPDATE ON public.dispatch_control FOR EACH ROW EXECUTE FUNCTION public.dispatch_control_stamp();
 
 --
+-- Name: job_dependencies job_dependencies_added; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_dependencies_added AFTER INSERT ON public.job_dependencies REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION public.job_dependencies_added();
+
+--
+-- Name: job_dependencies job_dependencies_guard; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_dependencies_guard BEFORE UPDATE ON public.job_dependencies FOR EACH ROW EXECUTE FUNCTION public.job_dependencies_guard();
+
+--
+-- Name: job_dependencies job_dependencies_guard_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_dependencies_guard_delete BEFORE DELETE ON public.job_dependencies FOR EACH ROW WHEN ((pg_trigger_depth() = 0)) EXECUTE FUNCTION public.job_dependencies_guard();
+
+--
 -- Name: jobs jobs_guard_birth; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER jobs_guard_birth BEFORE INSERT ON public.jobs FOR EACH ROW WHEN (((new.status IS DISTINCT FROM 'PENDING'::text) OR (new.attempts IS DISTINCT FROM 0) OR (new.lease_until IS NOT NULL) OR (new.locked_by IS NOT NULL) OR (new.started_at IS NOT NULL) OR (new.finished_at IS NOT NULL) OR (new.errors IS DISTINCT FROM '[]'::jsonb))) EXECUTE FUNCTION public.jobs_guard_birth();
 
 --
+-- Name: jobs jobs_guard_blocked_by; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_blocked_by AFTER UPDATE OF blocked_by ON public.jobs FOR EACH ROW WHEN (((old.blocked_by IS DISTINCT FROM new.blocked_by) AND (pg_trigger_depth() = 0))) EXECUTE FUNCTION public.jobs_guard_blocked_by();
+
+--
 -- Name: jobs jobs_guard_delete; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER jobs_guard_delete AFTER DELETE ON public.jobs FOR EACH ROW WHEN ((old.status <> ALL (ARRAY['COMPLETED'::text, 'DEAD_LETTERED'::text, 'CANCELED'::text]))) EXECUTE FUNCTION public.jobs_guard_delete();
+
+--
+-- Name: jobs jobs_guard_dependencies; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_dependencies AFTER UPDATE OF workflow_id, has_dependents, has_parents ON public.jobs FOR EACH ROW WHEN (((old.workflow_id IS DISTINCT FROM new.workflow_id) OR (old.has_dependents AND (NOT new.has_dependents)) OR (old.has_parents AND (NOT new.has_parents)))) EXECUTE FUNCTION public.jobs_guard_dependencies();
 
 --
 -- Name: jobs jobs_guard_errors; Type: TRIGGER; Schema: public; Owner: -
@@ -956,6 +1186,18 @@ CREATE TRIGGER jobs_guard_truncate BEFORE TRUNCATE ON public.jobs FOR EACH STATE
 CREATE TRIGGER jobs_notify_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_insert();
 
 --
+-- Name: jobs jobs_recount_blocked; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_recount_blocked AFTER UPDATE OF status ON public.jobs FOR EACH ROW WHEN ((new.has_parents AND (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text])) AND (new.status = 'PENDING'::text))) EXECUTE FUNCTION public.jobs_recount_blocked();
+
+--
+-- Name: jobs jobs_release_dependents; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_release_dependents AFTER UPDATE OF status ON public.jobs FOR EACH ROW WHEN ((new.has_dependents AND (old.status IS DISTINCT FROM new.status) AND ((new.status = ANY (ARRAY['COMPLETED'::text, 'DEAD_LETTERED'::text, 'CANCELED'::text])) OR (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text]))))) EXECUTE FUNCTION public.jobs_release_dependents();
+
+--
 -- Name: retry_policy retry_policy_keep; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -990,6 +1232,20 @@ CREATE TRIGGER schedules_stamp BEFORE UPDATE ON public.schedules FOR EACH ROW EX
 --
 
 CREATE TRIGGER topic_limits_barrier BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.topic_limits FOR EACH STATEMENT EXECUTE FUNCTION public.topic_limits_barrier();
+
+--
+-- Name: job_dependencies job_dependencies_child_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_dependencies
+    ADD CONSTRAINT job_dependencies_child_id_fkey FOREIGN KEY (child_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
+
+--
+-- Name: job_dependencies job_dependencies_parent_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_dependencies
+    ADD CONSTRAINT job_dependencies_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: job_uniques job_uniques_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

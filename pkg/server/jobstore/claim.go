@@ -117,7 +117,7 @@ func claimRange(name, bound string) string {
 	}
 	return name + ` AS (
     SELECT id FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')` + bound + `
+    WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0` + bound + `
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
       AND NOT EXISTS (SELECT 1 FROM topic_limits WHERE topic = ANY($1::text[]))
@@ -171,7 +171,7 @@ WITH limited AS MATERIALIZED (
     SELECT topic, max_running FROM topic_limits WHERE topic = ANY($1::text[])
 ), open_head AS (
     SELECT id, priority, submitted_at FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING')
+    WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0
       AND next_run_at <= now()
       AND topic = ANY($1::text[])
       AND topic <> ALL (ARRAY(SELECT topic FROM limited))
@@ -186,7 +186,7 @@ WITH limited AS MATERIALIZED (
     FROM limited AS l
     CROSS JOIN LATERAL (
         SELECT id, priority, submitted_at FROM jobs
-        WHERE status IN ('PENDING', 'RETRYING')
+        WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0
           AND next_run_at <= now()
           AND topic = l.topic
         ORDER BY priority DESC, submitted_at, id

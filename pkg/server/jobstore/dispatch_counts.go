@@ -40,7 +40,7 @@ const countsPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_con
 // job (200k queued: ~180 ms). It runs per status request, never per
 // metrics scrape.
 const queueCountsSQL = `
-SELECT topic, false, count(*) FROM jobs WHERE status IN ('PENDING', 'RETRYING') GROUP BY topic
+SELECT topic, false, count(*) FROM jobs WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0 GROUP BY topic
 UNION ALL
 SELECT topic, true, count(*) FROM jobs WHERE status = 'RUNNING' GROUP BY topic`
 

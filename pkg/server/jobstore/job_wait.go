@@ -66,12 +66,12 @@ type JobWait struct {
 const jobAheadSQL = `
 WITH higher AS (
     SELECT 1 FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now() AND priority > $2
+    WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0 AND next_run_at <= now() AND priority > $2
       AND topic = $1
     ORDER BY priority DESC, submitted_at, id LIMIT $5
 ), earlier AS (
     SELECT 1 FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING') AND next_run_at <= now()
+    WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0 AND next_run_at <= now()
       AND priority = $2 AND (submitted_at, id) < ($3, $4)
       AND topic = $1
     ORDER BY priority DESC, submitted_at, id LIMIT $5

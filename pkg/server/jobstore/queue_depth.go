@@ -21,7 +21,7 @@ type QueueDepth struct {
 // ones. control-api runs it on an interval for pulse_queue_depth, never per
 // scrape.
 const queueDepthSQL = `
-SELECT topic, status, count(*) FROM jobs WHERE status IN ('PENDING', 'RETRYING') GROUP BY topic, status
+SELECT topic, status, count(*) FROM jobs WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0 GROUP BY topic, status
 UNION ALL
 SELECT topic, status, count(*) FROM jobs WHERE status = 'RUNNING' GROUP BY topic, status`
 

@@ -61,7 +61,7 @@ WITH queued AS (
            count(*) FILTER (WHERE status = 'RETRYING') AS retrying,
            min(next_run_at) FILTER (WHERE next_run_at <= now()) AS oldest_due
     FROM jobs
-    WHERE status IN ('PENDING', 'RETRYING') AND ($1::text IS NULL OR topic = $1)
+    WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0 AND ($1::text IS NULL OR topic = $1)
     GROUP BY topic
 ), running AS (
     SELECT topic, count(*) AS n FROM jobs

@@ -45,8 +45,9 @@ const Service = "control-api"
 // jobs.timeout and the job's retry policy and claims unique keys in
 // job_uniques; topics read and set topic_limits; the dashboard reads
 // job_throughput; a job's view and its retry read and reset jobs.snoozes
-// (VersionSnooze).
-const MinSchemaVersion = migrations.VersionJobTags
+// (VersionSnooze); submits write dependencies and queue reads walk
+// jobs_claim_idx without blocked jobs (VersionJobDependencies).
+const MinSchemaVersion = migrations.VersionJobDependencies
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -34,8 +34,9 @@ const Service = "dispatch-gateway"
 // schedules a failed attempt's retry with pulse_retry_delay and the job's
 // own policy, counts settled attempts in job_throughput, and its claim
 // reads jobs.timeout and topic_limits; a snooze needs jobs.snoozes
-// (VersionSnooze).
-const MinSchemaVersion = migrations.VersionSnooze
+// (VersionSnooze); its claim walks jobs_claim_idx without blocked jobs
+// (blocked_by = 0, VersionJobDependencies).
+const MinSchemaVersion = migrations.VersionJobDependencies
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
