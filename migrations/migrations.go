@@ -52,7 +52,13 @@ const (
 	// without blocked jobs (00012). The gateway's claim and control-api's
 	// submit require it.
 	VersionJobDependencies int64 = 12
+	// VersionReplacePending adds replace pending (ADR-0049): jobs.replace_key
+	// and jobs.replaced, the identity guard's replacement exception, the
+	// job_replacements history (00013), and the unique index of a key's
+	// pending job the submit's ON CONFLICT names (00014). control-api
+	// requires it.
+	VersionReplacePending int64 = 14
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobDependencies
+const Latest = VersionReplacePending

@@ -122,6 +122,24 @@ END
 $$;
 
 --
+-- Name: job_replacements_append_only(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_replacements_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- A row goes only with its job (ON DELETE CASCADE from jobs, when the
+    -- job is already gone in the deleting statement's view).
+    IF TG_OP = 'DELETE' AND NOT EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'the replacement history of job % is append-only', OLD.job_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'job_replacements_append_only';
+END
+$$;
+
+--
 -- Name: jobs_guard_birth(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -202,11 +220,15 @@ CREATE FUNCTION public.jobs_guard_identity() RETURNS trigger
     AS $$
 DECLARE
     col text;
+    replacing boolean := OLD.status = 'PENDING' AND NEW.status = 'PENDING'
+        AND OLD.attempts = 0 AND NEW.attempts = 0
+        AND OLD.started_at IS NULL AND NEW.started_at IS NULL
+        AND NEW.replaced = OLD.replaced + 1;
 BEGIN
     col := CASE
         WHEN NEW.id IS DISTINCT FROM OLD.id THEN 'id'
         WHEN NEW.topic IS DISTINCT FROM OLD.topic THEN 'topic'
-        WHEN NEW.args::text IS DISTINCT FROM OLD.args::text THEN 'args'
+        WHEN NEW.args::text IS DISTINCT FROM OLD.args::text AND NOT replacing THEN 'args'
         WHEN NEW.submitted_at IS DISTINCT FROM OLD.submitted_at THEN 'submitted_at'
         WHEN NEW.idempotency_key IS DISTINCT FROM OLD.idempotency_key THEN 'idempotency_key'
         WHEN NEW.schedule_id IS DISTINCT FROM OLD.schedule_id THEN 'schedule_id'
@@ -214,9 +236,15 @@ BEGIN
         WHEN NEW.retry_max IS DISTINCT FROM OLD.retry_max THEN 'retry_max'
         WHEN NEW.retry_fixed IS DISTINCT FROM OLD.retry_fixed THEN 'retry_fixed'
         WHEN NEW.timeout IS DISTINCT FROM OLD.timeout THEN 'timeout'
+        WHEN NEW.replace_key IS DISTINCT FROM OLD.replace_key THEN 'replace_key'
+        WHEN NEW.replaced IS DISTINCT FROM OLD.replaced AND NOT replacing THEN 'replaced'
     END;
     IF col IS NULL THEN
         RETURN NEW;
+    END IF;
+    IF col IN ('args', 'replaced') THEN
+        RAISE EXCEPTION 'job % changes its % only by a replacement: while PENDING, never started, with replaced + 1', OLD.id, col
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable', COLUMN = col;
     END IF;
     RAISE EXCEPTION 'job identity is immutable: % of job % cannot change', col, OLD.id
         USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable', COLUMN = col;
@@ -234,6 +262,22 @@ BEGIN
     RAISE EXCEPTION 'progress and metadata of job % change only within its running attempt, by its lease holder (% % -> % %)',
         OLD.id, OLD.status, OLD.attempts, NEW.status, NEW.attempts
         USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_progress_lease_holder_only';
+END
+$$;
+
+--
+-- Name: jobs_guard_replace_birth(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_replace_birth() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    rule text := CASE WHEN NEW.replaced IS DISTINCT FROM 0 THEN 'jobs_born_pending'
+                      ELSE 'jobs_replace_key_length' END;
+BEGIN
+    RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"', TG_TABLE_NAME, rule
+        USING ERRCODE = 'check_violation', CONSTRAINT = rule, TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
 END
 $$;
 
@@ -416,6 +460,20 @@ BEGIN
     PERFORM pg_notify('pulse_jobs_ready', t.topic)
     FROM (SELECT DISTINCT topic FROM inserted_jobs
           WHERE status = 'PENDING' AND next_run_at <= now()) AS t;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: jobs_record_replacement(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_record_replacement() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO job_replacements (job_id, n, args_before, run_at_before, run_at_after)
+    VALUES (NEW.id, NEW.replaced, OLD.args, OLD.next_run_at, NEW.next_run_at);
     RETURN NULL;
 END
 $$;
@@ -723,6 +781,20 @@ CREATE TABLE public.job_dependencies (
 );
 
 --
+-- Name: job_replacements; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.job_replacements (
+    job_id uuid NOT NULL,
+    n integer NOT NULL,
+    replaced_at timestamp with time zone DEFAULT now() NOT NULL,
+    args_before jsonb NOT NULL,
+    run_at_before timestamp with time zone NOT NULL,
+    run_at_after timestamp with time zone NOT NULL,
+    CONSTRAINT job_replacements_n_positive CHECK ((n >= 1))
+);
+
+--
 -- Name: job_throughput; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -787,6 +859,8 @@ CREATE TABLE public.jobs (
     has_dependents boolean DEFAULT false NOT NULL,
     has_parents boolean DEFAULT false NOT NULL,
     workflow_id uuid,
+    replace_key text,
+    replaced integer DEFAULT 0 NOT NULL,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
     CONSTRAINT jobs_blocked_not_runnable CHECK (((blocked_by >= 0) AND ((blocked_by = 0) OR (status = ANY (ARRAY['PENDING'::text, 'CANCELED'::text]))))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
@@ -920,6 +994,13 @@ ALTER TABLE ONLY public.job_dependencies
     ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (parent_id, child_id);
 
 --
+-- Name: job_replacements job_replacements_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_replacements
+    ADD CONSTRAINT job_replacements_pkey PRIMARY KEY (job_id, n);
+
+--
 -- Name: job_throughput job_throughput_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1031,6 +1112,12 @@ CREATE INDEX jobs_finished_idx ON public.jobs USING btree (finished_at) WHERE (f
 CREATE UNIQUE INDEX jobs_idempotency_key_live_idx ON public.jobs USING btree (idempotency_key) WHERE ((idempotency_key IS NOT NULL) AND (status = ANY (ARRAY['PENDING'::text, 'RUNNING'::text, 'RETRYING'::text])));
 
 --
+-- Name: jobs_replace_pending_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX jobs_replace_pending_idx ON public.jobs USING btree (topic, replace_key) WHERE ((replace_key IS NOT NULL) AND (status = 'PENDING'::text) AND (attempts = 0) AND (started_at IS NULL));
+
+--
 -- Name: jobs_schedule_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1103,6 +1190,12 @@ CREATE TRIGGER job_dependencies_guard BEFORE UPDATE ON public.job_dependencies F
 CREATE TRIGGER job_dependencies_guard_delete BEFORE DELETE ON public.job_dependencies FOR EACH ROW WHEN ((pg_trigger_depth() = 0)) EXECUTE FUNCTION public.job_dependencies_guard();
 
 --
+-- Name: job_replacements job_replacements_append_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_replacements_append_only BEFORE DELETE OR UPDATE ON public.job_replacements FOR EACH ROW EXECUTE FUNCTION public.job_replacements_append_only();
+
+--
 -- Name: jobs jobs_guard_birth; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1141,13 +1234,19 @@ CREATE TRIGGER jobs_guard_errors AFTER UPDATE OF errors ON public.jobs FOR EACH 
 -- Name: jobs jobs_guard_identity; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER jobs_guard_identity AFTER UPDATE OF id, topic, args, submitted_at, idempotency_key, schedule_id, retry_base, retry_max, retry_fixed, timeout ON public.jobs FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.topic IS DISTINCT FROM new.topic) OR ((old.args)::text IS DISTINCT FROM (new.args)::text) OR (old.submitted_at IS DISTINCT FROM new.submitted_at) OR (old.idempotency_key IS DISTINCT FROM new.idempotency_key) OR (old.schedule_id IS DISTINCT FROM new.schedule_id) OR (old.retry_base IS DISTINCT FROM new.retry_base) OR (old.retry_max IS DISTINCT FROM new.retry_max) OR (old.retry_fixed IS DISTINCT FROM new.retry_fixed) OR (old.timeout IS DISTINCT FROM new.timeout))) EXECUTE FUNCTION public.jobs_guard_identity();
+CREATE TRIGGER jobs_guard_identity AFTER UPDATE OF id, topic, args, submitted_at, idempotency_key, schedule_id, retry_base, retry_max, retry_fixed, timeout, replace_key, replaced ON public.jobs FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.topic IS DISTINCT FROM new.topic) OR ((((old.args)::text IS DISTINCT FROM (new.args)::text) OR (old.replaced IS DISTINCT FROM new.replaced)) AND (NOT ((old.status = 'PENDING'::text) AND (new.status = 'PENDING'::text) AND (old.attempts = 0) AND (new.attempts = 0) AND (old.started_at IS NULL) AND (new.started_at IS NULL) AND (new.replaced = (old.replaced + 1))))) OR (old.submitted_at IS DISTINCT FROM new.submitted_at) OR (old.idempotency_key IS DISTINCT FROM new.idempotency_key) OR (old.schedule_id IS DISTINCT FROM new.schedule_id) OR (old.retry_base IS DISTINCT FROM new.retry_base) OR (old.retry_max IS DISTINCT FROM new.retry_max) OR (old.retry_fixed IS DISTINCT FROM new.retry_fixed) OR (old.timeout IS DISTINCT FROM new.timeout) OR (old.replace_key IS DISTINCT FROM new.replace_key))) EXECUTE FUNCTION public.jobs_guard_identity();
 
 --
 -- Name: jobs jobs_guard_progress; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER jobs_guard_progress AFTER UPDATE OF progress, metadata ON public.jobs FOR EACH ROW WHEN ((((old.progress IS DISTINCT FROM new.progress) OR (old.metadata IS DISTINCT FROM new.metadata)) AND (NOT ((old.status = 'RUNNING'::text) AND (new.status = 'RUNNING'::text) AND (old.attempts = new.attempts) AND (old.locked_by = new.locked_by))))) EXECUTE FUNCTION public.jobs_guard_progress();
+
+--
+-- Name: jobs jobs_guard_replace_birth; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_replace_birth BEFORE INSERT ON public.jobs FOR EACH ROW WHEN (((new.replaced IS DISTINCT FROM 0) OR ((new.replace_key IS NOT NULL) AND ((length(new.replace_key) < 1) OR (length(new.replace_key) > 255))))) EXECUTE FUNCTION public.jobs_guard_replace_birth();
 
 --
 -- Name: jobs jobs_guard_spec; Type: TRIGGER; Schema: public; Owner: -
@@ -1184,6 +1283,12 @@ CREATE TRIGGER jobs_guard_truncate BEFORE TRUNCATE ON public.jobs FOR EACH STATE
 --
 
 CREATE TRIGGER jobs_notify_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_insert();
+
+--
+-- Name: jobs jobs_record_replacement; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_record_replacement AFTER UPDATE OF replaced ON public.jobs FOR EACH ROW WHEN ((old.replaced IS DISTINCT FROM new.replaced)) EXECUTE FUNCTION public.jobs_record_replacement();
 
 --
 -- Name: jobs jobs_recount_blocked; Type: TRIGGER; Schema: public; Owner: -
@@ -1246,6 +1351,13 @@ ALTER TABLE ONLY public.job_dependencies
 
 ALTER TABLE ONLY public.job_dependencies
     ADD CONSTRAINT job_dependencies_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
+
+--
+-- Name: job_replacements job_replacements_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.job_replacements
+    ADD CONSTRAINT job_replacements_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: job_uniques job_uniques_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

@@ -59,8 +59,12 @@ type Submitted struct {
 	ID string
 	// Duplicate is true when nothing new was enqueued and ID is an
 	// existing job's: an IdempotencyKey matched a live job, or a UniqueFor
-	// job with the same topic and args holds its period.
+	// job with the same topic and args holds its period, or a
+	// ReplacePending key's pending job took its place.
 	Duplicate bool
+	// Replaced is true when a [ReplacePending] key's pending job (ID) took
+	// this job's args and run time.
+	Replaced bool
 }
 
 // JobRequest is one job for [Client.EnqueueMany], and what an
@@ -248,6 +252,8 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 		HasPriority:    cfg.hasPriority,
 		MaxAttempts:    cfg.maxAttempts,
 		IdempotencyKey: cfg.idempotencyKey,
+		ReplaceKey:     cfg.replaceKey,
+		ReplaceMode:    cfg.replaceMode,
 	}
 	if !cfg.runAt.IsZero() {
 		spec.RunAt = timestamppb.New(cfg.runAt)
@@ -290,5 +296,5 @@ func encodeArgs(args any) ([]byte, error) {
 }
 
 func submittedFromProto(r *pulsev1.SubmitResult) Submitted {
-	return Submitted{ID: r.GetId(), Duplicate: r.GetDuplicate()}
+	return Submitted{ID: r.GetId(), Duplicate: r.GetDuplicate(), Replaced: r.GetReplaced()}
 }

@@ -36,3 +36,18 @@ func checkIdempotencyKey(key string) error {
 	}
 	return nil
 }
+
+// checkReplaceKey holds a replace key to what the server stores.
+func checkReplaceKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("pulse: replace key is empty")
+	case len(key) > MaxReplaceKeyBytes:
+		return fmt.Errorf("pulse: replace key is %d bytes; the limit is %d", len(key), MaxReplaceKeyBytes)
+	case !utf8.ValidString(key):
+		return errors.New("pulse: replace key is not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return errors.New("pulse: replace key contains a NUL character")
+	}
+	return nil
+}

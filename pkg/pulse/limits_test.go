@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 )
 
 // The SDK holds a job to pulsetype's limits before any RPC; every refusal
@@ -63,4 +65,26 @@ func TestRegisterRefusesAnInvalidTopic(t *testing.T) {
 	require.NoError(t, err)
 	require.PanicsWithValue(t, `pulse: Register "a b": pulse: topic "a b" has characters outside [A-Za-z0-9._:-] or does not start with a letter or digit`,
 		func() { w.Register("a b", func(context.Context, *Job) error { return nil }) })
+}
+
+// ReplacePending puts its key and mode on the spec; a key the server would
+// refuse, or a mode it does not know, fails before sending.
+func TestReplacePendingOption(t *testing.T) {
+	t.Parallel()
+	spec, err := buildJobSpec("t", nil, []EnqueueOption{ReplacePending("user:1", KeepEarlierRunAt)})
+	require.NoError(t, err)
+	require.Equal(t, "user:1", spec.GetReplaceKey())
+	require.Equal(t, pulsev1.ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT, spec.GetReplaceMode())
+
+	for _, opt := range []EnqueueOption{
+		ReplacePending("", Replace),
+		ReplacePending(strings.Repeat("k", MaxReplaceKeyBytes+1), Replace),
+		ReplacePending("a\x00b", Replace),
+		ReplacePending("a\xffb", Replace),
+		ReplacePending("k", ReplaceMode(0)),
+		ReplacePending("k", ReplaceMode(7)),
+	} {
+		_, err := buildJobSpec("t", nil, []EnqueueOption{opt})
+		require.Error(t, err)
+	}
 }

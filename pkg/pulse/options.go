@@ -294,6 +294,8 @@ type enqueueConfig struct {
 	uniqueFor      time.Duration
 	retry          *pulsev1.RetryPolicy
 	tags           []string
+	replaceKey     string
+	replaceMode    pulsev1.ReplaceMode
 	errs           []error
 }
 
@@ -318,6 +320,8 @@ const (
 	MaxRetryDelay = pulsetype.MaxRetryDelay
 	// MaxIdempotencyKeyBytes bounds [IdempotencyKey].
 	MaxIdempotencyKeyBytes = pulsetype.MaxIdempotencyKeyBytes
+	// MaxReplaceKeyBytes bounds [ReplacePending]'s key.
+	MaxReplaceKeyBytes = pulsetype.MaxReplaceKeyBytes
 	// MaxTopicLength bounds a topic name; see [pulsetype.TopicPattern]
 	// for its characters.
 	MaxTopicLength = pulsetype.MaxTopicLength
@@ -391,6 +395,45 @@ func IdempotencyKey(key string) EnqueueOption {
 			return
 		}
 		c.idempotencyKey = key
+	}
+}
+
+// ReplaceMode is what [ReplacePending] does to the key's pending job.
+type ReplaceMode int32
+
+// The replace modes.
+const (
+	// Replace: the pending job takes this job's args and run time.
+	Replace ReplaceMode = ReplaceMode(pulsev1.ReplaceMode_REPLACE_MODE_REPLACE)
+	// KeepEarlierRunAt: the pending job takes this job's args, and the
+	// earlier of the two run times (a debounce that never postpones).
+	KeepEarlierRunAt ReplaceMode = ReplaceMode(pulsev1.ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT)
+	// KeepFirst: the pending job stays as it is; Enqueue returns it with
+	// Submitted.Duplicate set.
+	KeepFirst ReplaceMode = ReplaceMode(pulsev1.ReplaceMode_REPLACE_MODE_KEEP_FIRST)
+)
+
+// ReplacePending debounces: while a job of the topic enqueued with the
+// same key is still pending and has never started, Enqueue changes that
+// job as mode says instead of adding one, and returns it with
+// Submitted.Replaced (and Duplicate) set; once that job has started, the
+// next Enqueue with the key adds a new job. Only args and the run time
+// are replaced; the rest stays the first job's. Each replacement is kept
+// in the job's history. The key is 1..MaxReplaceKeyBytes of valid UTF-8
+// without NUL; not with [IdempotencyKey] or [UniqueFor].
+func ReplacePending(key string, mode ReplaceMode) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkReplaceKey(key); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		switch mode {
+		case Replace, KeepEarlierRunAt, KeepFirst:
+		default:
+			c.errs = append(c.errs, fmt.Errorf("pulse: replace mode %d is not Replace, KeepEarlierRunAt or KeepFirst", mode))
+			return
+		}
+		c.replaceKey, c.replaceMode = key, pulsev1.ReplaceMode(mode)
 	}
 }
 

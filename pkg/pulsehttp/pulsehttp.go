@@ -33,6 +33,13 @@ type JobSpec struct {
 	// Tags label the job for listings (GET /v1/jobs?tag=): at most 16,
 	// each 1..64 of letters, digits and . _ : = / -.
 	Tags []string `json:"tags,omitempty"`
+	// ReplaceKey makes the submit take the place of the key's pending,
+	// never-started job of the topic instead of adding one (debounce);
+	// ReplaceMode says how: "replace" (the default: args and run_at),
+	// "keep_earlier_run_at" (args, and the earlier run_at) or "keep_first"
+	// (nothing changes). Not with idempotency_key or unique_for.
+	ReplaceKey  string `json:"replace_key,omitempty"`
+	ReplaceMode string `json:"replace_mode,omitempty"`
 }
 
 // RetryPolicy is one job's backoff between attempts, in exactly one form:
@@ -56,6 +63,9 @@ type Batch struct {
 type SubmitResult struct {
 	ID        string `json:"id"`
 	Duplicate bool   `json:"duplicate"`
+	// Replaced: the submit replaced the args and run_at of its replace
+	// key's pending job, which ID names.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // BatchResult answers POST /v1/jobs/batch, one result per job in order.
@@ -103,6 +113,11 @@ type Job struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Tags are the job's tags, sorted; absent when none.
 	Tags []string `json:"tags,omitempty"`
+	// ReplaceKey is the job's replace key, absent when none; Replaced
+	// counts the submits that replaced its args and run_at while it was
+	// pending.
+	ReplaceKey string `json:"replace_key,omitempty"`
+	Replaced   int32  `json:"replaced,omitempty"`
 }
 
 // AttemptError is one entry of a job's error history.

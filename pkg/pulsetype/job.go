@@ -34,6 +34,38 @@ type NewJob struct {
 	// Tags label the job for listings (at most MaxTags, each ValidTag,
 	// sorted and without duplicates; nil: none). Immutable.
 	Tags []string
+	// ReplaceKey makes the submit take the place of the key's pending,
+	// never-started job of the topic (ReplaceMode says how) instead of
+	// adding one; empty: none. 1..MaxReplaceKeyBytes. Not with
+	// IdempotencyKey or UniqueFor.
+	ReplaceKey  string
+	ReplaceMode ReplaceMode
+}
+
+// ReplaceMode is what a submit with a ReplaceKey does to the key's pending
+// job.
+type ReplaceMode string
+
+// The replace modes.
+const (
+	// ReplaceArgsAndRunAt: the job takes the submit's args and run_at.
+	ReplaceArgsAndRunAt ReplaceMode = "replace"
+	// ReplaceKeepEarlierRunAt: the job takes the submit's args and the
+	// earlier of its run_at and the submit's.
+	ReplaceKeepEarlierRunAt ReplaceMode = "keep_earlier_run_at"
+	// ReplaceKeepFirst: the job stays as it is; the submit resolves to it.
+	ReplaceKeepFirst ReplaceMode = "keep_first"
+)
+
+// ParseReplaceMode reads a mode's name; "" is ReplaceArgsAndRunAt.
+func ParseReplaceMode(s string) (ReplaceMode, bool) {
+	switch m := ReplaceMode(s); m {
+	case "":
+		return ReplaceArgsAndRunAt, true
+	case ReplaceArgsAndRunAt, ReplaceKeepEarlierRunAt, ReplaceKeepFirst:
+		return m, true
+	}
+	return "", false
 }
 
 // JobRetry is one job's backoff between attempts (ADR-0018), in at most
@@ -57,4 +89,7 @@ func (r JobRetry) IsZero() bool { return r == JobRetry{} }
 type Inserted struct {
 	ID        uuid.UUID
 	Duplicate bool
+	// Replaced: the job carried a ReplaceKey and replaced the args and
+	// run_at of the key's pending job, which ID names (Duplicate too).
+	Replaced bool
 }

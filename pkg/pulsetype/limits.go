@@ -43,6 +43,11 @@ const (
 	// key means none.
 	MaxIdempotencyKeyBytes = 255
 
+	// MaxReplaceKeyBytes is the longest replace key, in bytes. The schema
+	// counts characters (jobs_replace_key_length, 1..255), so a key within
+	// this bound is always within the schema's; an empty key means none.
+	MaxReplaceKeyBytes = 255
+
 	// DefaultMaxArgsBytes is the largest args document control-api
 	// accepts unless configured otherwise (PULSE_MAX_ARGS_BYTES). The
 	// schema does not bound it: args must only be a JSON object

@@ -624,3 +624,31 @@ func (w *watchWriter) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// --replace-key replaces the key's pending job: the second submit prints
+// the first job's id, marked replaced, and the job has the new args;
+// keep_first keeps it; a bad mode is refused naming the field.
+func TestSubmitReplaceKey(t *testing.T) {
+	t.Parallel()
+	topic := "cli.replace"
+	first := strings.TrimSpace(ok(t, prod("submit", topic, "--args", `{"v":1}`, "--at", "2099-01-01T00:00:00Z", "--replace-key", "doc-7")...))
+	out := ok(t, prod("submit", topic, "--args", `{"v":2}`, "--at", "2099-01-01T00:00:00Z", "--replace-key", "doc-7")...)
+	require.Contains(t, out, first)
+	require.Contains(t, out, "replaced")
+	out = ok(t, prod("submit", topic, "--args", `{"v":3}`, "--replace-key", "doc-7", "--replace-mode", "keep_first")...)
+	require.Contains(t, out, first)
+	require.Contains(t, out, "kept")
+
+	var j struct {
+		Args       json.RawMessage `json:"args"`
+		ReplaceKey string          `json:"replace_key"`
+		Replaced   int             `json:"replaced"`
+	}
+	okJSON(t, &j, prod("jobs", "get", first)...)
+	require.JSONEq(t, `{"v":2}`, string(j.Args))
+	require.Equal(t, "doc-7", j.ReplaceKey)
+	require.Equal(t, 1, j.Replaced)
+
+	r := pulse(t, "", prod("submit", topic, "--replace-key", "doc-7", "--replace-mode", "latest")...)
+	require.Contains(t, failLine(t, r), "replace_mode")
+}

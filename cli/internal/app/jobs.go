@@ -226,7 +226,7 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 }
 
 func newSubmitCmd(e *env) *cobra.Command {
-	var argsJSON, at, key string
+	var argsJSON, at, key, replaceKey, replaceMode string
 	var priority, maxAttempts int
 	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
 	var tags []string
@@ -244,14 +244,20 @@ status (marked duplicate). The job's own backoff between attempts (1ms-366d,
 default the server's retry policy): --retry-base with an optional
 --retry-max, exponential with jitter, or --retry-fixed, the same wait every
 time. --tag (repeatable) labels the job for listings (pulse jobs list --tag).
-Prints the new job's id (json: {"id","duplicate"}).`,
+--replace-key debounces: while a job of TOPIC submitted with the same key is
+pending and has never started, the submit changes that job instead of adding
+one, as --replace-mode says (replace: its args and run time; keep_earlier_run_at:
+its args, and the earlier run time; keep_first: nothing) and prints its id
+(marked replaced, or duplicate for keep_first).
+Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
   pulse submit report.build --args '{}' --priority 9 --max-attempts 3 --timeout 5m
   pulse submit invoice.send --args '{"n":42}' --at 2026-12-01T09:00:00Z --idempotency-key invoice-42
   pulse submit stats.refresh --args '{"shop":7}' --unique-for 1h
   pulse submit webhook.deliver --args '{"id":9}' --retry-base 2s --retry-max 10m
   pulse submit sync.pull --args '{}' --retry-fixed 30s
-  pulse submit import.csv --args '{"file":"a.csv"}' --tag tenant=acme --tag batch-7`,
+  pulse submit import.csv --args '{"file":"a.csv"}' --tag tenant=acme --tag batch-7
+  pulse submit search.reindex --args '{"doc":7}' --at 2026-12-01T09:00:30Z --replace-key doc-7`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseArgsFlag("args", argsJSON)
@@ -277,6 +283,7 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 			}
 			body.Retry = retryFlags(cmd, retryBase, retryMax, retryFixed)
 			body.Tags = tags
+			body.ReplaceKey, body.ReplaceMode = replaceKey, replaceMode
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -286,9 +293,14 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 				if err := decode(raw, &r); err != nil {
 					return err
 				}
-				if r.Duplicate {
+				switch {
+				case r.Replaced:
+					fmt.Fprintf(w, "%s\t(replaced: the pending job of this --replace-key took these args and run time)\n", r.ID)
+				case r.Duplicate && replaceKey != "":
+					fmt.Fprintf(w, "%s\t(duplicate: the pending job of this --replace-key was kept)\n", r.ID)
+				case r.Duplicate:
 					fmt.Fprintf(w, "%s\t(duplicate: an existing job has this idempotency key, or this topic and args within --unique-for)\n", r.ID)
-				} else {
+				default:
 					fmt.Fprintln(w, r.ID)
 				}
 				return nil
@@ -307,6 +319,8 @@ Prints the new job's id (json: {"id","duplicate"}).`,
 	f.DurationVar(&retryMax, "retry-max", 0, "exponential backoff: the longest wait (default the server policy's cap)")
 	f.DurationVar(&retryFixed, "retry-fixed", 0, "fixed backoff: every retry waits this long, 1ms-366d")
 	f.StringArrayVar(&tags, "tag", nil, "a tag for listings to filter by (repeatable; letters, digits, . _ : = / -)")
+	f.StringVar(&replaceKey, "replace-key", "", "replace the key's pending, never-started job of TOPIC instead of adding one (≤ 255 bytes)")
+	f.StringVar(&replaceMode, "replace-mode", "", "with --replace-key: replace (default), keep_earlier_run_at or keep_first")
 	return cmd
 }
 

@@ -140,7 +140,11 @@ type SubmitResult struct {
 	// True when the idempotency key matched a live job, or the job is unique
 	// (unique_for) and a job with its topic and args holds the period: id is
 	// that job's and nothing new was enqueued.
-	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// True when the submit carried a replace_key and replaced the args and
+	// run_at of the key's pending job: id is that job's (duplicate is true
+	// too).
+	Replaced      bool `protobuf:"varint,3,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +189,13 @@ func (x *SubmitResult) GetId() string {
 func (x *SubmitResult) GetDuplicate() bool {
 	if x != nil {
 		return x.Duplicate
+	}
+	return false
+}
+
+func (x *SubmitResult) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
 	}
 	return false
 }
@@ -962,10 +973,11 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"7\n" +
 	"\x10SubmitJobRequest\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.pulse.v1.JobSpecR\x03job\"<\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.pulse.v1.JobSpecR\x03job\"X\n" +
 	"\fSubmitResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"C\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x1a\n" +
+	"\breplaced\x18\x03 \x01(\bR\breplaced\"C\n" +
 	"\x11SubmitJobResponse\x12.\n" +
 	"\x06result\x18\x01 \x01(\v2\x16.pulse.v1.SubmitResultR\x06result\":\n" +
 	"\x11SubmitJobsRequest\x12%\n" +

@@ -87,6 +87,64 @@ func (JobStatus) EnumDescriptor() ([]byte, []int) {
 	return file_pulse_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
+// ReplaceMode is what a submit with a replace_key does to the key's
+// pending job.
+type ReplaceMode int32
+
+const (
+	// REPLACE_MODE_REPLACE.
+	ReplaceMode_REPLACE_MODE_UNSPECIFIED ReplaceMode = 0
+	// The job takes this submit's args and run_at.
+	ReplaceMode_REPLACE_MODE_REPLACE ReplaceMode = 1
+	// The job takes this submit's args, and the earlier of the two run_at.
+	ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT ReplaceMode = 2
+	// The job is kept as it is; the submit answers it as a duplicate.
+	ReplaceMode_REPLACE_MODE_KEEP_FIRST ReplaceMode = 3
+)
+
+// Enum value maps for ReplaceMode.
+var (
+	ReplaceMode_name = map[int32]string{
+		0: "REPLACE_MODE_UNSPECIFIED",
+		1: "REPLACE_MODE_REPLACE",
+		2: "REPLACE_MODE_KEEP_EARLIER_RUN_AT",
+		3: "REPLACE_MODE_KEEP_FIRST",
+	}
+	ReplaceMode_value = map[string]int32{
+		"REPLACE_MODE_UNSPECIFIED":         0,
+		"REPLACE_MODE_REPLACE":             1,
+		"REPLACE_MODE_KEEP_EARLIER_RUN_AT": 2,
+		"REPLACE_MODE_KEEP_FIRST":          3,
+	}
+)
+
+func (x ReplaceMode) Enum() *ReplaceMode {
+	p := new(ReplaceMode)
+	*p = x
+	return p
+}
+
+func (x ReplaceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplaceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulse_v1_job_proto_enumTypes[1].Descriptor()
+}
+
+func (ReplaceMode) Type() protoreflect.EnumType {
+	return &file_pulse_v1_job_proto_enumTypes[1]
+}
+
+func (x ReplaceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplaceMode.Descriptor instead.
+func (ReplaceMode) EnumDescriptor() ([]byte, []int) {
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
 // JobSpec is what a producer submits. args is a JSON object, carried as raw
 // bytes so large integers and key order survive the trip unchanged.
 type JobSpec struct {
@@ -120,7 +178,16 @@ type JobSpec struct {
 	// Labels for listings to filter by: at most 16, each 1..64 characters of
 	// letters, digits and . _ : = / - starting with a letter or digit
 	// ("tenant=acme", "batch-7"). Duplicates are dropped; immutable.
-	Tags          []string `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
+	Tags []string `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
+	// Replace pending (debounce): while a job of this topic with the same
+	// replace_key is PENDING and has never started, this submit changes that
+	// job in place instead of adding one, as replace_mode says, and answers
+	// its id (replaced, or duplicate for keep_first). Once that job has
+	// started, the submit inserts a new job. 1..255 bytes; not with
+	// idempotency_key or unique_for. Only args and run_at are replaced;
+	// everything else stays the first submit's.
+	ReplaceKey    string      `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
+	ReplaceMode   ReplaceMode `protobuf:"varint,31,opt,name=replace_mode,json=replaceMode,proto3,enum=pulse.v1.ReplaceMode" json:"replace_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +297,20 @@ func (x *JobSpec) GetTags() []string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *JobSpec) GetReplaceKey() string {
+	if x != nil {
+		return x.ReplaceKey
+	}
+	return ""
+}
+
+func (x *JobSpec) GetReplaceMode() ReplaceMode {
+	if x != nil {
+		return x.ReplaceMode
+	}
+	return ReplaceMode_REPLACE_MODE_UNSPECIFIED
 }
 
 // RetryPolicy is one job's backoff between attempts, in exactly one form:
@@ -407,7 +488,12 @@ type Job struct {
 	// an attempt. The attempts spent are attempts - snoozes.
 	Snoozes int32 `protobuf:"varint,24,opt,name=snoozes,proto3" json:"snoozes,omitempty"`
 	// The job's tags, sorted.
-	Tags          []string `protobuf:"bytes,25,rep,name=tags,proto3" json:"tags,omitempty"`
+	Tags []string `protobuf:"bytes,25,rep,name=tags,proto3" json:"tags,omitempty"`
+	// The replace_key it was submitted with; empty when none.
+	ReplaceKey string `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
+	// How many submits replaced its args and run_at while it was pending
+	// (each one is an entry of the job's replacement history).
+	Replaced      int32 `protobuf:"varint,31,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,11 +703,25 @@ func (x *Job) GetTags() []string {
 	return nil
 }
 
+func (x *Job) GetReplaceKey() string {
+	if x != nil {
+		return x.ReplaceKey
+	}
+	return ""
+}
+
+func (x *Job) GetReplaced() int32 {
+	if x != nil {
+		return x.Replaced
+	}
+	return 0
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x03\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfc\x03\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -635,7 +735,10 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"unique_for\x18\t \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\x12+\n" +
 	"\x05retry\x18\n" +
 	" \x01(\v2\x15.pulse.v1.RetryPolicyR\x05retry\x12\x12\n" +
-	"\x04tags\x18\v \x03(\tR\x04tags\"\x9a\x01\n" +
+	"\x04tags\x18\v \x03(\tR\x04tags\x12\x1f\n" +
+	"\vreplace_key\x18\x1e \x01(\tR\n" +
+	"replaceKey\x128\n" +
+	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\"\x9a\x01\n" +
 	"\vRetryPolicy\x12-\n" +
 	"\x04base\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x04base\x12+\n" +
 	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12/\n" +
@@ -644,7 +747,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc2\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xff\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -677,7 +780,10 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\bprogress\x18\x16 \x01(\x05H\x00R\bprogress\x88\x01\x01\x12\x1a\n" +
 	"\bmetadata\x18\x17 \x01(\fR\bmetadata\x12\x18\n" +
 	"\asnoozes\x18\x18 \x01(\x05R\asnoozes\x12\x12\n" +
-	"\x04tags\x18\x19 \x03(\tR\x04tagsB\v\n" +
+	"\x04tags\x18\x19 \x03(\tR\x04tags\x12\x1f\n" +
+	"\vreplace_key\x18\x1e \x01(\tR\n" +
+	"replaceKey\x12\x1a\n" +
+	"\breplaced\x18\x1f \x01(\x05R\breplacedB\v\n" +
 	"\t_progress*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -686,7 +792,12 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x13JOB_STATUS_RETRYING\x10\x03\x12\x18\n" +
 	"\x14JOB_STATUS_COMPLETED\x10\x04\x12\x1c\n" +
 	"\x18JOB_STATUS_DEAD_LETTERED\x10\x05\x12\x17\n" +
-	"\x13JOB_STATUS_CANCELED\x10\x06B4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\x13JOB_STATUS_CANCELED\x10\x06*\x88\x01\n" +
+	"\vReplaceMode\x12\x1c\n" +
+	"\x18REPLACE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REPLACE_MODE_REPLACE\x10\x01\x12$\n" +
+	" REPLACE_MODE_KEEP_EARLIER_RUN_AT\x10\x02\x12\x1b\n" +
+	"\x17REPLACE_MODE_KEEP_FIRST\x10\x03B4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_job_proto_rawDescOnce sync.Once
@@ -700,40 +811,42 @@ func file_pulse_v1_job_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_job_proto_rawDescData
 }
 
-var file_pulse_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_pulse_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_pulse_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_pulse_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                // 0: pulse.v1.JobStatus
-	(*JobSpec)(nil),               // 1: pulse.v1.JobSpec
-	(*RetryPolicy)(nil),           // 2: pulse.v1.RetryPolicy
-	(*AttemptError)(nil),          // 3: pulse.v1.AttemptError
-	(*Job)(nil),                   // 4: pulse.v1.Job
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(ReplaceMode)(0),              // 1: pulse.v1.ReplaceMode
+	(*JobSpec)(nil),               // 2: pulse.v1.JobSpec
+	(*RetryPolicy)(nil),           // 3: pulse.v1.RetryPolicy
+	(*AttemptError)(nil),          // 4: pulse.v1.AttemptError
+	(*Job)(nil),                   // 5: pulse.v1.Job
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
 }
 var file_pulse_v1_job_proto_depIdxs = []int32{
-	5,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	6,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
-	6,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
-	2,  // 3: pulse.v1.JobSpec.retry:type_name -> pulse.v1.RetryPolicy
-	6,  // 4: pulse.v1.RetryPolicy.base:type_name -> google.protobuf.Duration
-	6,  // 5: pulse.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	6,  // 6: pulse.v1.RetryPolicy.fixed:type_name -> google.protobuf.Duration
-	5,  // 7: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	0,  // 8: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
-	3,  // 9: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
-	5,  // 10: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	5,  // 11: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	5,  // 13: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	5,  // 14: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	6,  // 15: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
-	2,  // 16: pulse.v1.Job.retry:type_name -> pulse.v1.RetryPolicy
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
+	7,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
+	3,  // 3: pulse.v1.JobSpec.retry:type_name -> pulse.v1.RetryPolicy
+	1,  // 4: pulse.v1.JobSpec.replace_mode:type_name -> pulse.v1.ReplaceMode
+	7,  // 5: pulse.v1.RetryPolicy.base:type_name -> google.protobuf.Duration
+	7,  // 6: pulse.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	7,  // 7: pulse.v1.RetryPolicy.fixed:type_name -> google.protobuf.Duration
+	6,  // 8: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	0,  // 9: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
+	4,  // 10: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
+	6,  // 11: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	6,  // 12: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
+	6,  // 13: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	6,  // 14: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	6,  // 15: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	7,  // 16: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
+	3,  // 17: pulse.v1.Job.retry:type_name -> pulse.v1.RetryPolicy
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_job_proto_init() }
@@ -747,7 +860,7 @@ func file_pulse_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_job_proto_rawDesc), len(file_pulse_v1_job_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -130,6 +130,9 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	if job.Tags, err = ValidateTags(f("tags"), spec.GetTags()); err != nil {
 		return pulsetype.NewJob{}, err
 	}
+	if job.ReplaceKey, job.ReplaceMode, err = ValidateReplace(f, spec, job); err != nil {
+		return pulsetype.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return pulsetype.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -145,6 +148,45 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	}
 	job.ID = id
 	return job, nil
+}
+
+// ValidateReplace checks a spec's replace_key and replace_mode against
+// the job built so far (its idempotency key and unique period): 1 to
+// pulsetype.MaxReplaceKeyBytes bytes Postgres can store, a known mode,
+// and no other deduplication beside it, since a submit resolves to one
+// job by one rule. f names a field as the request spells it.
+func ValidateReplace(f func(string) string, spec *pulsev1.JobSpec, job pulsetype.NewJob) (string, pulsetype.ReplaceMode, error) {
+	key, mode := spec.GetReplaceKey(), spec.GetReplaceMode()
+	if key == "" {
+		if mode != pulsev1.ReplaceMode_REPLACE_MODE_UNSPECIFIED {
+			return "", "", apierr.Invalid(f("replace_mode"), "is %s without a replace_key; give replace_key or leave replace_mode out", mode)
+		}
+		return "", "", nil
+	}
+	if len(key) > pulsetype.MaxReplaceKeyBytes {
+		return "", "", apierr.Invalid(f("replace_key"), "is %d bytes; the limit is %d", len(key), pulsetype.MaxReplaceKeyBytes)
+	}
+	if err := storable.Text(f("replace_key"), key); err != nil {
+		return "", "", err
+	}
+	switch {
+	case job.IdempotencyKey != "":
+		return "", "", apierr.Invalid(f("replace_key"), "cannot be combined with idempotency_key: a submit with a replace_key resolves to the key's pending job")
+	case job.UniqueFor > 0:
+		return "", "", apierr.Invalid(f("replace_key"), "cannot be combined with unique_for: a submit with a replace_key resolves to the key's pending job")
+	}
+	var m pulsetype.ReplaceMode
+	switch mode {
+	case pulsev1.ReplaceMode_REPLACE_MODE_UNSPECIFIED, pulsev1.ReplaceMode_REPLACE_MODE_REPLACE:
+		m = pulsetype.ReplaceArgsAndRunAt
+	case pulsev1.ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT:
+		m = pulsetype.ReplaceKeepEarlierRunAt
+	case pulsev1.ReplaceMode_REPLACE_MODE_KEEP_FIRST:
+		m = pulsetype.ReplaceKeepFirst
+	default:
+		return "", "", apierr.Invalid(f("replace_mode"), "is %d; it must be replace, keep_earlier_run_at or keep_first", int32(mode))
+	}
+	return key, m, nil
 }
 
 // ValidateTags checks a job's tags and returns them sorted, without

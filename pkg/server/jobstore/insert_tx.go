@@ -69,17 +69,14 @@ const insertOneTries = 3
 // unique job that loses its idempotency key to a transaction committing
 // during its insert fails Unavailable.
 func InsertOne(ctx context.Context, q Queryer, job pulsetype.NewJob) (pulsetype.Inserted, error) {
+	if job.ReplaceKey != "" {
+		return replaceOne(ctx, q, job)
+	}
 	stmt := insertOneSQL
 	if job.UniqueFor > 0 {
 		stmt = insertOneUniqueSQL
 	}
-	var runAt any
-	if !job.RunAt.IsZero() {
-		runAt = job.RunAt
-	}
-	params := []any{job.ID.String(), job.Topic, string(job.Args), job.Priority, job.MaxAttempts, runAt,
-		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds(),
-		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds(), strings.Join(job.Tags, ",")}
+	params := insertOneParams(job)
 	for range insertOneTries {
 		ids, err := q.QueryText(ctx, stmt, params...)
 		if err != nil {
@@ -105,6 +102,17 @@ func InsertOne(ctx context.Context, q Queryer, job pulsetype.NewJob) (pulsetype.
 		// The holder is gone: the job may be inserted after all.
 	}
 	return pulsetype.Inserted{}, apierr.Unavailable("insert job: its duplicate's holder kept changing; retry", nil)
+}
+
+// insertOneParams are scalarSource's parameters for job.
+func insertOneParams(job pulsetype.NewJob) []any {
+	var runAt any
+	if !job.RunAt.IsZero() {
+		runAt = job.RunAt
+	}
+	return []any{job.ID.String(), job.Topic, string(job.Args), job.Priority, job.MaxAttempts, runAt,
+		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds(),
+		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds(), strings.Join(job.Tags, ",")}
 }
 
 // holder runs a holder lookup: the id it finds, if any.

@@ -59,6 +59,11 @@ type Job struct {
 	// Tags are the job's tags, sorted; nil when it has none (migration
 	// 00006).
 	Tags []string
+	// ReplaceKey is the key the job was submitted with (empty: none), and
+	// Replaced how many submits of that key replaced its args and run_at
+	// while it was pending; job_replacements holds each one (ADR-0049).
+	ReplaceKey string
+	Replaced   int32
 }
 
 // rowScanner is a pgx row or rows.

@@ -109,6 +109,10 @@ type jobRow struct {
 	RetryFixedMicros int64 `bun:"retry_fixed_micros,scanonly"`
 	// Tags are the job's tags (migration 00006); NULL reads as nil.
 	Tags []string `bun:"tags,array"`
+	// ReplaceKey and Replaced: the job's replace key (NULL reads as "")
+	// and how many submits replaced it while pending (ADR-0049).
+	ReplaceKey string `bun:"replace_key,nullzero"`
+	Replaced   int32  `bun:"replaced"`
 	// Progress and Metadata are a running job's last report of itself
 	// (migration 00004); NULL reads as -1 and nil.
 	Progress *int16          `bun:"progress"`
@@ -143,8 +147,10 @@ func (r *jobRow) job() *Job {
 			}
 			return int(*r.Progress)
 		}(),
-		Metadata: r.Metadata,
-		Tags:     r.Tags,
+		Metadata:   r.Metadata,
+		Tags:       r.Tags,
+		ReplaceKey: r.ReplaceKey,
+		Replaced:   r.Replaced,
 		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,

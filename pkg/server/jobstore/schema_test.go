@@ -583,7 +583,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 		{"DeletingAPendingJobIsRefused", pendingJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
 		{"DeletingARunningJobIsRefused", runningJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
 		{"DeletingARetryingJobIsRefused", retryingJob, `DELETE FROM jobs WHERE id = $1`, "jobs_delete_terminal_only"},
-		{"TruncatingWhileAJobIsLiveIsRefused", pendingJob, `TRUNCATE jobs, job_uniques, job_dependencies`, "jobs_delete_terminal_only"},
+		{"TruncatingWhileAJobIsLiveIsRefused", pendingJob, `TRUNCATE jobs, job_uniques, job_dependencies, job_replacements`, "jobs_delete_terminal_only"},
 	})
 	runPasses(t, pool, []refusal{
 		{"DeletingACompletedJobPasses", doneJob, `DELETE FROM jobs WHERE id = $1`, ""},
@@ -624,7 +624,7 @@ func TestSchemaOnlyFinishedJobsAreDeleted(t *testing.T) {
 		pool := pgtest.Pool(t)
 		jobstoretest.MustCreate(t, pool, doneJob)
 		jobstoretest.MustCreate(t, pool, canceledJob)
-		_, err := pool.Exec(ctx, `TRUNCATE jobs, job_uniques, job_dependencies`)
+		_, err := pool.Exec(ctx, `TRUNCATE jobs, job_uniques, job_dependencies, job_replacements`)
 		require.NoError(t, err)
 		require.Empty(t, remaining(t, pool))
 	})
@@ -715,7 +715,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	// jobs_guard_truncate, which returns without refusing.
 	_, err = store.Cancel(ctx, jobs[2].ID)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `TRUNCATE jobs, job_uniques, job_dependencies`)
+	_, err = pool.Exec(ctx, `TRUNCATE jobs, job_uniques, job_dependencies, job_replacements`)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, guardCalls())
 }

@@ -188,6 +188,8 @@ func constraintField(name string) string {
 		return "result"
 	case "jobs_tags_format":
 		return "tags"
+	case "jobs_replace_key_length":
+		return "replace_key"
 	case "jobs_progress_range":
 		return "progress"
 	case "jobs_metadata_object", "jobs_metadata_size":

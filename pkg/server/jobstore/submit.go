@@ -137,6 +137,9 @@ func (s *Store) Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetyp
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	if hasReplace(jobs) {
+		return s.insertWithReplace(ctx, jobs)
+	}
 	fresh, err := s.insertRows(ctx, jobs)
 	if err != nil {
 		return nil, s.refusal(ctx, jobs, err)
@@ -161,6 +164,36 @@ func (s *Store) Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetyp
 func (s *Store) InsertEach(ctx context.Context, jobs []pulsetype.NewJob) (out []pulsetype.Inserted, errs []error) {
 	if len(jobs) == 0 {
 		return nil, nil
+	}
+	if hasReplace(jobs) {
+		// The jobs with a replace key go one by one (replaceEach), the
+		// others as a batch, as they would without them.
+		var plain, replacing []int
+		for i := range jobs {
+			if jobs[i].ReplaceKey != "" {
+				replacing = append(replacing, i)
+			} else {
+				plain = append(plain, i)
+			}
+		}
+		out = make([]pulsetype.Inserted, len(jobs))
+		if len(plain) > 0 {
+			batch := make([]pulsetype.NewJob, len(plain))
+			for k, i := range plain {
+				batch[k] = jobs[i]
+			}
+			res, berrs := s.InsertEach(ctx, batch)
+			for k, i := range plain {
+				out[i] = res[k]
+				if berrs != nil && berrs[k] != nil {
+					if errs == nil {
+						errs = make([]error, len(jobs))
+					}
+					errs[i] = berrs[k]
+				}
+			}
+		}
+		return out, s.replaceEach(ctx, jobs, replacing, out, errs)
 	}
 	// insertRows is all or nothing per call: one INSERT statement (or, on
 	// the plain path, a plain INSERT that changed nothing and then one

@@ -74,7 +74,12 @@ class JobRequest:
     JSON values); backoff (ExponentialBackoff or FixedBackoff); tags
     (labels listings filter by: at most 16, each 1..64 letters, digits,
     '.', '_', ':', '=', '/' or '-' starting with a letter or digit;
-    duplicates dropped; they never change)."""
+    duplicates dropped; they never change); replace_key (debounce: while a
+    job of the topic enqueued with the key is pending and has never
+    started, enqueuing changes that job instead of adding one, as
+    replace_mode says: "replace" (the default: args and run time),
+    "keep_earlier_run_at" or "keep_first"; not with idempotency_key or
+    unique_for)."""
 
     topic: str
     args: Any = None
@@ -87,6 +92,8 @@ class JobRequest:
     unique_for: Any = None
     backoff: ExponentialBackoff | FixedBackoff | None = None
     tags: Sequence[str] | None = None
+    replace_key: str | None = None
+    replace_mode: str | None = None
 
     def spec(self) -> job_pb2.JobSpec:
         """The wire form of the job, after the checks the Go SDK makes; a
@@ -132,7 +139,22 @@ class JobRequest:
             if len(tags) > d.MAX_TAGS:
                 raise ConfigError(f"pulse: {len(tags)} tags; the limit is {d.MAX_TAGS}")
             spec.tags.extend(tags)
+        if self.replace_key is not None or self.replace_mode is not None:
+            if not self.replace_key:
+                raise ConfigError("pulse: replace_mode needs a replace_key")
+            check_idempotency_key(self.replace_key, what="replace key")
+            mode = _REPLACE_MODES.get(self.replace_mode or "replace")
+            if mode is None:
+                raise ConfigError(f"pulse: replace mode {self.replace_mode!r} is not replace, keep_earlier_run_at or keep_first")
+            spec.replace_key, spec.replace_mode = self.replace_key, mode
         return spec
+
+
+_REPLACE_MODES = {
+    "replace": job_pb2.REPLACE_MODE_REPLACE,
+    "keep_earlier_run_at": job_pb2.REPLACE_MODE_KEEP_EARLIER_RUN_AT,
+    "keep_first": job_pb2.REPLACE_MODE_KEEP_FIRST,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,10 +162,12 @@ class Submitted:
     """The outcome of enqueuing one job. duplicate: nothing new was
     enqueued and id is an existing job's (an idempotency key matched a live
     job, or a unique_for job with the same topic and args holds its
-    period)."""
+    period, or a replace_key's pending job took its place). replaced: that
+    pending job (id) took this job's args and run time."""
 
     id: str
     duplicate: bool = False
+    replaced: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +359,7 @@ class Client:
 
     async def _submit_one(self, req: JobRequest, trace=()) -> Submitted:
         resp = await self._call(self._rpc.SubmitJob, control_pb2.SubmitJobRequest(job=req.spec()), trace)
-        return Submitted(resp.result.id, resp.result.duplicate)
+        return Submitted(resp.result.id, resp.result.duplicate, resp.result.replaced)
 
     async def enqueue_many(
         self, jobs: Sequence[JobRequest], *, traceparent: str = "", tracestate: str = ""
@@ -363,7 +387,7 @@ class Client:
         resp = await self._call(self._rpc.SubmitJobs, control_pb2.SubmitJobsRequest(jobs=specs), trace)
         if len(resp.results) != len(jobs):
             raise RuntimeError(f"pulse: enqueue {len(jobs)} jobs: server answered {len(resp.results)} results")
-        return [Submitted(r.id, r.duplicate) for r in resp.results]
+        return [Submitted(r.id, r.duplicate, r.replaced) for r in resp.results]
 
     async def _intercept_many(self, jobs: list[JobRequest], trace=()) -> list[Submitted]:
         import asyncio
@@ -545,17 +569,17 @@ def check_topic(topic: str) -> None:
         )
 
 
-def check_idempotency_key(key: str) -> None:
+def check_idempotency_key(key: str, what: str = "idempotency key") -> None:
     if not isinstance(key, str):
-        raise ConfigError("pulse: idempotency key must be a str")
+        raise ConfigError(f"pulse: {what} must be a str")
     try:
         raw = key.encode("utf-8")
     except UnicodeEncodeError:
-        raise ConfigError("pulse: idempotency key is not valid UTF-8") from None
+        raise ConfigError(f"pulse: {what} is not valid UTF-8") from None
     if len(raw) > d.MAX_IDEMPOTENCY_KEY_BYTES:
-        raise ConfigError(f"pulse: idempotency key is {len(raw)} bytes; the limit is {d.MAX_IDEMPOTENCY_KEY_BYTES}")
+        raise ConfigError(f"pulse: {what} is {len(raw)} bytes; the limit is {d.MAX_IDEMPOTENCY_KEY_BYTES}")
     if "\x00" in key:
-        raise ConfigError("pulse: idempotency key contains a NUL character")
+        raise ConfigError(f"pulse: {what} contains a NUL character")
 
 
 def _check_int(what: str, v, lo: int, hi: int) -> None:

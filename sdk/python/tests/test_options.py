@@ -89,6 +89,20 @@ class JobOptionsTest(unittest.TestCase):
                 with self.assertRaisesRegex(pulse.ConfigError, what):
                     JobRequest("t", tags=bad).spec()
 
+    def test_replace_key(self):
+        spec = JobRequest("t", replace_key="doc-7").spec()
+        self.assertEqual((spec.replace_key, spec.replace_mode), ("doc-7", job_pb2.REPLACE_MODE_REPLACE))
+        spec = JobRequest("t", replace_key="doc-7", replace_mode="keep_earlier_run_at").spec()
+        self.assertEqual(spec.replace_mode, job_pb2.REPLACE_MODE_KEEP_EARLIER_RUN_AT)
+        spec = JobRequest("t", replace_key="doc-7", replace_mode="keep_first").spec()
+        self.assertEqual(spec.replace_mode, job_pb2.REPLACE_MODE_KEEP_FIRST)
+        for kw, what in [({"replace_key": "k" * 256}, "256 bytes"), ({"replace_key": "a\x00"}, "NUL"),
+                         ({"replace_key": "k", "replace_mode": "latest"}, "not replace"),
+                         ({"replace_mode": "keep_first"}, "needs a replace_key"), ({"replace_key": ""}, "needs a replace_key")]:
+            with self.subTest(kw=kw):
+                with self.assertRaisesRegex(pulse.ConfigError, what):
+                    JobRequest("t", **kw).spec()
+
     def test_topics(self):
         for t in ["a", "email.send", "A-b_c:d.e", "x" * 128]:
             JobRequest(t).spec()

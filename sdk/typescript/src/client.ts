@@ -28,7 +28,14 @@ import {
   ResumeDispatchResponseSchema,
   type ScopeState as ScopeStatePb,
 } from "./gen/pulse/v1/dispatch_control_pb.js";
-import { JobSpecSchema, JobStatus, RetryPolicySchema, type Job as JobPb, type JobSpec } from "./gen/pulse/v1/job_pb.js";
+import {
+  JobSpecSchema,
+  JobStatus,
+  ReplaceMode,
+  RetryPolicySchema,
+  type Job as JobPb,
+  type JobSpec,
+} from "./gen/pulse/v1/job_pb.js";
 import { Conn, checkConn, type ConnOptions } from "./conn.js";
 import {
   MAX_IDEMPOTENCY_KEY_BYTES,
@@ -70,6 +77,14 @@ export interface EnqueueOptions {
   exponentialBackoff?: { baseMs: number; maxMs?: number };
   /** The job's own fixed backoff between attempts. */
   fixedBackoffMs?: number;
+  /**
+   * Debounce: while a job of the topic enqueued with this key is pending and has never
+   * started, enqueuing changes that job instead of adding one, as replaceMode says
+   * ("replace", the default: args and run time; "keep_earlier_run_at"; "keep_first").
+   * Not with idempotencyKey or uniqueForMs.
+   */
+  replaceKey?: string;
+  replaceMode?: "replace" | "keep_earlier_run_at" | "keep_first";
 }
 
 /** One job for enqueueMany. */
@@ -83,8 +98,10 @@ export interface JobRequest {
 /** The outcome of enqueuing one job. */
 export interface Submitted {
   id: string;
-  /** Nothing new was enqueued: id is an existing job's (idempotency key or uniqueFor). */
+  /** Nothing new was enqueued: id is an existing job's (idempotency key, uniqueFor or replaceKey). */
   duplicate: boolean;
+  /** The replaceKey's pending job (id) took this job's args and run time. */
+  replaced: boolean;
 }
 
 export type Status = "PENDING" | "RUNNING" | "RETRYING" | "COMPLETED" | "DEAD_LETTERED" | "CANCELED";
@@ -323,8 +340,26 @@ export function buildJobSpec(topic: string, args: unknown, o: EnqueueOptions = {
     checkDuration("fixedBackoffMs", o.fixedBackoffMs, MIN_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS);
     spec.retry = create(RetryPolicySchema, { fixed: durationFromMs(o.fixedBackoffMs) });
   }
+  if (o.replaceKey !== undefined || o.replaceMode !== undefined) {
+    if (!o.replaceKey) {
+      throw new Error("pulse: replaceMode needs a replaceKey");
+    }
+    checkIdempotencyKey(o.replaceKey, "replaceKey");
+    const mode = REPLACE_MODES[o.replaceMode ?? "replace"];
+    if (mode === undefined) {
+      throw new Error(`pulse: replaceMode ${JSON.stringify(o.replaceMode)} is not replace, keep_earlier_run_at or keep_first`);
+    }
+    spec.replaceKey = o.replaceKey;
+    spec.replaceMode = mode;
+  }
   return spec;
 }
+
+const REPLACE_MODES: Record<string, ReplaceMode | undefined> = {
+  replace: ReplaceMode.REPLACE,
+  keep_earlier_run_at: ReplaceMode.KEEP_EARLIER_RUN_AT,
+  keep_first: ReplaceMode.KEEP_FIRST,
+};
 
 const encoder = new TextEncoder();
 
@@ -356,15 +391,15 @@ export function checkTopic(topic: string): void {
   }
 }
 
-function checkIdempotencyKey(key: string): void {
+function checkIdempotencyKey(key: string, what = "idempotencyKey"): void {
   if (key.includes("\u0000")) {
-    throw new Error("pulse: idempotencyKey contains a NUL character");
+    throw new Error(`pulse: ${what} contains a NUL character`);
   }
   if (!key.isWellFormed()) {
-    throw new Error("pulse: idempotencyKey is not valid UTF-8 (it has a lone surrogate)");
+    throw new Error(`pulse: ${what} is not valid UTF-8 (it has a lone surrogate)`);
   }
   if (utf8Length(key) > MAX_IDEMPOTENCY_KEY_BYTES) {
-    throw new Error(`pulse: idempotencyKey is ${utf8Length(key)} bytes, more than ${MAX_IDEMPOTENCY_KEY_BYTES}`);
+    throw new Error(`pulse: ${what} is ${utf8Length(key)} bytes, more than ${MAX_IDEMPOTENCY_KEY_BYTES}`);
   }
 }
 
@@ -385,7 +420,7 @@ export function checkDuration(what: string, ms: number, lo: number, hi: number):
 }
 
 function submitted(r: SubmitResult | undefined): Submitted {
-  return { id: r?.id ?? "", duplicate: r?.duplicate ?? false };
+  return { id: r?.id ?? "", duplicate: r?.duplicate ?? false, replaced: r?.replaced ?? false };
 }
 
 function jobInfo(j: JobPb): JobInfo {

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { buildJobSpec, Client, PlaintextCredentialsError } from "../src/index.js";
 import { loopbackTarget } from "../src/conn.js";
 import { durationToMs, timestampToDate } from "../src/time.js";
+import { ReplaceMode } from "../src/gen/pulse/v1/job_pb.js";
 
 test("every job option reaches the wire form", () => {
   const runAt = new Date("2030-01-02T03:04:05.678Z");
@@ -48,12 +49,23 @@ test("bad options are refused naming the option", () => {
     ["NUL key", () => buildJobSpec("t", {}, { idempotencyKey: "a\u0000" }), /NUL/],
     ["lone surrogate key", () => buildJobSpec("t", {}, { idempotencyKey: "a\uD800" }), /not valid UTF-8/],
     ["long key", () => buildJobSpec("t", {}, { idempotencyKey: "é".repeat(128) }), /256 bytes, more than 255/],
+    ["NUL replace key", () => buildJobSpec("t", {}, { replaceKey: "a\u0000" }), /replaceKey contains a NUL/],
+    ["long replace key", () => buildJobSpec("t", {}, { replaceKey: "k".repeat(256) }), /replaceKey is 256 bytes/],
+    ["replace mode without key", () => buildJobSpec("t", {}, { replaceMode: "keep_first" }), /needs a replaceKey/],
+    ["unknown replace mode", () => buildJobSpec("t", {}, { replaceKey: "k", replaceMode: "x" as "replace" }), /not replace/],
     ["args that are not JSON", () => buildJobSpec("t", () => 1), /does not encode to JSON/],
     ["cyclic args", () => { const a: Record<string, unknown> = {}; a.a = a; return buildJobSpec("t", a); }, /encode args for t/],
   ];
   for (const [name, f, want] of cases) {
     assert.throws(f, want, name);
   }
+});
+
+test("replaceKey and replaceMode reach the spec", () => {
+  const spec = buildJobSpec("t", {}, { replaceKey: "doc-7", replaceMode: "keep_earlier_run_at" });
+  assert.equal(spec.replaceKey, "doc-7");
+  assert.equal(spec.replaceMode, ReplaceMode.KEEP_EARLIER_RUN_AT);
+  assert.equal(buildJobSpec("t", {}, { replaceKey: "doc-7" }).replaceMode, ReplaceMode.REPLACE);
 });
 
 test("credentials are refused over plaintext beyond loopback", () => {

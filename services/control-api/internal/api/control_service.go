@@ -242,5 +242,5 @@ func underField(prefix string, err error) error {
 }
 
 func resultToWire(r pulsetype.Inserted) *pulsev1.SubmitResult {
-	return &pulsev1.SubmitResult{Id: r.ID.String(), Duplicate: r.Duplicate}
+	return &pulsev1.SubmitResult{Id: r.ID.String(), Duplicate: r.Duplicate, Replaced: r.Replaced}
 }

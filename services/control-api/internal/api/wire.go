@@ -58,6 +58,8 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		Result:         j.Result,
 		Metadata:       j.Metadata,
 		Tags:           j.Tags,
+		ReplaceKey:     j.ReplaceKey,
+		Replaced:       j.Replaced,
 	}
 	if j.Progress >= 0 {
 		p := int32(j.Progress)

@@ -37,7 +37,8 @@ import (
 // pg_stat_activity.
 const Service = "control-api"
 
-// MinSchemaVersion is the oldest schema control-api runs on: job tags
+// MinSchemaVersion is the oldest schema control-api runs on: replace
+// pending (a submit with a replace_key, every job read), job tags
 // (written by submits, filtered by listings), job progress and metadata
 // (which every job read returns), after job results (a job's
 // result, and the settle_listeners row its waiters keep).
@@ -47,7 +48,7 @@ const Service = "control-api"
 // job_throughput; a job's view and its retry read and reset jobs.snoozes
 // (VersionSnooze); submits write dependencies and queue reads walk
 // jobs_claim_idx without blocked jobs (VersionJobDependencies).
-const MinSchemaVersion = migrations.VersionJobDependencies
+const MinSchemaVersion = migrations.VersionReplacePending
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -192,7 +192,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) error {
 	if res.GetDuplicate() {
 		code = http.StatusOK
 	}
-	return writeJSON(w, code, submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate()})
+	return writeJSON(w, code, submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate(), Replaced: res.GetReplaced()})
 }
 
 func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
@@ -223,7 +223,7 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := batchResultJSON{Results: make([]submitResultJSON, len(resp.GetResults()))}
 	for i, res := range resp.GetResults() {
-		out.Results[i] = submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate()}
+		out.Results[i] = submitResultJSON{ID: res.GetId(), Duplicate: res.GetDuplicate(), Replaced: res.GetReplaced()}
 	}
 	return writeJSON(w, http.StatusCreated, out)
 }

@@ -81,10 +81,29 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 		return nil, err
 	}
 	spec.Tags = j.Tags
+	spec.ReplaceKey = j.ReplaceKey
+	if spec.ReplaceMode, err = replaceModeToWire(join(prefix, "replace_mode"), j.ReplaceMode); err != nil {
+		return nil, err
+	}
 	if spec.Retry, err = retryToWire(j.Retry, join(prefix, "retry")); err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// replaceModeToWire reads a replace_mode by its name; "" is unset.
+func replaceModeToWire(field, mode string) (pulsev1.ReplaceMode, error) {
+	switch mode {
+	case "":
+		return pulsev1.ReplaceMode_REPLACE_MODE_UNSPECIFIED, nil
+	case "replace":
+		return pulsev1.ReplaceMode_REPLACE_MODE_REPLACE, nil
+	case "keep_earlier_run_at":
+		return pulsev1.ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT, nil
+	case "keep_first":
+		return pulsev1.ReplaceMode_REPLACE_MODE_KEEP_FIRST, nil
+	}
+	return 0, apierr.Invalid(field, "%q is not a replace mode: replace, keep_earlier_run_at or keep_first", mode)
 }
 
 // retryToWire reads a job's "retry" object (absent or null: none). Its
@@ -190,6 +209,7 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 		out.Metadata = m
 	}
 	out.Tags = j.GetTags()
+	out.ReplaceKey, out.Replaced = j.GetReplaceKey(), j.GetReplaced()
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/job.proto.
  */
 export const file_pulse_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("ChJwdWxzZS92MS9qb2IucHJvdG8SCHB1bHNlLnYxIrgCCgdKb2JTcGVjEg0KBXRvcGljGAEgASgJEgwKBGFyZ3MYAiABKAwSEAoIcHJpb3JpdHkYAyABKAUSFAoMaGFzX3ByaW9yaXR5GAQgASgIEhQKDG1heF9hdHRlbXB0cxgFIAEoBRIqCgZydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIqCgd0aW1lb3V0GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCnVuaXF1ZV9mb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJAoFcmV0cnkYCiABKAsyFS5wdWxzZS52MS5SZXRyeVBvbGljeRIMCgR0YWdzGAsgAygJIogBCgtSZXRyeVBvbGljeRInCgRiYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA21heBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVmaXhlZBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCgxBdHRlbXB0RXJyb3ISDwoHYXR0ZW1wdBgBIAEoBRINCgVlcnJvchgCIAEoCRIOCgZ3b3JrZXIYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIssFCgNKb2ISCgoCaWQYASABKAkSDQoFdG9waWMYAiABKAkSDAoEYXJncxgDIAEoDBIQCghwcmlvcml0eRgEIAEoBRIjCgZzdGF0dXMYBSABKA4yEy5wdWxzZS52MS5Kb2JTdGF0dXMSEAoIYXR0ZW1wdHMYBiABKAUSFAoMbWF4X2F0dGVtcHRzGAcgASgFEiYKBmVycm9ycxgIIAMoCzIWLnB1bHNlLnYxLkF0dGVtcHRFcnJvchIRCglsb2NrZWRfYnkYCSABKAkSLwoLbGVhc2VfdW50aWwYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC25leHRfcnVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxzdWJtaXR0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnN0YXJ0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtzY2hlZHVsZV9pZBgPIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYECABKAkSEwoLdHJhY2VwYXJlbnQYESABKAkSEgoKdHJhY2VzdGF0ZRgSIAEoCRIqCgd0aW1lb3V0GBMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBXJldHJ5GBQgASgLMhUucHVsc2UudjEuUmV0cnlQb2xpY3kSDgoGcmVzdWx0GBUgASgMEhUKCHByb2dyZXNzGBYgASgFSACIAQESEAoIbWV0YWRhdGEYFyABKAwSDwoHc25vb3plcxgYIAEoBRIMCgR0YWdzGBkgAygJQgsKCV9wcm9ncmVzcyrBAQoJSm9iU3RhdHVzEhoKFkpPQl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJKT0JfU1RBVFVTX1BFTkRJTkcQARIWChJKT0JfU1RBVFVTX1JVTk5JTkcQAhIXChNKT0JfU1RBVFVTX1JFVFJZSU5HEAMSGAoUSk9CX1NUQVRVU19DT01QTEVURUQQBBIcChhKT0JfU1RBVFVTX0RFQURfTEVUVEVSRUQQBRIXChNKT0JfU1RBVFVTX0NBTkNFTEVEEAZCNFoyZ2l0aHViLmNvbS9wdWxzZXF1ZXVlL3B1bHNlL3BrZy9wdWxzZXBiL3YxO3B1bHNldjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChJwdWxzZS92MS9qb2IucHJvdG8SCHB1bHNlLnYxIvoCCgdKb2JTcGVjEg0KBXRvcGljGAEgASgJEgwKBGFyZ3MYAiABKAwSEAoIcHJpb3JpdHkYAyABKAUSFAoMaGFzX3ByaW9yaXR5GAQgASgIEhQKDG1heF9hdHRlbXB0cxgFIAEoBRIqCgZydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIqCgd0aW1lb3V0GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCnVuaXF1ZV9mb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJAoFcmV0cnkYCiABKAsyFS5wdWxzZS52MS5SZXRyeVBvbGljeRIMCgR0YWdzGAsgAygJEhMKC3JlcGxhY2Vfa2V5GB4gASgJEisKDHJlcGxhY2VfbW9kZRgfIAEoDjIVLnB1bHNlLnYxLlJlcGxhY2VNb2RlIogBCgtSZXRyeVBvbGljeRInCgRiYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA21heBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVmaXhlZBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCgxBdHRlbXB0RXJyb3ISDwoHYXR0ZW1wdBgBIAEoBRINCgVlcnJvchgCIAEoCRIOCgZ3b3JrZXIYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvIFCgNKb2ISCgoCaWQYASABKAkSDQoFdG9waWMYAiABKAkSDAoEYXJncxgDIAEoDBIQCghwcmlvcml0eRgEIAEoBRIjCgZzdGF0dXMYBSABKA4yEy5wdWxzZS52MS5Kb2JTdGF0dXMSEAoIYXR0ZW1wdHMYBiABKAUSFAoMbWF4X2F0dGVtcHRzGAcgASgFEiYKBmVycm9ycxgIIAMoCzIWLnB1bHNlLnYxLkF0dGVtcHRFcnJvchIRCglsb2NrZWRfYnkYCSABKAkSLwoLbGVhc2VfdW50aWwYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC25leHRfcnVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxzdWJtaXR0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnN0YXJ0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtzY2hlZHVsZV9pZBgPIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYECABKAkSEwoLdHJhY2VwYXJlbnQYESABKAkSEgoKdHJhY2VzdGF0ZRgSIAEoCRIqCgd0aW1lb3V0GBMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBXJldHJ5GBQgASgLMhUucHVsc2UudjEuUmV0cnlQb2xpY3kSDgoGcmVzdWx0GBUgASgMEhUKCHByb2dyZXNzGBYgASgFSACIAQESEAoIbWV0YWRhdGEYFyABKAwSDwoHc25vb3plcxgYIAEoBRIMCgR0YWdzGBkgAygJEhMKC3JlcGxhY2Vfa2V5GB4gASgJEhAKCHJlcGxhY2VkGB8gASgFQgsKCV9wcm9ncmVzcyrBAQoJSm9iU3RhdHVzEhoKFkpPQl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJKT0JfU1RBVFVTX1BFTkRJTkcQARIWChJKT0JfU1RBVFVTX1JVTk5JTkcQAhIXChNKT0JfU1RBVFVTX1JFVFJZSU5HEAMSGAoUSk9CX1NUQVRVU19DT01QTEVURUQQBBIcChhKT0JfU1RBVFVTX0RFQURfTEVUVEVSRUQQBRIXChNKT0JfU1RBVFVTX0NBTkNFTEVEEAYqiAEKC1JlcGxhY2VNb2RlEhwKGFJFUExBQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhgKFFJFUExBQ0VfTU9ERV9SRVBMQUNFEAESJAogUkVQTEFDRV9NT0RFX0tFRVBfRUFSTElFUl9SVU5fQVQQAhIbChdSRVBMQUNFX01PREVfS0VFUF9GSVJTVBADQjRaMmdpdGh1Yi5jb20vcHVsc2VxdWV1ZS9wdWxzZS9wa2cvcHVsc2VwYi92MTtwdWxzZXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * JobSpec is what a producer submits. args is a JSON object, carried as raw
@@ -102,6 +102,24 @@ export type JobSpec = Message<"pulse.v1.JobSpec"> & {
    * @generated from field: repeated string tags = 11;
    */
   tags: string[];
+
+  /**
+   * Replace pending (debounce): while a job of this topic with the same
+   * replace_key is PENDING and has never started, this submit changes that
+   * job in place instead of adding one, as replace_mode says, and answers
+   * its id (replaced, or duplicate for keep_first). Once that job has
+   * started, the submit inserts a new job. 1..255 bytes; not with
+   * idempotency_key or unique_for. Only args and run_at are replaced;
+   * everything else stays the first submit's.
+   *
+   * @generated from field: string replace_key = 30;
+   */
+  replaceKey: string;
+
+  /**
+   * @generated from field: pulse.v1.ReplaceMode replace_mode = 31;
+   */
+  replaceMode: ReplaceMode;
 };
 
 /**
@@ -333,6 +351,21 @@ export type Job = Message<"pulse.v1.Job"> & {
    * @generated from field: repeated string tags = 25;
    */
   tags: string[];
+
+  /**
+   * The replace_key it was submitted with; empty when none.
+   *
+   * @generated from field: string replace_key = 30;
+   */
+  replaceKey: string;
+
+  /**
+   * How many submits replaced its args and run_at while it was pending
+   * (each one is an entry of the job's replacement history).
+   *
+   * @generated from field: int32 replaced = 31;
+   */
+  replaced: number;
 };
 
 /**
@@ -391,4 +424,46 @@ export enum JobStatus {
  */
 export const JobStatusSchema: GenEnum<JobStatus> = /*@__PURE__*/
   enumDesc(file_pulse_v1_job, 0);
+
+/**
+ * ReplaceMode is what a submit with a replace_key does to the key's
+ * pending job.
+ *
+ * @generated from enum pulse.v1.ReplaceMode
+ */
+export enum ReplaceMode {
+  /**
+   * REPLACE_MODE_REPLACE.
+   *
+   * @generated from enum value: REPLACE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The job takes this submit's args and run_at.
+   *
+   * @generated from enum value: REPLACE_MODE_REPLACE = 1;
+   */
+  REPLACE = 1,
+
+  /**
+   * The job takes this submit's args, and the earlier of the two run_at.
+   *
+   * @generated from enum value: REPLACE_MODE_KEEP_EARLIER_RUN_AT = 2;
+   */
+  KEEP_EARLIER_RUN_AT = 2,
+
+  /**
+   * The job is kept as it is; the submit answers it as a duplicate.
+   *
+   * @generated from enum value: REPLACE_MODE_KEEP_FIRST = 3;
+   */
+  KEEP_FIRST = 3,
+}
+
+/**
+ * Describes the enum pulse.v1.ReplaceMode.
+ */
+export const ReplaceModeSchema: GenEnum<ReplaceMode> = /*@__PURE__*/
+  enumDesc(file_pulse_v1_job, 1);
 
