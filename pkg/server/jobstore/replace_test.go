@@ -108,9 +108,12 @@ func TestReplacePendingModes(t *testing.T) {
 	require.Equal(t, "k", job.ReplaceKey)
 	require.EqualValues(t, 3, job.Replaced)
 
-	// Another topic's key of the same name is its own.
+	// Another topic's key of the same name is its own, and so is another
+	// key of the topic.
 	other := replaceJob("rp.other", "k", pulsetype.ReplaceArgsAndRunAt, `{}`, time.Time{})
 	requireInserted(t, store, other, pulsetype.Inserted{ID: other.ID})
+	otherKey := replaceJob("rp", "k2", pulsetype.ReplaceArgsAndRunAt, `{}`, t0)
+	requireInserted(t, store, otherKey, pulsetype.Inserted{ID: otherKey.ID})
 
 	// Started (claimed), the job no longer takes replacements: a new job.
 	_, err = pool.Exec(ctx, `UPDATE jobs SET next_run_at = now() WHERE id = $1`, first.ID)
