@@ -102,7 +102,7 @@ func (b *rawBench) claimLoop(ctx context.Context, worker string, claimed chan<- 
 		var got []pulsetype.Claimed
 		var err error
 		if resume {
-			got, err = b.store.ClaimAfter(ctx, []string{b.topic}, slots, rawLease, cursor)
+			got, err = b.store.ClaimAfter(ctx, []string{b.topic}, slots, rawLease, cursor.Back(jobstore.ClaimSkewMargin))
 		} else {
 			got, err = b.store.Claim(ctx, []string{b.topic}, slots, rawLease)
 		}

@@ -72,9 +72,10 @@ WITH ` + claimRange("picked", "") + `, slotted AS (
 // the first comes back short, and locks only the rows it pulls. Jobs that
 // sort before the cursor — a higher priority submitted since, a retry or a
 // scheduled job come due, a row another claim locked and then gave back —
-// are claimBeforeSQL's, which the dispatcher runs first at least every
-// PULSE_CLAIM_RESCAN_INTERVAL. The pause and limit filters are claimSQL's,
-// so pause stays exact.
+// are claimBeforeSQL's, which the dispatcher runs first every rescan
+// interval (PULSE_CLAIM_RESCAN_INTERVAL, longer while rescans are slow,
+// ADR-0050). The pause and limit filters are claimSQL's, so pause stays
+// exact.
 var claimAfterSQL = `
 WITH ` + claimRange("same_priority", "priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)") + `,
 ` + claimRange("lower_priority", "priority < $5::smallint") + `,
@@ -318,6 +319,20 @@ func (c ClaimCursor) Before(d ClaimCursor) bool {
 	return bytes.Compare(c.ID[:], d.ID[:]) < 0 // Postgres orders uuids bytewise
 }
 
+// ClaimSkewMargin is how far before its cursor a resumed claim starts
+// (ClaimCursor.Back): an INSERT reads its clock (submitted_at) when its
+// statement begins and becomes visible at its commit, so a job can commit
+// just after a claim took a job submitted later than it (ADR-0050).
+const ClaimSkewMargin = 250 * time.Millisecond
+
+// Back is c moved earlier by d within its priority, before every job
+// submitted at that instant: where a claim resuming after c starts so
+// that it also finds the jobs whose INSERT read its clock up to d before
+// c's and committed after the claim that took c (ADR-0050).
+func (c ClaimCursor) Back(d time.Duration) ClaimCursor {
+	return ClaimCursor{Priority: c.Priority, SubmittedAt: c.SubmittedAt.Add(-d)}
+}
+
 // LastClaimed is the cursor after the last of jobs in dispatch order; ok
 // is false when jobs is empty.
 func LastClaimed(jobs []pulsetype.Claimed) (last ClaimCursor, ok bool) {
@@ -332,12 +347,14 @@ func LastClaimed(jobs []pulsetype.Claimed) (last ClaimCursor, ok bool) {
 
 // ClaimAfter is Claim resuming after the cursor where an earlier claim left
 // off (claimAfterSQL): it takes the claimable jobs that follow after in
-// dispatch order, and when those are fewer than the slots, the rest from
-// before it (claimBeforeSQL) in a second transaction. So it comes back
-// short only when Claim would. A group with a limited topic is claimed as
-// Claim claims it.
+// dispatch order, in one statement, and comes back short when fewer
+// follow than there are slots. What sorts before the cursor is a rescan's
+// (ClaimBefore), which the dispatcher runs on its own schedule: looking
+// before the cursor on every short claim would walk, at every claim of an
+// idle-ish queue, every job claimed since the oldest open snapshot
+// (ADR-0050). A group with a limited topic is claimed as Claim claims it.
 func (s *Store) ClaimAfter(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, after ClaimCursor) ([]pulsetype.Claimed, error) {
-	return s.claimAround(ctx, topics, slots, leaseTTL, after, claimAfterSQL, claimBeforeSQL)
+	return s.claimAround(ctx, topics, slots, leaseTTL, after, claimAfterSQL, "")
 }
 
 // ClaimBefore is ClaimAfter the other way round, a rescan: the claimable
@@ -348,8 +365,8 @@ func (s *Store) ClaimBefore(ctx context.Context, topics []string, slots []string
 }
 
 // claimAround claims with the statement first around the cursor, then
-// with second for the slots first left free, each in its own transaction,
-// so the second's snapshot is fresh. If the second fails after the first
+// with second (if any) for the slots first left free, each in its own
+// transaction, so the second's snapshot is fresh. If the second fails after the first
 // took jobs, the jobs taken are returned without the error: they are
 // leased and must reach their workers. The claim came back short, so the
 // dispatcher's next claim of the group starts from the head and meets the
@@ -372,7 +389,7 @@ func (s *Store) claimAround(ctx context.Context, topics []string, slots []string
 		}
 		return out, nil
 	}
-	if len(out) == len(slots) {
+	if len(out) == len(slots) || second == "" {
 		return out, nil
 	}
 	rest := slots[len(out):]

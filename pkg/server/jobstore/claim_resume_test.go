@@ -3,6 +3,7 @@ package jobstore_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -85,7 +86,7 @@ func TestClaimAfter(t *testing.T) {
 		require.Equal(t, urgent, claimedIDs(head))
 	})
 
-	t.Run("ComesBackShortOnlyWhenTheHeadHasNoMore", func(t *testing.T) {
+	t.Run("TakesOnlyWhatFollowsTheCursor", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "u", 5, 4)
@@ -94,21 +95,55 @@ func TestClaimAfter(t *testing.T) {
 		require.NoError(t, err)
 		cursor, _ := jobstore.LastClaimed(first)
 		urgent := insertJobs(t, b, "u", 9, 2) // sorts before the cursor
-		// After the cursor: the last two; then, before it, the urgent two.
+		// After the cursor: the last two, and no more; what sorts before
+		// it is a rescan's (ADR-0050).
 		got, err := b.store.ClaimAfter(ctx, []string{"u"}, []string{"a", "b", "c", "d", "e", "f"}, ttl, cursor)
 		require.NoError(t, err)
-		require.ElementsMatch(t, append(order[2:], urgent...), claimedIDs(got))
+		require.ElementsMatch(t, order[2:], claimedIDs(got))
 		workers := map[string]bool{}
 		for _, c := range got {
 			workers[c.WorkerID] = true
 		}
-		require.Len(t, workers, 4, "each job got its own slot: %v", workers)
+		require.Len(t, workers, 2, "each job got its own slot: %v", workers)
 		got, err = b.store.ClaimAfter(ctx, []string{"u"}, slots("w", 2), ttl, cursor)
 		require.NoError(t, err)
 		require.Empty(t, got)
+		got, err = b.store.ClaimBefore(ctx, []string{"u"}, slots("w", 4), ttl, cursor)
+		require.NoError(t, err)
+		require.ElementsMatch(t, urgent, claimedIDs(got), "the rescan finds them")
 		got, err = b.store.Claim(ctx, []string{"u"}, slots("w", 2), ttl)
 		require.NoError(t, err)
 		require.Empty(t, got, "the queue is empty")
+	})
+
+	t.Run("ResumingAMarginBeforeTheCursorTakesWhatCommittedLate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A job whose INSERT read its clock (submitted_at is the
+		// transaction's now()) before the cursor's job was submitted, and
+		// committed after the claim that took it.
+		slow, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = slow.Rollback(ctx) }()
+		var began time.Time
+		require.NoError(t, slow.QueryRow(ctx, `SELECT now()`).Scan(&began))
+		insertJobs(t, b, "late", 5, 3)
+		first, err := b.store.Claim(ctx, []string{"late"}, slots("w", 3), ttl)
+		require.NoError(t, err)
+		require.Len(t, first, 3)
+		cursor, _ := jobstore.LastClaimed(first)
+		late := uuid.Must(uuid.NewV7())
+		_, err = slow.Exec(ctx, `INSERT INTO jobs (id, topic, args, priority, max_attempts) VALUES ($1, 'late', '{}', 5, 3)`, late)
+		require.NoError(t, err)
+		require.NoError(t, slow.Commit(ctx))
+		require.True(t, began.Before(cursor.SubmittedAt))
+
+		got, err := b.store.ClaimAfter(ctx, []string{"late"}, slots("w", 3), ttl, cursor)
+		require.NoError(t, err)
+		require.Empty(t, got, "from the cursor itself it is not found")
+		got, err = b.store.ClaimAfter(ctx, []string{"late"}, slots("w", 3), ttl, cursor.Back(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{late}, claimedIDs(got), "a margin before it, it is")
 	})
 
 	t.Run("ClaimBeforeTakesWhatSortsBeforeTheCursorFirst", func(t *testing.T) {

@@ -32,6 +32,11 @@ type queueClaimer struct {
 	// during, when set, runs inside each claim, as handlers finishing
 	// while a claim statement runs would.
 	during func()
+	// rescanCost is how long a rescan (ClaimBefore) takes, as a walk over
+	// what an old snapshot keeps would; rescanErr, when set, is what it
+	// returns.
+	rescanCost time.Duration
+	rescanErr  error
 }
 
 type claimedFrom struct {
@@ -48,6 +53,16 @@ func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.D
 }
 
 func (q *queueClaimer) ClaimBefore(_ context.Context, _, slots []string, _ time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	q.mu.Lock()
+	cost, err := q.rescanCost, q.rescanErr
+	q.mu.Unlock()
+	time.Sleep(cost)
+	if err != nil {
+		q.mu.Lock()
+		q.froms = append(q.froms, claimedFrom{"before", at})
+		q.mu.Unlock()
+		return nil, err
+	}
 	return q.take(slots, claimedFrom{"before", at}), nil
 }
 

@@ -145,16 +145,37 @@ type Dispatcher struct {
 	// topic alone (a one-topic group's key is its topic). An entry stays
 	// until a claim of its key succeeds, so its delay keeps doubling.
 	backoff map[string]claimBackoff
-	// cursors holds, per group whose last claim came back full, where
-	// its claims left off. Only the loop reads and writes it.
+	// cursors holds, per group whose claims took jobs, where they left
+	// off. Only the loop reads and writes it.
 	cursors map[string]groupCursor
 }
 
-// groupCursor is where a group's claims resume, and when the group last
-// looked before it (a claim from the head, or a rescan).
+// groupCursor is where a group's claims resume, when the group last
+// looked before it (a claim from the head, or a rescan), and how long its
+// claims may resume before the next rescan (ADR-0050).
 type groupCursor struct {
 	at        jobstore.ClaimCursor
 	scannedAt time.Time
+	// rescanGap is the group's rescan interval: ClaimRescanInterval, or
+	// RescanCostFactor times what its last rescan took when that is more
+	// (a walk made long by an old snapshot), at most MaxRescanGap.
+	rescanGap time.Duration
+}
+
+// The rescan's schedule (ADR-0050).
+const (
+	// RescanCostFactor keeps rescans below about 1/RescanCostFactor of a
+	// group's claiming time: a rescan that took t waits this many t.
+	RescanCostFactor = 20
+	// MaxRescanGap is the longest a job sorting before a group's cursor
+	// (a retry come due, a higher priority, a resumed topic) can wait
+	// while the group claims around it.
+	MaxRescanGap = 30 * time.Second
+)
+
+// gap is the cursor's rescan interval given the configured one.
+func (c groupCursor) gap(configured time.Duration) time.Duration {
+	return max(configured, c.rescanGap)
 }
 
 type claimBackoff struct {
@@ -503,13 +524,20 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claime
 	return claimed
 }
 
-// claimNext claims for g's slots around the group's cursor (ADR-0022)
-// when its last claim came back full and all its topics are claimable:
-// resuming after the cursor, or, once ClaimRescanInterval has passed since
-// the group last looked before it, rescanning before it first. A claim
-// that comes back full leaves the cursor at the last job taken (never
-// moving it back: a rescan's jobs may all sort before it); a short or
-// failed one leaves none, so the group's next claim starts from the head.
+// claimNext claims for g's slots around the group's cursor (ADR-0022,
+// ADR-0050) once a claim of the group took jobs and while all its topics
+// are claimable: resuming after the cursor (ClaimSkewMargin before it),
+// or, once the group's rescan interval has passed since it last looked
+// before it, rescanning before it first. A claim that takes jobs leaves
+// the cursor at the last job taken (never moving it back: a rescan's jobs
+// may all sort before it); a short one keeps it, so a queue that keeps up
+// with its producers (every claim short) still claims around its cursor
+// instead of walking from the head over every job claimed since the
+// oldest open snapshot. A rescan sets the interval to the next: the
+// configured one, or RescanCostFactor times what it took when that is
+// more, at most MaxRescanGap; a rescan that fails keeps the cursor and
+// doubles the interval. Any other failure drops the cursor, and so does a
+// claim from the head that took nothing.
 func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]pulsetype.Claimed, error) {
 	now := time.Now()
 	cur, ok := d.cursors[g.Key]
@@ -517,30 +545,43 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 	switch {
 	case !ok || len(topics) != len(g.Topics) || d.cfg.ClaimRescanInterval <= 0:
 		cur = groupCursor{scannedAt: now}
-	case now.Sub(cur.scannedAt) >= d.cfg.ClaimRescanInterval:
+	case now.Sub(cur.scannedAt) >= cur.gap(d.cfg.ClaimRescanInterval):
 		from, cur.scannedAt = ClaimRescan, now
 	default:
 		from = ClaimFromCursor
 	}
-	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at)
-	if err != nil || len(claimed) < len(g.Slots) || d.cfg.ClaimRescanInterval <= 0 {
+	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
+	switch {
+	case d.cfg.ClaimRescanInterval <= 0:
+		delete(d.cursors, g.Key)
+		return claimed, err
+	case err != nil && from == ClaimRescan:
+		cur.rescanGap = min(2*cur.gap(d.cfg.ClaimRescanInterval), MaxRescanGap)
+	case err != nil:
+		delete(d.cursors, g.Key)
+		return claimed, err
+	case from == ClaimRescan:
+		cur.rescanGap = min(RescanCostFactor*time.Since(now), MaxRescanGap)
+	}
+	last, took := jobstore.LastClaimed(claimed)
+	if !took && from == ClaimFromHead {
 		delete(d.cursors, g.Key)
 		return claimed, err
 	}
-	if last, _ := jobstore.LastClaimed(claimed); from == ClaimFromHead || cur.at.Before(last) {
+	if took && (from == ClaimFromHead || cur.at.Before(last)) {
 		cur.at = last
 	}
 	d.cursors[g.Key] = cur
-	return claimed, nil
+	return claimed, err
 }
 
 // forgetCursors drops the cursors of groups that have not looked before
-// them for longer than a rescan interval: groups whose workers went away
-// in a backlog. A live group rescans every interval.
+// them for longer than two rescan intervals: groups whose workers went
+// away, or that stopped claiming. A live group rescans every interval.
 func (d *Dispatcher) forgetCursors() {
 	now := time.Now()
 	for key, cur := range d.cursors {
-		if now.Sub(cur.scannedAt) > 2*d.cfg.ClaimRescanInterval+d.cfg.PollInterval {
+		if now.Sub(cur.scannedAt) > 2*cur.gap(d.cfg.ClaimRescanInterval)+d.cfg.PollInterval {
 			delete(d.cursors, key)
 		}
 	}

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -10,13 +11,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/services/dispatch-gateway/internal/dispatch"
 )
 
-// A group's claims resume after the last job the previous claim took while
-// that claim came back full, start from the head again after a short
-// claim, and look before the cursor first at least every
-// ClaimRescanInterval (ADR-0022).
+// A group's claims resume after the last job a claim of it took (a margin
+// before it), also after a short claim, start from the head when none took
+// anything, and look before the cursor first every rescan interval: the
+// configured one, or RescanCostFactor times what the last rescan took
+// (ADR-0022, ADR-0050).
 func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 	t.Parallel()
 	const rescan = 100 * time.Millisecond
@@ -35,8 +38,11 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 		d.Registry().Credit(w, 10)
 		synctest.Wait()
 	}
-	// nth is the cursor after the n-th job queueClaimer handed out.
-	nth := func(n int) time.Time { return time.Unix(0, 0).Add(time.Duration(n) * time.Microsecond) }
+	// nth is where a claim resuming after the n-th job queueClaimer
+	// handed out starts: the margin before it.
+	nth := func(n int) time.Time {
+		return time.Unix(0, 0).Add(time.Duration(n) * time.Microsecond).Add(-jobstore.ClaimSkewMargin)
+	}
 
 	// froms is where each claim so far started.
 	froms := func(q *queueClaimer) []string {
@@ -60,7 +66,7 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 		})
 	})
 
-	t.Run("AShortClaimLeavesNoCursor", func(t *testing.T) {
+	t.Run("AShortClaimKeepsItsCursor", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 15}
 			d, w := start(t, q, rescan)
@@ -74,7 +80,71 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 			q.mu.Unlock()
 			d.JobsReady()
 			synctest.Wait()
-			require.Equal(t, []string{"head", "after", "head"}, froms(q), "after a short claim the group claims from the head")
+			require.Equal(t, []string{"head", "after", "after"}, froms(q),
+				"a queue that keeps up (short claims) is claimed around its cursor, not from the head")
+			require.True(t, q.claimedFrom()[2].at.SubmittedAt.Equal(nth(15)), "%v", q.claimedFrom()[2].at.SubmittedAt)
+		})
+	})
+
+	t.Run("AClaimFromTheHeadThatTookNothingLeavesNoCursor", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{}
+			d, _ := start(t, q, rescan)
+			d.JobsReady()
+			synctest.Wait()
+			q.mu.Lock()
+			q.backlog = 5
+			q.mu.Unlock()
+			d.JobsReady()
+			synctest.Wait()
+			require.Equal(t, []string{"head", "head"}, froms(q))
+		})
+	})
+
+	t.Run("ASlowRescanSpacesTheNextOne", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			const cost = 50 * time.Millisecond // the next rescan waits 20 × 50 ms = 1 s
+			q := &queueClaimer{backlog: 100000, rescanCost: cost}
+			d, w := start(t, q, rescan)
+			d.JobsReady()
+			synctest.Wait()
+			time.Sleep(rescan)
+			finish(d, w) // t=100ms: rescans, until t=150ms
+			time.Sleep(cost + time.Millisecond)
+			synctest.Wait()
+			finish(d, w) // t=151ms: resumes
+			time.Sleep(500 * time.Millisecond)
+			finish(d, w) // t=650ms: the 100 ms interval passed, the rescan's own did not
+			time.Sleep(500 * time.Millisecond)
+			finish(d, w) // t=1.15s: 1 s after the rescan began
+			time.Sleep(cost + time.Millisecond)
+			synctest.Wait()
+			require.Equal(t, []string{"head", "before", "after", "after", "before"}, froms(q))
+		})
+	})
+
+	t.Run("AFailedRescanKeepsTheCursorAndBacksOff", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 100000, rescanErr: errors.New("canceling statement due to statement timeout")}
+			d, w := start(t, q, rescan)
+			d.JobsReady()
+			synctest.Wait()
+			time.Sleep(rescan)
+			d.Registry().Credit(w, 0)
+			require.Len(t, w.TakeOutbox(), 10)
+			d.Registry().Credit(w, 10)
+			synctest.Wait() // t=100ms: the rescan fails; the group backs off
+			q.mu.Lock()
+			q.rescanErr = nil
+			q.mu.Unlock()
+			time.Sleep(time.Second) // past the claim backoff
+			d.JobsReady()
+			synctest.Wait()
+			f := q.claimedFrom()
+			require.GreaterOrEqual(t, len(f), 3)
+			require.Equal(t, []string{"head", "before", "after"}, froms(q)[:3],
+				"after a failed rescan the group resumes after its cursor, and rescans again only after twice the interval")
+			require.True(t, f[2].at.SubmittedAt.Equal(nth(10)), "%v", f[2].at.SubmittedAt)
 		})
 	})
 
