@@ -66,20 +66,26 @@ WITH ` + claimRange("picked", "") + `, slotted AS (
 // bounds). Resuming after the cursor walks only what the other gateways
 // took since this one's last claim, whatever the horizon.
 //
-// The walk is two index range scans in dispatch order, joined lazily: the
-// rest of the cursor's priority ((submitted_at, id) > cursor, one index
-// condition), then the lower priorities. Postgres pulls the second only if
-// the first comes back short, and locks only the rows it pulls. Jobs that
-// sort before the cursor — a higher priority submitted since, a retry or a
-// scheduled job come due, a row another claim locked and then gave back —
-// are claimBeforeSQL's, which the dispatcher runs first every rescan
+// The walk is three index range scans in dispatch order, joined lazily:
+// the higher priorities (priority > cursor's: a priority above the
+// group's usual one is taken at once, not at the next rescan; with one
+// priority in use the range is empty), the rest of the cursor's priority
+// ((submitted_at, id) > cursor, one index condition), then the lower
+// priorities. Postgres pulls a later range only if the earlier ones come
+// back short, and locks only the rows it pulls. Jobs of the cursor's
+// priority that sort before it — a retry or a scheduled job come due, a
+// resumed topic's backlog, a row another claim locked and then gave back
+// — are claimBeforeSQL's, which the dispatcher runs first every rescan
 // interval (PULSE_CLAIM_RESCAN_INTERVAL, longer while rescans are slow,
 // ADR-0050). The pause and limit filters are claimSQL's, so pause stays
 // exact.
 var claimAfterSQL = `
-WITH ` + claimRange("same_priority", "priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)") + `,
+WITH ` + claimRange("higher_priority", "priority > $5::smallint") + `,
+` + claimRange("same_priority", "priority = $5::smallint AND (submitted_at, id) > ($6::timestamptz, $7::uuid)") + `,
 ` + claimRange("lower_priority", "priority < $5::smallint") + `,
 picked AS (
+    SELECT id FROM higher_priority
+    UNION ALL
     SELECT id FROM same_priority
     UNION ALL
     SELECT id FROM lower_priority

@@ -86,34 +86,33 @@ func TestClaimAfter(t *testing.T) {
 		require.Equal(t, urgent, claimedIDs(head))
 	})
 
-	t.Run("TakesOnlyWhatFollowsTheCursor", func(t *testing.T) {
+	t.Run("TakesHigherPrioritiesAndWhatFollowsTheCursor", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		insertJobs(t, b, "u", 5, 4)
 		order := pendingInDispatchOrder(t, b, "u")
-		first, err := b.store.Claim(ctx, []string{"u"}, slots("w", 2), ttl)
-		require.NoError(t, err)
-		cursor, _ := jobstore.LastClaimed(first)
-		urgent := insertJobs(t, b, "u", 9, 2) // sorts before the cursor
-		// After the cursor: the last two, and no more; what sorts before
-		// it is a rescan's (ADR-0050).
+		cursor := cursorOf(t, b, order[1]) // order[0] sorts before it, unclaimed: a straggler
+		urgent := insertJobs(t, b, "u", 9, 2)
+		// The higher priority at once, then what follows the cursor, and
+		// no more: what sorts before it in its priority is a rescan's
+		// (ADR-0050).
 		got, err := b.store.ClaimAfter(ctx, []string{"u"}, []string{"a", "b", "c", "d", "e", "f"}, ttl, cursor)
 		require.NoError(t, err)
-		require.ElementsMatch(t, order[2:], claimedIDs(got))
+		require.Equal(t, append(urgent, order[2:]...), claimedIDs(got))
 		workers := map[string]bool{}
 		for _, c := range got {
 			workers[c.WorkerID] = true
 		}
-		require.Len(t, workers, 2, "each job got its own slot: %v", workers)
+		require.Len(t, workers, 4, "each job got its own slot: %v", workers)
 		got, err = b.store.ClaimAfter(ctx, []string{"u"}, slots("w", 2), ttl, cursor)
 		require.NoError(t, err)
 		require.Empty(t, got)
 		got, err = b.store.ClaimBefore(ctx, []string{"u"}, slots("w", 4), ttl, cursor)
 		require.NoError(t, err)
-		require.ElementsMatch(t, urgent, claimedIDs(got), "the rescan finds them")
+		require.Equal(t, order[:1], claimedIDs(got), "the rescan finds it")
 		got, err = b.store.Claim(ctx, []string{"u"}, slots("w", 2), ttl)
 		require.NoError(t, err)
-		require.Empty(t, got, "the queue is empty")
+		require.Equal(t, order[1:2], claimedIDs(got), "the job at the cursor is neither before nor after it (its claim took it)")
 	})
 
 	t.Run("ResumingAMarginBeforeTheCursorTakesWhatCommittedLate", func(t *testing.T) {
