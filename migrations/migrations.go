@@ -58,7 +58,12 @@ const (
 	// pending job the submit's ON CONFLICT names (00014). control-api
 	// requires it.
 	VersionReplacePending int64 = 14
+	// VersionRateLimits adds rate limits (00015): topic_limits' rate_limit,
+	// rate_interval and rate_key (max_running becomes nullable),
+	// jobs.rate_key and the sliding log topic_rate_log the limited claim
+	// writes.
+	VersionRateLimits int64 = 15
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionReplacePending
+const Latest = VersionRateLimits

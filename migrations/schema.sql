@@ -266,6 +266,32 @@ END
 $$;
 
 --
+-- Name: jobs_guard_rate_key(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_rate_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'job identity is immutable: % of job % cannot change', 'rate_key', OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable', COLUMN = 'rate_key';
+END
+$$;
+
+--
+-- Name: jobs_guard_rate_key_birth(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_rate_key_birth() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"', TG_TABLE_NAME, 'jobs_rate_key_format'
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_rate_key_format', TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
+END
+$$;
+
+--
 -- Name: jobs_guard_replace_birth(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -861,6 +887,7 @@ CREATE TABLE public.jobs (
     workflow_id uuid,
     replace_key text,
     replaced integer DEFAULT 0 NOT NULL,
+    rate_key text,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
     CONSTRAINT jobs_blocked_not_runnable CHECK (((blocked_by >= 0) AND ((blocked_by = 0) OR (status = ANY (ARRAY['PENDING'::text, 'CANCELED'::text]))))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
@@ -939,12 +966,30 @@ CREATE TABLE public.settle_listeners (
 
 CREATE TABLE public.topic_limits (
     topic text NOT NULL,
-    max_running integer NOT NULL,
+    max_running integer,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_by text NOT NULL,
+    rate_limit integer,
+    rate_interval interval,
+    rate_key text,
+    CONSTRAINT topic_limits_has_a_limit CHECK (((max_running IS NOT NULL) OR (rate_limit IS NOT NULL))),
     CONSTRAINT topic_limits_max_running_range CHECK (((max_running >= 0) AND (max_running <= 1000000))),
+    CONSTRAINT topic_limits_rate_complete CHECK ((((rate_limit IS NULL) AND (rate_interval IS NULL) AND (rate_key IS NULL)) OR ((rate_limit IS NOT NULL) AND (rate_interval IS NOT NULL) AND (rate_key IS NOT NULL)))),
+    CONSTRAINT topic_limits_rate_interval_range CHECK (((rate_interval >= '00:00:00.001'::interval) AND (rate_interval <= '1 day'::interval))),
+    CONSTRAINT topic_limits_rate_key_source CHECK (((rate_key = ANY (ARRAY['none'::text, 'job'::text])) OR ((rate_key ~~ 'args:%'::text) AND ((length(rate_key) >= 6) AND (length(rate_key) <= 133))))),
+    CONSTRAINT topic_limits_rate_limit_range CHECK (((rate_limit >= 1) AND (rate_limit <= 10000))),
     CONSTRAINT topic_limits_topic_format CHECK (((length(topic) <= 128) AND (topic ~ '^[A-Za-z0-9][A-Za-z0-9._:-]*$'::text))),
     CONSTRAINT topic_limits_updated_by_present CHECK ((updated_by <> ''::text))
+);
+
+--
+-- Name: topic_rate_log; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.topic_rate_log (
+    topic text NOT NULL,
+    key text NOT NULL,
+    started_at timestamp with time zone NOT NULL
 );
 
 --
@@ -1148,6 +1193,18 @@ CREATE INDEX schedules_due_idx ON public.schedules USING btree (next_run_at) WHE
 CREATE UNIQUE INDEX schedules_name_key ON public.schedules USING btree (name);
 
 --
+-- Name: topic_rate_log_prune_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX topic_rate_log_prune_idx ON public.topic_rate_log USING btree (topic, started_at);
+
+--
+-- Name: topic_rate_log_window_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX topic_rate_log_window_idx ON public.topic_rate_log USING btree (topic, key, started_at);
+
+--
 -- Name: control_events control_events_append_only; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1241,6 +1298,18 @@ CREATE TRIGGER jobs_guard_identity AFTER UPDATE OF id, topic, args, submitted_at
 --
 
 CREATE TRIGGER jobs_guard_progress AFTER UPDATE OF progress, metadata ON public.jobs FOR EACH ROW WHEN ((((old.progress IS DISTINCT FROM new.progress) OR (old.metadata IS DISTINCT FROM new.metadata)) AND (NOT ((old.status = 'RUNNING'::text) AND (new.status = 'RUNNING'::text) AND (old.attempts = new.attempts) AND (old.locked_by = new.locked_by))))) EXECUTE FUNCTION public.jobs_guard_progress();
+
+--
+-- Name: jobs jobs_guard_rate_key; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_rate_key AFTER UPDATE OF rate_key ON public.jobs FOR EACH ROW WHEN ((old.rate_key IS DISTINCT FROM new.rate_key)) EXECUTE FUNCTION public.jobs_guard_rate_key();
+
+--
+-- Name: jobs jobs_guard_rate_key_birth; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_rate_key_birth BEFORE INSERT ON public.jobs FOR EACH ROW WHEN (((new.rate_key IS NOT NULL) AND ((new.rate_key = ''::text) OR (octet_length(new.rate_key) > 255)))) EXECUTE FUNCTION public.jobs_guard_rate_key_birth();
 
 --
 -- Name: jobs jobs_guard_replace_birth; Type: TRIGGER; Schema: public; Owner: -

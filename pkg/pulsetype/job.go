@@ -40,6 +40,11 @@ type NewJob struct {
 	// IdempotencyKey or UniqueFor.
 	ReplaceKey  string
 	ReplaceMode ReplaceMode
+	// RateKey is the key a rate-limited topic counts the job's start
+	// under (1..MaxRateKeyBytes of valid UTF-8; empty: none, and a topic
+	// limited by an args field takes the key from that field at insert).
+	// Immutable.
+	RateKey string
 }
 
 // ReplaceMode is what a submit with a ReplaceKey does to the key's pending

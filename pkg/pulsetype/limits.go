@@ -126,6 +126,22 @@ const (
 	// MaxTopicLimit is the largest max_running a topic may have
 	// (topic_limits_max_running_range); 0 holds the topic.
 	MaxTopicLimit = 1_000_000
+
+	// MaxRateLimit is the most starts a topic's rate limit allows per
+	// interval (topic_limits_rate_limit_range, 1..MaxRateLimit): the
+	// sliding log keeps one row per start still inside the interval.
+	MaxRateLimit = 10_000
+	// MinRateInterval and MaxRateInterval bound a rate limit's interval
+	// (topic_limits_rate_interval_range).
+	MinRateInterval = time.Millisecond
+	MaxRateInterval = 24 * time.Hour
+	// MaxRateKeyBytes is the longest job rate key, in bytes
+	// (jobs_rate_key_format); a key taken from an args field that is
+	// longer is stored as "md5:" and its md5.
+	MaxRateKeyBytes = 255
+	// MaxRateKeyFieldChars is the longest args field name a topic's rate
+	// key may be taken from (topic_limits_rate_key_source).
+	MaxRateKeyFieldChars = 128
 )
 
 var topicRE = regexp.MustCompile(TopicPattern)
@@ -139,3 +155,24 @@ var tagRE = regexp.MustCompile(TagPattern)
 // ValidTag reports whether tag is a valid job tag: 1..MaxTagLength
 // characters matching TagPattern.
 func ValidTag(tag string) bool { return tagRE.MatchString(tag) }
+
+// RateLimit is a topic's fleet-wide limit on starts (ADR-0051): at most
+// Limit jobs start in any Interval, counted per rate key by Key's source.
+type RateLimit struct {
+	// Limit is the most starts per Interval, 1..MaxRateLimit.
+	Limit int
+	// Interval is MinRateInterval..MaxRateInterval, in whole microseconds.
+	Interval time.Duration
+	// Key says what the limit is counted by: RateKeyNone (the topic as a
+	// whole), RateKeyJob (each job's rate_key) or RateKeyArgsPrefix and an
+	// args field (that field's value, taken at submit into the job's
+	// rate_key).
+	Key string
+}
+
+// Rate key sources of a RateLimit.
+const (
+	RateKeyNone       = "none"
+	RateKeyJob        = "job"
+	RateKeyArgsPrefix = "args:"
+)

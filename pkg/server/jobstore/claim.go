@@ -3,6 +3,7 @@ package jobstore
 import (
 	"bytes"
 	"context"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -173,9 +174,9 @@ RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
 // claim holds every limited topic's advisory lock (claimLimitLocksSQL, the
 // statement before this one), so it sees every RUNNING row committed by
 // the previous claimer of the topic on any gateway.
-const claimLimitedSQL = `
+var claimLimitedSQL = `
 WITH limited AS MATERIALIZED (
-    SELECT topic, max_running FROM topic_limits WHERE topic = ANY($1::text[])
+    SELECT topic, max_running, rate_limit, rate_interval, rate_key FROM topic_limits WHERE topic = ANY($1::text[])
 ), open_head AS (
     SELECT id, priority, submitted_at FROM jobs
     WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0
@@ -197,20 +198,137 @@ WITH limited AS MATERIALIZED (
           AND next_run_at <= now()
           AND topic = l.topic
         ORDER BY priority DESC, submitted_at, id
-        LIMIT LEAST($2, GREATEST(l.max_running -
-            (SELECT count(*) FROM jobs AS r WHERE r.status = 'RUNNING' AND r.topic = l.topic), 0))
+        LIMIT ` + runningRoom("l") + `
         FOR UPDATE SKIP LOCKED
     ) AS h
-    WHERE NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+    WHERE l.rate_limit IS NULL
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
       AND l.topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
-), picked AS (
-    SELECT id FROM (SELECT * FROM open_head UNION ALL SELECT * FROM limited_head) AS head
+), ` + rateHeadSQL + `, picked AS (
+    SELECT id FROM (SELECT id, priority, submitted_at FROM open_head
+                    UNION ALL SELECT id, priority, submitted_at FROM limited_head
+                    UNION ALL SELECT id, priority, submitted_at FROM rate_head) AS head
     ORDER BY priority DESC, submitted_at, id
     LIMIT $2
-), slotted AS (
+), ` + rateLogSQL + `, slotted AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
-` + claimUpdateSQL
+` + strings.Replace(claimUpdateSQL, "GREATEST(now(), j.submitted_at)", "GREATEST(statement_timestamp(), j.submitted_at)", 1)
+
+// runningRoom is how many more jobs the limited topic l (a row of
+// limited) may start under its max_running, at most $2: all $2 without a
+// cap. The count walks jobs_expired_lease_idx.
+func runningRoom(l string) string {
+	return `LEAST($2, CASE WHEN ` + l + `.max_running IS NULL THEN $2 ELSE GREATEST(` + l + `.max_running -
+            (SELECT count(*) FROM jobs AS r WHERE r.status = 'RUNNING' AND r.topic = ` + l + `.topic), 0) END)`
+}
+
+// rateHeadSQL is the rate-limit step of claimLimitedSQL (ADR-0051): the
+// jobs a rate-limited topic may start now, as the CTE rate_head, for
+// every rate-limited topic of the group.
+//
+//   - rated: each rate-limited topic's room, the fewer of its max_running
+//     room and, for a topic limited as a whole (rate_key 'none'), what
+//     its sliding log leaves of rate_limit in the last rate_interval;
+//   - rate_walk: a walk of the topic's due jobs in dispatch order, one
+//     job per step (a recursive CTE), that takes a job only while its
+//     key's starts in the window — the log's, plus what the walk took
+//     before it — stay under rate_limit, and stops at the room. A key at
+//     its limit is stepped over, never waited on: one key's limit never
+//     holds back another key's jobs. Each step is two ordered probes of
+//     jobs_claim_idx from the last job taken (the rest of its priority,
+//     then the lower ones), as claimAfterSQL resumes;
+//   - rate_head locks what the walk took, SKIP LOCKED, rechecking that
+//     each job is still queued (a row another transaction changed since
+//     the statement's snapshot is skipped: fewer starts, never more).
+//
+// The sliding log is exact for the reason max_running is: the claim holds
+// the topic's advisory lock (claimLimitLocksSQL) from before this
+// statement's snapshot until it commits, so it sees every start the
+// topic's previous claims logged, on any gateway. Its stamps are the claim
+// statement's start (statement_timestamp(), which also becomes the jobs'
+// started_at), taken after the lock is granted: the stamps of one topic
+// only grow, so pruning what the window has passed never drops an entry a
+// later claim would count.
+var rateHeadSQL = `rated AS MATERIALIZED (
+    SELECT l.topic, l.rate_limit, l.rate_interval, l.rate_key = 'none' AS whole,
+           LEAST(` + runningRoom("l") + `,
+                 CASE WHEN l.rate_key = 'none' THEN GREATEST(l.rate_limit - (
+                     SELECT count(*) FROM topic_rate_log AS g
+                     WHERE g.topic = l.topic AND g.key = '' AND g.started_at > statement_timestamp() - l.rate_interval), 0)
+                 ELSE $2 END) AS room
+    FROM limited AS l
+    WHERE l.rate_limit IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
+      AND l.topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
+), rate_walk AS (
+    WITH RECURSIVE walk AS (
+        SELECT r.topic, r.rate_limit, r.rate_interval, r.whole, r.room,
+               n.id, n.priority, n.submitted_at, n.key, 1 AS taken, jsonb_build_object(n.key, 1) AS per_key
+        FROM rated AS r
+        CROSS JOIN LATERAL (` + rateNextSQL("r", "'{}'::jsonb", "") + `) AS n
+        WHERE r.room > 0
+        UNION ALL
+        SELECT w.topic, w.rate_limit, w.rate_interval, w.whole, w.room,
+               n.id, n.priority, n.submitted_at, n.key, w.taken + 1,
+               w.per_key || jsonb_build_object(n.key, COALESCE((w.per_key ->> n.key)::int, 0) + 1)
+        FROM walk AS w
+        CROSS JOIN LATERAL (` + rateNextSQL("w", "w.per_key", "w") + `) AS n
+        WHERE w.taken < w.room
+    )
+    SELECT topic, id, key FROM walk
+), rate_head AS (
+    SELECT j.id, j.priority, j.submitted_at, w.topic, w.key
+    FROM jobs AS j JOIN rate_walk AS w ON w.id = j.id
+    WHERE j.status IN ('PENDING', 'RETRYING') AND j.blocked_by = 0
+    FOR UPDATE OF j SKIP LOCKED
+)`
+
+// rateNextSQL is one step of rate_walk: the first due job of the topic of
+// r in dispatch order, after the job the walk last took (after: its alias,
+// or "" to start at the head), whose key still has room in the window,
+// counting the walk's own starts so far (perKey, a jsonb of key → count).
+// A job's key is its rate_key, or the empty key when it has none or its
+// topic is limited as a whole.
+func rateNextSQL(r, perKey, after string) string {
+	cand := func(bound, order string) string {
+		return `(SELECT c.id, c.priority, c.submitted_at, c.key FROM (
+                SELECT j.id, j.priority, j.submitted_at,
+                       CASE WHEN ` + r + `.whole THEN '' ELSE COALESCE(j.rate_key, '') END AS key
+                FROM jobs AS j
+                WHERE j.status IN ('PENDING', 'RETRYING') AND j.blocked_by = 0 AND j.next_run_at <= now() AND j.topic = ` + r + `.topic` + bound + `
+                ORDER BY ` + order + `) AS c
+            WHERE ` + r + `.whole OR COALESCE((` + perKey + ` ->> c.key)::int, 0) + (
+                SELECT count(*) FROM topic_rate_log AS g
+                WHERE g.topic = ` + r + `.topic AND g.key = c.key AND g.started_at > statement_timestamp() - ` + r + `.rate_interval
+            ) < ` + r + `.rate_limit
+            LIMIT 1)`
+	}
+	if after == "" {
+		return cand("", "j.priority DESC, j.submitted_at, j.id")
+	}
+	return `SELECT * FROM (` +
+		cand(`
+                  AND j.priority = `+after+`.priority AND (j.submitted_at, j.id) > (`+after+`.submitted_at, `+after+`.id)`,
+			"j.submitted_at, j.id") + `
+            UNION ALL ` +
+		cand(`
+                  AND j.priority < `+after+`.priority`, "j.priority DESC, j.submitted_at, j.id") + `) AS nxt
+            LIMIT 1`
+}
+
+// rateLogSQL writes the rate-limited starts of the claim to the sliding
+// log, stamped as their started_at, and prunes each rate-limited topic's
+// entries the window has passed (topic_rate_log_prune_idx): in the claim's
+// transaction, under the topic's advisory lock.
+const rateLogSQL = `rate_logged AS (
+    INSERT INTO topic_rate_log (topic, key, started_at)
+    SELECT h.topic, h.key, GREATEST(statement_timestamp(), h.submitted_at)
+    FROM rate_head AS h WHERE h.id IN (SELECT id FROM picked)
+), rate_pruned AS (
+    DELETE FROM topic_rate_log AS g USING rated AS r
+    WHERE g.topic = r.topic AND g.started_at <= statement_timestamp() - r.rate_interval
+)`
 
 // TopicLimitLockSpace is the first key of every topic limit's advisory
 // lock, pg_advisory_xact_lock(TopicLimitLockSpace, hashtext(topic)): the
@@ -297,7 +415,7 @@ func (s *Store) Claim(ctx context.Context, topics []string, slots []string, leas
 	args := []any{topics, len(slots), slots, intervalOf(leaseTTL)}
 	out, limited, err := s.claimWith(ctx, claimSQL, args)
 	if err == nil && limited > 0 {
-		out, _, err = s.claimWith(ctx, claimLimitedSQL, args)
+		out, err = s.claimLimited(ctx, args)
 	}
 	if err != nil {
 		return nil, interpretError("claim", err)
@@ -389,7 +507,7 @@ func (s *Store) claimAround(ctx context.Context, topics []string, slots []string
 	if limited > 0 {
 		// The group has a limited topic, so first took nothing: claim it
 		// as Claim does, from the head.
-		out, _, err = s.claimWith(ctx, claimLimitedSQL, args[:4])
+		out, err = s.claimLimited(ctx, args[:4])
 		if err != nil {
 			return nil, interpretError("claim", err)
 		}

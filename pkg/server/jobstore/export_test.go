@@ -9,24 +9,24 @@ import (
 // Statements exported to the plan tests, which EXPLAIN them as the store
 // runs them.
 const (
-	ClaimLimitedSQL = claimLimitedSQL
-	ClaimPlanSQL    = claimPlanSQL
-	PinnedPlanSQL   = pinnedPlanSQL
-	CountsPlanSQL   = countsPlanSQL
-	QueueCountsSQL  = queueCountsSQL
-	QueueDepthSQL   = queueDepthSQL
-	HeartbeatSQL    = heartbeatSQL
-	TopicsSQL       = topicsSQL
+	ClaimPlanSQL   = claimPlanSQL
+	PinnedPlanSQL  = pinnedPlanSQL
+	CountsPlanSQL  = countsPlanSQL
+	QueueCountsSQL = queueCountsSQL
+	QueueDepthSQL  = queueDepthSQL
+	HeartbeatSQL   = heartbeatSQL
+	TopicsSQL      = topicsSQL
 )
 
 // The settling statements, built with the throughput rollup's writer
 // parameter.
 var (
-	ClaimSQL       = claimSQL
-	ClaimAfterSQL  = claimAfterSQL
-	ClaimBeforeSQL = claimBeforeSQL
-	ReportSQL      = reportSQL
-	ReapSQL        = reapSQL
+	ClaimSQL        = claimSQL
+	ClaimLimitedSQL = claimLimitedSQL
+	ClaimAfterSQL   = claimAfterSQL
+	ClaimBeforeSQL  = claimBeforeSQL
+	ReportSQL       = reportSQL
+	ReapSQL         = reapSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.

@@ -31,6 +31,10 @@ type Store struct {
 
 	readOnce sync.Once
 	readDB   *bun.DB
+
+	// rateWaits holds, per rate-limited topic, when its window next gives
+	// room, as the last short claim of it found (rate_wait.go).
+	rateWaits sync.Map
 }
 
 // Option configures a Store.
@@ -200,6 +204,12 @@ func constraintField(name string) string {
 		return "topic"
 	case "topic_limits_max_running_range":
 		return "max_running"
+	case "jobs_rate_key_format", "topic_limits_rate_key_source":
+		return "rate_key"
+	case "topic_limits_rate_limit_range", "topic_limits_rate_complete", "topic_limits_has_a_limit":
+		return "rate_limit"
+	case "topic_limits_rate_interval_range":
+		return "rate_interval"
 	case "topic_limits_updated_by_present":
 		return "actor"
 	case "dispatch_control_mode_known", "control_events_mode_known":

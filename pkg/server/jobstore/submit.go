@@ -28,7 +28,7 @@ RETURNING id`
 const insertInto = `
 INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
                   idempotency_key, schedule_id, traceparent, tracestate, timeout,
-                  retry_base, retry_max, retry_fixed, tags)`
+                  retry_base, retry_max, retry_fixed, tags, rate_key)`
 
 const insertValues = `
 SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
@@ -36,18 +36,32 @@ SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
        NULLIF(tmo, 0) * interval '1 microsecond',
        NULLIF(rbase, 0) * interval '1 microsecond', NULLIF(rmax, 0) * interval '1 microsecond',
        NULLIF(rfixed, 0) * interval '1 microsecond',
-       string_to_array(NULLIF(tags, ''), ',')`
+       string_to_array(NULLIF(tags, ''), ','),
+       ` + rateKeyValue
+
+// rateKeyValue is a new job's rate_key (ADR-0051): the one the producer
+// gave (ratekey), or else, when its topic's rate limit takes the key from an
+// args field ('args:<field>'), that field's text, extracted here so the
+// claim never parses args. A key longer than pulsetype.MaxRateKeyBytes is
+// stored as its md5; a missing, null or empty field gives no key. A topic
+// without such a limit costs one probe of topic_limits' primary key.
+const rateKeyValue = `COALESCE(NULLIF(ratekey, ''), (
+           SELECT CASE WHEN octet_length(x.v) <= 255 THEN x.v ELSE 'md5:' || md5(x.v) END
+           FROM (SELECT args::jsonb ->> substr(l.rate_key, 6) AS v
+                 FROM topic_limits AS l WHERE l.topic = t.topic AND left(l.rate_key, 5) = 'args:') AS x
+           WHERE x.v <> ''))`
 
 // arraySource is a batch as parallel arrays, one row per job; tmo, uniq
 // and the retry policy's rbase, rmax and rfixed are microseconds (0:
 // none); tags are the job's tags joined by commas (”: none; a tag has
-// no comma, pulsetype.TagPattern).
+// no comma, pulsetype.TagPattern); ratekey is the job's rate key (”: none).
 const arraySource = `
 unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
        $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],
-       $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[])
+       $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[],
+       $17::text[])
      WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq,
-                          rbase, rmax, rfixed, tags, ord)`
+                          rbase, rmax, rfixed, tags, ratekey, ord)`
 
 // insertRowsSQL is the batch insert without conflict handling: the fast
 // path of a batch that can conflict only on a repeated job id (Insert).
@@ -241,6 +255,7 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 	rmaxes := make([]int64, n)
 	rfixeds := make([]int64, n)
 	tags := make([]string, n)
+	rkeys := make([]string, n)
 	for i := range jobs {
 		j := &jobs[i]
 		ids[i], topics[i], args[i] = j.ID, j.Topic, string(j.Args)
@@ -253,8 +268,9 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 		tmos[i], uniqs[i] = j.Timeout.Microseconds(), j.UniqueFor.Microseconds()
 		rbases[i], rmaxes[i], rfixeds[i] = j.Retry.Base.Microseconds(), j.Retry.Max.Microseconds(), j.Retry.Fixed.Microseconds()
 		tags[i] = strings.Join(j.Tags, ",")
+		rkeys[i] = j.RateKey
 	}
-	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds, tags}
+	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds, tags, rkeys}
 }
 
 // insertRows runs the batch's write and reports, per job, whether this
@@ -561,6 +577,9 @@ func storableRow(job pulsetype.NewJob) error {
 		}
 	}
 	if err := storable.Text("traceparent", job.TraceParent); err != nil {
+		return err
+	}
+	if err := storable.Text("rate_key", job.RateKey); err != nil {
 		return err
 	}
 	return storable.Text("tracestate", job.TraceState)

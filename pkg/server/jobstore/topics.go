@@ -3,7 +3,9 @@ package jobstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,6 +31,9 @@ type TopicInfo struct {
 	OldestPendingAge *time.Duration
 	// MaxRunning is the fleet-wide limit on RUNNING jobs; nil: none.
 	MaxRunning *int
+	// RateLimit is the topic's fleet-wide limit on starts per interval
+	// (ADR-0051); nil: none.
+	RateLimit *pulsetype.RateLimit
 	// Who set the limit and when; empty and nil without a limit.
 	LimitUpdatedBy string
 	LimitUpdatedAt *time.Time
@@ -82,7 +87,9 @@ WITH queued AS (
     WHERE bucket > now() - interval '1 hour' AND ($1::text IS NULL OR topic = $1)
     GROUP BY topic
 ), limits AS (
-    SELECT topic, max_running, updated_by, updated_at FROM topic_limits
+    SELECT topic, max_running, updated_by, updated_at, rate_limit,
+           (extract(epoch FROM rate_interval) * 1000000)::bigint AS rate_interval_us, rate_key
+    FROM topic_limits
     WHERE $1::text IS NULL OR topic = $1
 ), paused AS (
     SELECT scope FROM dispatch_control WHERE paused
@@ -102,7 +109,8 @@ SELECT n.topic,
        (extract(epoch FROM now() - q.oldest_due) * 1000000)::bigint,
        l.max_running, COALESCE(l.updated_by, ''), l.updated_at,
        EXISTS (SELECT 1 FROM paused WHERE scope IN ('` + GlobalScope + `', n.topic)),
-       COALESCE(w.n, 0)::int
+       COALESCE(w.n, 0)::int,
+       l.rate_limit, l.rate_interval_us, l.rate_key
 FROM names AS n
 LEFT JOIN queued AS q USING (topic)
 LEFT JOIN running AS r USING (topic)
@@ -152,11 +160,17 @@ func (s *Store) topics(ctx context.Context, topic *string) ([]TopicInfo, error) 
 	for rows.Next() {
 		var t TopicInfo
 		var oldestMicros *int64
-		var limit *int32
+		var limit, rate *int32
+		var rateMicros *int64
+		var rateKey *string
 		if err := rows.Scan(&t.Topic, &t.Pending, &t.Running, &t.Retrying, &t.DeadLettered,
 			&t.CompletedLastHour, &t.FailedLastHour, &oldestMicros, &limit, &t.LimitUpdatedBy, &t.LimitUpdatedAt,
-			&t.Paused, &t.ConnectedWorkers); err != nil {
+			&t.Paused, &t.ConnectedWorkers, &rate, &rateMicros, &rateKey); err != nil {
 			return nil, interpretError("read topics", err)
+		}
+		if rate != nil && rateMicros != nil && rateKey != nil {
+			t.RateLimit = &pulsetype.RateLimit{Limit: int(*rate), Interval: time.Duration(*rateMicros) * time.Microsecond,
+				Key: *rateKey}
 		}
 		if oldestMicros != nil {
 			age := time.Duration(max(*oldestMicros, 0)) * time.Microsecond
@@ -174,7 +188,8 @@ func (s *Store) topics(ctx context.Context, topic *string) ([]TopicInfo, error) 
 	return out, nil
 }
 
-// setTopicLimitSQL sets a topic's limit, or clears it ($2 NULL). A raised
+// setTopicLimitSQL sets a topic's limit, or clears it ($2 NULL): the row
+// goes when the topic keeps no other limit (a rate limit keeps it). A raised
 // or cleared limit wakes every gateway (pulse_jobs_ready, on commit), so
 // the jobs it allows start at the next claim, not at the next poll.
 const setTopicLimitSQL = `
@@ -186,8 +201,12 @@ WITH old AS (
     ON CONFLICT (topic) DO UPDATE
     SET max_running = EXCLUDED.max_running, updated_by = EXCLUDED.updated_by, updated_at = EXCLUDED.updated_at
     RETURNING max_running
+), cleared AS (
+    UPDATE topic_limits SET max_running = NULL, updated_by = $3, updated_at = now()
+    WHERE topic = $1 AND $2::int IS NULL AND rate_limit IS NOT NULL
+    RETURNING max_running
 ), deleted AS (
-    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL
+    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL AND rate_limit IS NULL
     RETURNING max_running
 )
 SELECT pg_notify('` + ReadyChannel + `', $1)
@@ -246,6 +265,125 @@ func (s *Store) SetTopicLimit(ctx context.Context, topic string, maxRunning *int
 			return err
 		}
 		_, err = tx.Exec(ctx, setTopicLimitSQL, topic, limit, actor)
+		return err
+	})
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return s.Topic(ctx, topic)
+}
+
+// setTopicRateLimitSQL sets a topic's rate limit ($2 rate_limit,
+// $3 rate_interval, $4 rate_key source), or clears it ($2 NULL): the row
+// goes when the topic keeps no other limit, and a cleared limit's sliding
+// log with it. Every change wakes every gateway (pulse_jobs_ready, payload
+// the topic and " limits"), so a gateway sleeping the topic until its
+// window opens claims it again under the new limit.
+const setTopicRateLimitSQL = `
+WITH upserted AS (
+    INSERT INTO topic_limits (topic, max_running, rate_limit, rate_interval, rate_key, updated_by, updated_at)
+    SELECT $1, NULL, $2, $3::interval, $4, $5, now() WHERE $2::int IS NOT NULL
+    ON CONFLICT (topic) DO UPDATE
+    SET rate_limit = EXCLUDED.rate_limit, rate_interval = EXCLUDED.rate_interval, rate_key = EXCLUDED.rate_key,
+        updated_by = EXCLUDED.updated_by, updated_at = EXCLUDED.updated_at
+    RETURNING topic
+), cleared AS (
+    UPDATE topic_limits SET rate_limit = NULL, rate_interval = NULL, rate_key = NULL, updated_by = $5, updated_at = now()
+    WHERE topic = $1 AND $2::int IS NULL AND max_running IS NOT NULL
+    RETURNING topic
+), deleted AS (
+    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL AND max_running IS NULL
+    RETURNING topic
+), forgotten AS (
+    DELETE FROM topic_rate_log WHERE topic = $1 AND $2::int IS NULL
+)
+SELECT pg_notify('` + ReadyChannel + `', $1 || '` + RateLimitsChanged + `')`
+
+// RateLimitsChanged ends the payload of the pulse_jobs_ready notification
+// a rate limit change sends ("<topic> limits"): a space, which no topic
+// holds, so a listener tells it from a topic's jobs becoming ready.
+const RateLimitsChanged = " limits"
+
+// ValidateRateLimit checks a rate limit as the schema will, with errors
+// naming the field (rate_limit, rate_interval, rate_key).
+func ValidateRateLimit(rl pulsetype.RateLimit) error {
+	if rl.Limit < 1 || rl.Limit > pulsetype.MaxRateLimit {
+		return apierr.Invalid("rate_limit", "is %d; it must be between 1 and %d starts per interval", rl.Limit, pulsetype.MaxRateLimit)
+	}
+	if rl.Interval < pulsetype.MinRateInterval || rl.Interval > pulsetype.MaxRateInterval {
+		return apierr.Invalid("rate_interval", "is %s; it must be between %s and %s", rl.Interval, pulsetype.MinRateInterval, pulsetype.MaxRateInterval)
+	}
+	if rl.Interval%pulsetype.DurationResolution != 0 {
+		return apierr.Invalid("rate_interval", "is %s; it must be a whole number of microseconds", rl.Interval)
+	}
+	if err := storable.Text("rate_key", rl.Key); err != nil {
+		return err
+	}
+	switch {
+	case rl.Key == pulsetype.RateKeyNone || rl.Key == pulsetype.RateKeyJob:
+	case strings.HasPrefix(rl.Key, pulsetype.RateKeyArgsPrefix):
+		field := strings.TrimPrefix(rl.Key, pulsetype.RateKeyArgsPrefix)
+		if field == "" || utf8.RuneCountInString(field) > pulsetype.MaxRateKeyFieldChars {
+			return apierr.Invalid("rate_key", "names the args field %q; a field name is 1..%d characters", field, pulsetype.MaxRateKeyFieldChars)
+		}
+	default:
+		return apierr.Invalid("rate_key", "is %q; it must be %q, %q or %q and an args field name", rl.Key,
+			pulsetype.RateKeyNone, pulsetype.RateKeyJob, pulsetype.RateKeyArgsPrefix)
+	}
+	return nil
+}
+
+// SetTopicRateLimit sets topic's fleet-wide rate limit to *rl, or clears
+// it (nil), as actor, and returns the topic's numbers after the change.
+// Asking for the limit the topic already has writes nothing.
+//
+// A change is exact as SetTopicLimit's is (ADR-0017): it takes the pause
+// barrier exclusively, so every claim either committed under the old
+// limit or sees the new one. The sliding log stays: a lowered limit or a
+// longer interval counts the starts already made.
+func (s *Store) SetTopicRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit, actor string) (TopicInfo, error) {
+	if err := storable.Text("topic", topic); err != nil {
+		return TopicInfo{}, err
+	}
+	if topic == "" {
+		return TopicInfo{}, apierr.Invalid("topic", "is required")
+	}
+	if rl != nil {
+		if err := ValidateRateLimit(*rl); err != nil {
+			return TopicInfo{}, err
+		}
+	}
+	if err := storable.Text("actor", actor); err != nil {
+		return TopicInfo{}, err
+	}
+	if actor == "" {
+		return TopicInfo{}, apierr.Invalid("actor", "is required: say who sets the limit")
+	}
+	var limit *int32
+	var interval, key *string
+	if rl != nil {
+		n, iv := int32(rl.Limit), intervalOf(rl.Interval)
+		limit, interval, key = &n, &iv, &rl.Key
+	}
+	err := s.controlTx(ctx, "set topic rate limit", func(tx pgx.Tx) error {
+		var curLimit *int32
+		var curMicros *int64
+		var curKey *string
+		err := tx.QueryRow(ctx, `SELECT rate_limit, (extract(epoch FROM rate_interval) * 1000000)::bigint, rate_key
+			FROM topic_limits WHERE topic = $1`, topic).Scan(&curLimit, &curMicros, &curKey)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if curLimit == nil && rl == nil {
+			return nil // no rate limit, as asked
+		}
+		if curLimit != nil && rl != nil && int(*curLimit) == rl.Limit && *curMicros == rl.Interval.Microseconds() && *curKey == rl.Key {
+			return nil // the limit it already has
+		}
+		if _, err := tx.Exec(ctx, pauseBarrierSQL); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, setTopicRateLimitSQL, topic, limit, interval, key, actor)
 		return err
 	})
 	if err != nil {

@@ -475,7 +475,7 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 }
 
 // setLimit caps topic at n running jobs, as an operator would.
-func setLimit(t *testing.T, b *testBundle, topic string, n int) { //nolint:unparam // each call names the topic it limits
+func setLimit(t *testing.T, b *testBundle, topic string, n int) {
 	t.Helper()
 	_, err := b.store.SetTopicLimit(t.Context(), topic, ptr(n), "alice")
 	require.NoError(t, err)

@@ -47,8 +47,10 @@ const Service = "control-api"
 // job_uniques; topics read and set topic_limits; the dashboard reads
 // job_throughput; a job's view and its retry read and reset jobs.snoozes
 // (VersionSnooze); submits write dependencies and queue reads walk
-// jobs_claim_idx without blocked jobs (VersionJobDependencies).
-const MinSchemaVersion = migrations.VersionReplacePending
+// jobs_claim_idx without blocked jobs (VersionJobDependencies); a submit
+// writes jobs.rate_key and topics read and set rate limits
+// (VersionRateLimits).
+const MinSchemaVersion = migrations.VersionRateLimits
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -35,8 +35,9 @@ const Service = "dispatch-gateway"
 // own policy, counts settled attempts in job_throughput, and its claim
 // reads jobs.timeout and topic_limits; a snooze needs jobs.snoozes
 // (VersionSnooze); its claim walks jobs_claim_idx without blocked jobs
-// (blocked_by = 0, VersionJobDependencies).
-const MinSchemaVersion = migrations.VersionJobDependencies
+// (blocked_by = 0, VersionJobDependencies); its claim of a rate-limited
+// topic reads and writes the rate limits' sliding log (VersionRateLimits).
+const MinSchemaVersion = migrations.VersionRateLimits
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {
@@ -146,7 +147,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	// One LISTEN connection for both channels; after a reconnect each
 	// subscriber reconciles (a claim pass, a pause-state read).
 	s.Listener().Handle(jobstore.ReadyChannel, pglisten.Handler{
-		Notify: func(string) { dispatcher.JobsReady() },
+		Notify: dispatcher.TopicReady,
 		Resync: dispatcher.JobsReady,
 	})
 	s.Listener().Handle(jobstore.DispatchControlChannel, pglisten.Handler{

@@ -67,6 +67,15 @@ type Claimer interface {
 	ClaimBefore(ctx context.Context, topics []string, slots []string, leaseTTL time.Duration, at jobstore.ClaimCursor) ([]pulsetype.Claimed, error)
 }
 
+// RateWaiter is the side of a Claimer that knows when rate-limited
+// topics next have room (jobstore.Store.RateWaits, ADR-0051): after a
+// claim comes back short, the dispatcher leaves each topic it names out
+// of its claims until then, instead of claiming it at every wake-up and
+// tick. It reads memory only.
+type RateWaiter interface {
+	RateWaits(topics []string) map[string]jobstore.RateWait
+}
+
 // Observer is told what each claim did, for metrics.
 type Observer interface {
 	// Claimed: a claim that started from (ClaimFromHead, ClaimFromCursor,
@@ -145,6 +154,9 @@ type Dispatcher struct {
 	// topic alone (a one-topic group's key is its topic). An entry stays
 	// until a claim of its key succeeds, so its delay keeps doubling.
 	backoff map[string]claimBackoff
+	// rateWait holds, per rate-limited topic, when its window next gives
+	// room: until then the topic is left out of claims (RateWaiter).
+	rateWait map[string]jobstore.RateWait
 	// cursors holds, per group whose claims took jobs, where they left
 	// off. Only the loop reads and writes it.
 	cursors map[string]groupCursor
@@ -193,6 +205,7 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 		wake:      make(chan struct{}, 1),
 		exhausted: map[string]uint64{},
 		backoff:   map[string]claimBackoff{},
+		rateWait:  map[string]jobstore.RateWait{},
 		cursors:   map[string]groupCursor{},
 	}
 	d.registry = NewRegistry(d.slotsFreed)
@@ -215,6 +228,49 @@ func (d *Dispatcher) Registry() *Registry { return d.registry }
 func (d *Dispatcher) JobsReady() {
 	d.forgetExhausted()
 	d.signal()
+}
+
+// TopicReady is JobsReady for a pulse_jobs_ready notification whose
+// payload names what changed: a topic whose jobs may be ready, or a
+// topic's limits (jobstore.RateLimitsChanged at its end). A change of
+// limits ends the topic's rate wait; so does a new job of a topic limited
+// per key, which another key may have room for. A topic limited as a
+// whole keeps waiting: nothing of it can start before its window opens.
+func (d *Dispatcher) TopicReady(payload string) {
+	topic, limits := strings.CutSuffix(payload, jobstore.RateLimitsChanged)
+	d.mu.Lock()
+	if w, ok := d.rateWait[topic]; ok && (limits || w.Keyed) {
+		delete(d.rateWait, topic)
+	}
+	d.mu.Unlock()
+	d.JobsReady()
+}
+
+// rateWaiting must be called with mu held.
+func (d *Dispatcher) rateWaiting(topic string, now time.Time) bool {
+	w, ok := d.rateWait[topic]
+	return ok && now.Before(w.Until)
+}
+
+// learnRateWaits records, after a short claim of topics, which of them
+// are at their rate limit and until when.
+func (d *Dispatcher) learnRateWaits(topics []string) {
+	rw, ok := d.claimer.(RateWaiter)
+	if !ok {
+		return
+	}
+	waits := rw.RateWaits(topics)
+	if len(waits) == 0 {
+		return
+	}
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for t, w := range waits {
+		if w.Until.After(now) {
+			d.rateWait[t] = w
+		}
+	}
 }
 
 func (d *Dispatcher) forgetExhausted() {
@@ -257,7 +313,7 @@ func (d *Dispatcher) mayHaveWork(groupKey string) bool {
 	if d.isExhausted(groupKey) {
 		return false
 	}
-	if len(d.backoff) == 0 {
+	if len(d.backoff) == 0 && len(d.rateWait) == 0 {
 		return true
 	}
 	now := time.Now()
@@ -265,7 +321,7 @@ func (d *Dispatcher) mayHaveWork(groupKey string) bool {
 		return false
 	}
 	for _, t := range strings.Split(groupKey, "\x00") {
-		if !d.backedOff(t, now) {
+		if !d.backedOff(t, now) && !d.rateWaiting(t, now) {
 			return true
 		}
 	}
@@ -278,17 +334,18 @@ func (d *Dispatcher) backedOff(key string, now time.Time) bool {
 	return ok && now.Before(b.until)
 }
 
-// claimable returns the topics of g not backed off right now.
+// claimable returns the topics of g not backed off, nor waiting for
+// their rate limit's window, right now.
 func (d *Dispatcher) claimable(g Group) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.backoff) == 0 {
+	if len(d.backoff) == 0 && len(d.rateWait) == 0 {
 		return g.Topics
 	}
 	now := time.Now()
 	var out []string
 	for _, t := range g.Topics {
-		if !d.backedOff(t, now) {
+		if !d.backedOff(t, now) && !d.rateWaiting(t, now) {
 			out = append(out, t)
 		}
 	}
@@ -326,8 +383,9 @@ func (d *Dispatcher) succeeded(key string, topics []string) {
 	}
 }
 
-// nextRetry is when the earliest backoff ends, if any is running. Entries
-// long expired (their key no longer claimed) are dropped here.
+// nextRetry is when the earliest backoff or rate wait ends, if any is
+// running. Entries long expired (their key no longer claimed) are dropped
+// here, and rate waits as soon as they end.
 func (d *Dispatcher) nextRetry() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -339,6 +397,14 @@ func (d *Dispatcher) nextRetry() (time.Time, bool) {
 			delete(d.backoff, k)
 		case b.until.After(now) && (next.IsZero() || b.until.Before(next)):
 			next = b.until
+		}
+	}
+	for t, w := range d.rateWait {
+		switch {
+		case !w.Until.After(now):
+			delete(d.rateWait, t)
+		case next.IsZero() || w.Until.Before(next):
+			next = w.Until
 		}
 	}
 	return next, !next.IsZero()
@@ -438,7 +504,9 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 			}
 			if len(claimed) < len(g.Slots) {
 				// Short (or failed: then backed off, and the end of the
-				// backoff lets every group look again).
+				// backoff lets every group look again). A topic at its
+				// rate limit sleeps until its window opens.
+				d.learnRateWaits(g.Topics)
 				d.mu.Lock()
 				d.exhausted[g.Key] = epoch
 				d.mu.Unlock()

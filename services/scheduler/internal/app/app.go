@@ -20,9 +20,10 @@ import (
 const Service = "scheduler"
 
 // MinSchemaVersion is the oldest schema this build can run against: job
-// tags, a column of the insert it fires schedules' jobs with; the
-// baseline before it holds schedules and the jobs they fire.
-const MinSchemaVersion = migrations.VersionJobTags
+// tags and rate keys, columns of the insert it fires schedules' jobs with
+// (VersionRateLimits); the baseline before it holds schedules and the
+// jobs they fire.
+const MinSchemaVersion = migrations.VersionRateLimits
 
 // Command is the scheduler binary.
 func Command() service.Command[config.Config] {
