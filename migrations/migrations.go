@@ -63,7 +63,11 @@ const (
 	// jobs.rate_key and the sliding log topic_rate_log the limited claim
 	// writes.
 	VersionRateLimits int64 = 15
+	// VersionWorkflowView adds the indexes the workflow view reads a
+	// workflow's status and the workflow list through (00016,
+	// ADR-0052). control-api requires it.
+	VersionWorkflowView int64 = 16
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionRateLimits
+const Latest = VersionWorkflowView

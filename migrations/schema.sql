@@ -1181,6 +1181,18 @@ CREATE INDEX jobs_tags_idx ON public.jobs USING gin (tags) WHERE (tags IS NOT NU
 CREATE INDEX jobs_workflow_idx ON public.jobs USING btree (workflow_id) WHERE (workflow_id IS NOT NULL);
 
 --
+-- Name: jobs_workflow_roots_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_workflow_roots_idx ON public.jobs USING btree (id) WHERE (NOT (workflow_id IS DISTINCT FROM id));
+
+--
+-- Name: jobs_workflow_status_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_workflow_status_idx ON public.jobs USING btree (workflow_id, status, finished_at, id) WHERE (workflow_id IS NOT NULL);
+
+--
 -- Name: schedules_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 

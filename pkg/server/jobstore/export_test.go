@@ -38,3 +38,12 @@ const JobAheadSQL = jobAheadSQL
 func (s *Store) ReportWithoutRollup(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error) {
 	return s.report(ctx, reportUpdateSQL, false, worker, results)
 }
+
+// The workflow view's statements, for the plan checks.
+const (
+	WorkflowCountsSQL = workflowCountsSQL
+	WorkflowStepSQL   = workflowStepSQL
+	ListWorkflowsSQL  = listWorkflowsSQL
+	CancelWorkflowSQL = cancelWorkflowSQL
+	RetryWorkflowSQL  = retryWorkflowSQL
+)

@@ -49,8 +49,9 @@ const Service = "control-api"
 // (VersionSnooze); submits write dependencies and queue reads walk
 // jobs_claim_idx without blocked jobs (VersionJobDependencies); a submit
 // writes jobs.rate_key and topics read and set rate limits
-// (VersionRateLimits).
-const MinSchemaVersion = migrations.VersionRateLimits
+// (VersionRateLimits); the workflow view reads through the workflow
+// indexes (VersionWorkflowView).
+const MinSchemaVersion = migrations.VersionWorkflowView
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {
