@@ -152,34 +152,41 @@ CREATE TRIGGER job_dependencies_added
 CREATE FUNCTION jobs_release_dependents() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
+    children uuid[];
     n bigint;
 BEGIN
+    -- Each step reads the edges by job_dependencies' primary key, then the
+    -- children by theirs (id = ANY): a fixed cost per child, whatever the
+    -- size of the tables.
     IF pulse_is_terminal(NEW.status) THEN
-        WITH released AS (
-            UPDATE jobs AS c
-            SET blocked_by = c.blocked_by - 1,
-                next_run_at = GREATEST(c.next_run_at, NEW.finished_at)
-            FROM job_dependencies AS d
-            WHERE d.parent_id = NEW.id AND c.id = d.child_id
-              AND c.status = 'PENDING' AND c.blocked_by > 0
-              AND (NEW.status = 'COMPLETED' OR d.on_parent_failure = 'run')
-            RETURNING c.topic, c.blocked_by, c.next_run_at
-        )
-        SELECT count(pg_notify('pulse_jobs_ready', t.topic)) INTO n
-        FROM (SELECT DISTINCT topic FROM released WHERE blocked_by = 0 AND next_run_at <= now()) AS t;
+        children := ARRAY(SELECT child_id FROM job_dependencies
+                          WHERE parent_id = NEW.id AND (NEW.status = 'COMPLETED' OR on_parent_failure = 'run'));
+        IF cardinality(children) > 0 THEN
+            WITH released AS (
+                UPDATE jobs AS c
+                SET blocked_by = c.blocked_by - 1,
+                    next_run_at = GREATEST(c.next_run_at, NEW.finished_at)
+                WHERE c.id = ANY(children) AND c.status = 'PENDING' AND c.blocked_by > 0
+                RETURNING c.topic, c.blocked_by, c.next_run_at
+            )
+            SELECT count(pg_notify('pulse_jobs_ready', t.topic)) INTO n
+            FROM (SELECT DISTINCT topic FROM released WHERE blocked_by = 0 AND next_run_at <= now()) AS t;
+        END IF;
 
         IF NEW.status <> 'COMPLETED' THEN
-            WITH canceled AS (
-                UPDATE jobs AS c
-                SET status = 'CANCELED', finished_at = GREATEST(now(), c.submitted_at),
-                    blocked_by = GREATEST(c.blocked_by - 1, 0)
-                FROM job_dependencies AS d
-                WHERE d.parent_id = NEW.id AND c.id = d.child_id
-                  AND c.status = 'PENDING' AND d.on_parent_failure = 'cancel'
-                RETURNING c.id
-            )
-            SELECT count(pulse_notify_settled(ids)) INTO n
-            FROM (SELECT array_agg(id) AS ids FROM canceled) AS k;
+            children := ARRAY(SELECT child_id FROM job_dependencies
+                              WHERE parent_id = NEW.id AND on_parent_failure = 'cancel');
+            IF cardinality(children) > 0 THEN
+                WITH canceled AS (
+                    UPDATE jobs AS c
+                    SET status = 'CANCELED', finished_at = GREATEST(now(), c.submitted_at),
+                        blocked_by = GREATEST(c.blocked_by - 1, 0)
+                    WHERE c.id = ANY(children) AND c.status = 'PENDING'
+                    RETURNING c.id
+                )
+                SELECT count(pulse_notify_settled(ids)) INTO n
+                FROM (SELECT array_agg(id) AS ids FROM canceled) AS k;
+            END IF;
         END IF;
     ELSE
         -- A finished parent retried: its PENDING children wait for it again.

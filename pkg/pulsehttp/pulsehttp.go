@@ -10,7 +10,10 @@
 package pulsehttp
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -40,6 +43,55 @@ type JobSpec struct {
 	// (nothing changes). Not with idempotency_key or unique_for.
 	ReplaceKey  string `json:"replace_key,omitempty"`
 	ReplaceMode string `json:"replace_mode,omitempty"`
+	// DependsOn are the jobs this one waits for (docs/workflows.md): each
+	// a job id or "$n" (the n-th job, from 0, of the same batch), as a
+	// string or as {"job": "$0", "on_parent_failure": "run"}.
+	DependsOn []Dependency `json:"depends_on,omitempty"`
+}
+
+// Dependency is one parent of a job: Job is a job id or "$n";
+// OnParentFailure is "cancel" (the default: a parent that ends
+// DEAD_LETTERED or CANCELED cancels the job) or "run" (the job runs once
+// every parent is finished, whatever the outcome). In JSON, a bare string
+// is a Dependency with the default policy.
+type Dependency struct {
+	Job             string `json:"job"`
+	OnParentFailure string `json:"on_parent_failure,omitempty"`
+}
+
+// UnmarshalJSON reads a Dependency from a string or an object.
+func (d *Dependency) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*d = Dependency{Job: s}
+		return nil
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return &json.UnmarshalTypeError{Value: "a JSON " + jsonKind(t), Type: reflect.TypeFor[Dependency]()}
+	}
+	type plain Dependency
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("a dependency is a job id, \"$n\", or {\"job\": ..., \"on_parent_failure\": \"cancel\"|\"run\"}: %w", err)
+	}
+	*d = Dependency(p)
+	return nil
+}
+
+func jsonKind(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "nothing"
+	case b[0] == '[':
+		return "array"
+	case b[0] == 't' || b[0] == 'f':
+		return "bool"
+	case b[0] == 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // RetryPolicy is one job's backoff between attempts, in exactly one form:
@@ -118,6 +170,11 @@ type Job struct {
 	// pending.
 	ReplaceKey string `json:"replace_key,omitempty"`
 	Replaced   int32  `json:"replaced,omitempty"`
+	// WorkflowID names the graph the job was submitted in (the id of the
+	// first job of its batch), absent when none; BlockedBy counts its
+	// unfinished parents (docs/workflows.md).
+	WorkflowID string `json:"workflow_id,omitempty"`
+	BlockedBy  int32  `json:"blocked_by,omitempty"`
 }
 
 // AttemptError is one entry of a job's error history.

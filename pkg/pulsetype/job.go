@@ -45,6 +45,11 @@ type NewJob struct {
 	// limited by an args field takes the key from that field at insert).
 	// Immutable.
 	RateKey string
+	// DependsOn are the jobs this one waits for (ADR-0047): it is not
+	// claimable until each is finished. Immutable; nil: none.
+	DependsOn []Dependency
+	// WorkflowID names the graph the job was submitted in; zero: none.
+	WorkflowID uuid.UUID
 }
 
 // ReplaceMode is what a submit with a ReplaceKey does to the key's pending

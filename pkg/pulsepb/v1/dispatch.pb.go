@@ -1329,6 +1329,198 @@ func (x *UpdateProgressResponse) GetHeld() bool {
 	return false
 }
 
+type GetParentResultsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt       int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetParentResultsRequest) Reset() {
+	*x = GetParentResultsRequest{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetParentResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetParentResultsRequest) ProtoMessage() {}
+
+func (x *GetParentResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetParentResultsRequest.ProtoReflect.Descriptor instead.
+func (*GetParentResultsRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetParentResultsRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *GetParentResultsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetParentResultsRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type ParentResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Topic  string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Status JobStatus              `protobuf:"varint,3,opt,name=status,proto3,enum=pulse.v1.JobStatus" json:"status,omitempty"`
+	// What the parent's handler returned, as JSON text; empty unless it
+	// COMPLETED with a result.
+	Result        []byte                 `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParentResult) Reset() {
+	*x = ParentResult{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParentResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParentResult) ProtoMessage() {}
+
+func (x *ParentResult) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParentResult.ProtoReflect.Descriptor instead.
+func (*ParentResult) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ParentResult) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ParentResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ParentResult) GetStatus() JobStatus {
+	if x != nil {
+		return x.Status
+	}
+	return JobStatus_JOB_STATUS_UNSPECIFIED
+}
+
+func (x *ParentResult) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ParentResult) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+type GetParentResultsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the caller no longer holds the attempt: nothing was read.
+	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// The job's parents, by id.
+	Parents       []*ParentResult `protobuf:"bytes,2,rep,name=parents,proto3" json:"parents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetParentResultsResponse) Reset() {
+	*x = GetParentResultsResponse{}
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetParentResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetParentResultsResponse) ProtoMessage() {}
+
+func (x *GetParentResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_dispatch_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetParentResultsResponse.ProtoReflect.Descriptor instead.
+func (*GetParentResultsResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_dispatch_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetParentResultsResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *GetParentResultsResponse) GetParents() []*ParentResult {
+	if x != nil {
+		return x.Parents
+	}
+	return nil
+}
+
 var File_pulse_v1_dispatch_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_dispatch_proto_rawDesc = "" +
@@ -1424,19 +1616,34 @@ const file_pulse_v1_dispatch_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x01(\fR\bmetadataB\v\n" +
 	"\t_progress\",\n" +
 	"\x16UpdateProgressResponse\x12\x12\n" +
-	"\x04held\x18\x01 \x01(\bR\x04held*z\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\"g\n" +
+	"\x17GetParentResultsRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\"\xbd\x01\n" +
+	"\fParentResult\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12+\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\fR\x06result\x12;\n" +
+	"\vfinished_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"`\n" +
+	"\x18GetParentResultsResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x120\n" +
+	"\aparents\x18\x02 \x03(\v2\x16.pulse.v1.ParentResultR\aparents*z\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_COMPLETE\x10\x01\x12\x10\n" +
 	"\fOUTCOME_FAIL\x10\x02\x12\x1a\n" +
 	"\x16OUTCOME_FAIL_PERMANENT\x10\x03\x12\x12\n" +
-	"\x0eOUTCOME_SNOOZE\x10\x042\xc8\x02\n" +
+	"\x0eOUTCOME_SNOOZE\x10\x042\xa3\x03\n" +
 	"\x0fDispatchService\x12K\n" +
 	"\n" +
 	"StreamJobs\x12\x1b.pulse.v1.StreamJobsRequest\x1a\x1c.pulse.v1.StreamJobsResponse(\x010\x01\x12D\n" +
 	"\tHeartbeat\x12\x1a.pulse.v1.HeartbeatRequest\x1a\x1b.pulse.v1.HeartbeatResponse\x12M\n" +
 	"\fReportResult\x12\x1d.pulse.v1.ReportResultRequest\x1a\x1e.pulse.v1.ReportResultResponse\x12S\n" +
-	"\x0eUpdateProgress\x12\x1f.pulse.v1.UpdateProgressRequest\x1a .pulse.v1.UpdateProgressResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\x0eUpdateProgress\x12\x1f.pulse.v1.UpdateProgressRequest\x1a .pulse.v1.UpdateProgressResponse\x12Y\n" +
+	"\x10GetParentResults\x12!.pulse.v1.GetParentResultsRequest\x1a\".pulse.v1.GetParentResultsResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_dispatch_proto_rawDescOnce sync.Once
@@ -1451,31 +1658,34 @@ func file_pulse_v1_dispatch_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_dispatch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_pulse_v1_dispatch_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_pulse_v1_dispatch_proto_goTypes = []any{
-	(Outcome)(0),                   // 0: pulse.v1.Outcome
-	(*StreamJobsRequest)(nil),      // 1: pulse.v1.StreamJobsRequest
-	(*OpenStream)(nil),             // 2: pulse.v1.OpenStream
-	(*Credit)(nil),                 // 3: pulse.v1.Credit
-	(*StreamJobsResponse)(nil),     // 4: pulse.v1.StreamJobsResponse
-	(*DispatchState)(nil),          // 5: pulse.v1.DispatchState
-	(*Welcome)(nil),                // 6: pulse.v1.Welcome
-	(*Assignments)(nil),            // 7: pulse.v1.Assignments
-	(*Assignment)(nil),             // 8: pulse.v1.Assignment
-	(*JobRef)(nil),                 // 9: pulse.v1.JobRef
-	(*HeartbeatRequest)(nil),       // 10: pulse.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 11: pulse.v1.HeartbeatResponse
-	(*HeartbeatResult)(nil),        // 12: pulse.v1.HeartbeatResult
-	(*JobResult)(nil),              // 13: pulse.v1.JobResult
-	(*ReportResultRequest)(nil),    // 14: pulse.v1.ReportResultRequest
-	(*ReportResultResponse)(nil),   // 15: pulse.v1.ReportResultResponse
-	(*ResultAck)(nil),              // 16: pulse.v1.ResultAck
-	(*UpdateProgressRequest)(nil),  // 17: pulse.v1.UpdateProgressRequest
-	(*UpdateProgressResponse)(nil), // 18: pulse.v1.UpdateProgressResponse
-	(*ScopeState)(nil),             // 19: pulse.v1.ScopeState
-	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 21: google.protobuf.Timestamp
-	(JobStatus)(0),                 // 22: pulse.v1.JobStatus
+	(Outcome)(0),                     // 0: pulse.v1.Outcome
+	(*StreamJobsRequest)(nil),        // 1: pulse.v1.StreamJobsRequest
+	(*OpenStream)(nil),               // 2: pulse.v1.OpenStream
+	(*Credit)(nil),                   // 3: pulse.v1.Credit
+	(*StreamJobsResponse)(nil),       // 4: pulse.v1.StreamJobsResponse
+	(*DispatchState)(nil),            // 5: pulse.v1.DispatchState
+	(*Welcome)(nil),                  // 6: pulse.v1.Welcome
+	(*Assignments)(nil),              // 7: pulse.v1.Assignments
+	(*Assignment)(nil),               // 8: pulse.v1.Assignment
+	(*JobRef)(nil),                   // 9: pulse.v1.JobRef
+	(*HeartbeatRequest)(nil),         // 10: pulse.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 11: pulse.v1.HeartbeatResponse
+	(*HeartbeatResult)(nil),          // 12: pulse.v1.HeartbeatResult
+	(*JobResult)(nil),                // 13: pulse.v1.JobResult
+	(*ReportResultRequest)(nil),      // 14: pulse.v1.ReportResultRequest
+	(*ReportResultResponse)(nil),     // 15: pulse.v1.ReportResultResponse
+	(*ResultAck)(nil),                // 16: pulse.v1.ResultAck
+	(*UpdateProgressRequest)(nil),    // 17: pulse.v1.UpdateProgressRequest
+	(*UpdateProgressResponse)(nil),   // 18: pulse.v1.UpdateProgressResponse
+	(*GetParentResultsRequest)(nil),  // 19: pulse.v1.GetParentResultsRequest
+	(*ParentResult)(nil),             // 20: pulse.v1.ParentResult
+	(*GetParentResultsResponse)(nil), // 21: pulse.v1.GetParentResultsResponse
+	(*ScopeState)(nil),               // 22: pulse.v1.ScopeState
+	(*durationpb.Duration)(nil),      // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
+	(JobStatus)(0),                   // 25: pulse.v1.JobStatus
 }
 var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	2,  // 0: pulse.v1.StreamJobsRequest.open:type_name -> pulse.v1.OpenStream
@@ -1483,35 +1693,40 @@ var file_pulse_v1_dispatch_proto_depIdxs = []int32{
 	6,  // 2: pulse.v1.StreamJobsResponse.welcome:type_name -> pulse.v1.Welcome
 	7,  // 3: pulse.v1.StreamJobsResponse.assignments:type_name -> pulse.v1.Assignments
 	5,  // 4: pulse.v1.StreamJobsResponse.dispatch_state:type_name -> pulse.v1.DispatchState
-	19, // 5: pulse.v1.DispatchState.paused_scopes:type_name -> pulse.v1.ScopeState
-	20, // 6: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
-	20, // 7: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	22, // 5: pulse.v1.DispatchState.paused_scopes:type_name -> pulse.v1.ScopeState
+	23, // 6: pulse.v1.Welcome.lease_ttl:type_name -> google.protobuf.Duration
+	23, // 7: pulse.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
 	8,  // 8: pulse.v1.Assignments.jobs:type_name -> pulse.v1.Assignment
-	21, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
-	21, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
-	20, // 11: pulse.v1.Assignment.timeout:type_name -> google.protobuf.Duration
+	24, // 9: pulse.v1.Assignment.submitted_at:type_name -> google.protobuf.Timestamp
+	24, // 10: pulse.v1.Assignment.lease_until:type_name -> google.protobuf.Timestamp
+	23, // 11: pulse.v1.Assignment.timeout:type_name -> google.protobuf.Duration
 	9,  // 12: pulse.v1.HeartbeatRequest.jobs:type_name -> pulse.v1.JobRef
 	12, // 13: pulse.v1.HeartbeatResponse.results:type_name -> pulse.v1.HeartbeatResult
 	5,  // 14: pulse.v1.HeartbeatResponse.dispatch_state:type_name -> pulse.v1.DispatchState
-	21, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
+	24, // 15: pulse.v1.HeartbeatResult.lease_until:type_name -> google.protobuf.Timestamp
 	0,  // 16: pulse.v1.JobResult.outcome:type_name -> pulse.v1.Outcome
-	20, // 17: pulse.v1.JobResult.retry_after:type_name -> google.protobuf.Duration
+	23, // 17: pulse.v1.JobResult.retry_after:type_name -> google.protobuf.Duration
 	13, // 18: pulse.v1.ReportResultRequest.results:type_name -> pulse.v1.JobResult
 	16, // 19: pulse.v1.ReportResultResponse.acks:type_name -> pulse.v1.ResultAck
-	22, // 20: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
-	1,  // 21: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
-	10, // 22: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
-	14, // 23: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
-	17, // 24: pulse.v1.DispatchService.UpdateProgress:input_type -> pulse.v1.UpdateProgressRequest
-	4,  // 25: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
-	11, // 26: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
-	15, // 27: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
-	18, // 28: pulse.v1.DispatchService.UpdateProgress:output_type -> pulse.v1.UpdateProgressResponse
-	25, // [25:29] is the sub-list for method output_type
-	21, // [21:25] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	25, // 20: pulse.v1.ResultAck.status:type_name -> pulse.v1.JobStatus
+	25, // 21: pulse.v1.ParentResult.status:type_name -> pulse.v1.JobStatus
+	24, // 22: pulse.v1.ParentResult.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 23: pulse.v1.GetParentResultsResponse.parents:type_name -> pulse.v1.ParentResult
+	1,  // 24: pulse.v1.DispatchService.StreamJobs:input_type -> pulse.v1.StreamJobsRequest
+	10, // 25: pulse.v1.DispatchService.Heartbeat:input_type -> pulse.v1.HeartbeatRequest
+	14, // 26: pulse.v1.DispatchService.ReportResult:input_type -> pulse.v1.ReportResultRequest
+	17, // 27: pulse.v1.DispatchService.UpdateProgress:input_type -> pulse.v1.UpdateProgressRequest
+	19, // 28: pulse.v1.DispatchService.GetParentResults:input_type -> pulse.v1.GetParentResultsRequest
+	4,  // 29: pulse.v1.DispatchService.StreamJobs:output_type -> pulse.v1.StreamJobsResponse
+	11, // 30: pulse.v1.DispatchService.Heartbeat:output_type -> pulse.v1.HeartbeatResponse
+	15, // 31: pulse.v1.DispatchService.ReportResult:output_type -> pulse.v1.ReportResultResponse
+	18, // 32: pulse.v1.DispatchService.UpdateProgress:output_type -> pulse.v1.UpdateProgressResponse
+	21, // 33: pulse.v1.DispatchService.GetParentResults:output_type -> pulse.v1.GetParentResultsResponse
+	29, // [29:34] is the sub-list for method output_type
+	24, // [24:29] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_dispatch_proto_init() }
@@ -1537,7 +1752,7 @@ func file_pulse_v1_dispatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_dispatch_proto_rawDesc), len(file_pulse_v1_dispatch_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

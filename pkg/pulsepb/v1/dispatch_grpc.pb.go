@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DispatchService_StreamJobs_FullMethodName     = "/pulse.v1.DispatchService/StreamJobs"
-	DispatchService_Heartbeat_FullMethodName      = "/pulse.v1.DispatchService/Heartbeat"
-	DispatchService_ReportResult_FullMethodName   = "/pulse.v1.DispatchService/ReportResult"
-	DispatchService_UpdateProgress_FullMethodName = "/pulse.v1.DispatchService/UpdateProgress"
+	DispatchService_StreamJobs_FullMethodName       = "/pulse.v1.DispatchService/StreamJobs"
+	DispatchService_Heartbeat_FullMethodName        = "/pulse.v1.DispatchService/Heartbeat"
+	DispatchService_ReportResult_FullMethodName     = "/pulse.v1.DispatchService/ReportResult"
+	DispatchService_UpdateProgress_FullMethodName   = "/pulse.v1.DispatchService/UpdateProgress"
+	DispatchService_GetParentResults_FullMethodName = "/pulse.v1.DispatchService/GetParentResults"
 )
 
 // DispatchServiceClient is the client API for DispatchService service.
@@ -50,6 +51,10 @@ type DispatchServiceClient interface {
 	// its metadata, fenced as a heartbeat is: only the attempt's lease
 	// holder, only while it runs.
 	UpdateProgress(ctx context.Context, in *UpdateProgressRequest, opts ...grpc.CallOption) (*UpdateProgressResponse, error)
+	// GetParentResults reads the parents of a running attempt's job
+	// (docs/workflows.md) with each one's status and result, fenced as a
+	// heartbeat is: only the attempt's lease holder, only while it runs.
+	GetParentResults(ctx context.Context, in *GetParentResultsRequest, opts ...grpc.CallOption) (*GetParentResultsResponse, error)
 }
 
 type dispatchServiceClient struct {
@@ -103,6 +108,16 @@ func (c *dispatchServiceClient) UpdateProgress(ctx context.Context, in *UpdatePr
 	return out, nil
 }
 
+func (c *dispatchServiceClient) GetParentResults(ctx context.Context, in *GetParentResultsRequest, opts ...grpc.CallOption) (*GetParentResultsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetParentResultsResponse)
+	err := c.cc.Invoke(ctx, DispatchService_GetParentResults_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DispatchServiceServer is the server API for DispatchService service.
 // All implementations must embed UnimplementedDispatchServiceServer
 // for forward compatibility.
@@ -128,6 +143,10 @@ type DispatchServiceServer interface {
 	// its metadata, fenced as a heartbeat is: only the attempt's lease
 	// holder, only while it runs.
 	UpdateProgress(context.Context, *UpdateProgressRequest) (*UpdateProgressResponse, error)
+	// GetParentResults reads the parents of a running attempt's job
+	// (docs/workflows.md) with each one's status and result, fenced as a
+	// heartbeat is: only the attempt's lease holder, only while it runs.
+	GetParentResults(context.Context, *GetParentResultsRequest) (*GetParentResultsResponse, error)
 	mustEmbedUnimplementedDispatchServiceServer()
 }
 
@@ -149,6 +168,9 @@ func (UnimplementedDispatchServiceServer) ReportResult(context.Context, *ReportR
 }
 func (UnimplementedDispatchServiceServer) UpdateProgress(context.Context, *UpdateProgressRequest) (*UpdateProgressResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method UpdateProgress not implemented")
+}
+func (UnimplementedDispatchServiceServer) GetParentResults(context.Context, *GetParentResultsRequest) (*GetParentResultsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetParentResults not implemented")
 }
 func (UnimplementedDispatchServiceServer) mustEmbedUnimplementedDispatchServiceServer() {}
 func (UnimplementedDispatchServiceServer) testEmbeddedByValue()                         {}
@@ -232,6 +254,24 @@ func _DispatchService_UpdateProgress_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DispatchService_GetParentResults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetParentResultsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatchServiceServer).GetParentResults(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DispatchService_GetParentResults_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatchServiceServer).GetParentResults(ctx, req.(*GetParentResultsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DispatchService_ServiceDesc is the grpc.ServiceDesc for DispatchService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +290,10 @@ var DispatchService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateProgress",
 			Handler:    _DispatchService_UpdateProgress_Handler,
+		},
+		{
+			MethodName: "GetParentResults",
+			Handler:    _DispatchService_GetParentResults_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

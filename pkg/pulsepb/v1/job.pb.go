@@ -145,6 +145,58 @@ func (ReplaceMode) EnumDescriptor() ([]byte, []int) {
 	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
+type ParentFailurePolicy int32
+
+const (
+	// The default: cancel.
+	ParentFailurePolicy_PARENT_FAILURE_POLICY_UNSPECIFIED ParentFailurePolicy = 0
+	// Cancel the child, and so on down the graph.
+	ParentFailurePolicy_PARENT_FAILURE_POLICY_CANCEL ParentFailurePolicy = 1
+	// Run the child once every parent is finished, whatever the outcome.
+	ParentFailurePolicy_PARENT_FAILURE_POLICY_RUN ParentFailurePolicy = 2
+)
+
+// Enum value maps for ParentFailurePolicy.
+var (
+	ParentFailurePolicy_name = map[int32]string{
+		0: "PARENT_FAILURE_POLICY_UNSPECIFIED",
+		1: "PARENT_FAILURE_POLICY_CANCEL",
+		2: "PARENT_FAILURE_POLICY_RUN",
+	}
+	ParentFailurePolicy_value = map[string]int32{
+		"PARENT_FAILURE_POLICY_UNSPECIFIED": 0,
+		"PARENT_FAILURE_POLICY_CANCEL":      1,
+		"PARENT_FAILURE_POLICY_RUN":         2,
+	}
+)
+
+func (x ParentFailurePolicy) Enum() *ParentFailurePolicy {
+	p := new(ParentFailurePolicy)
+	*p = x
+	return p
+}
+
+func (x ParentFailurePolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ParentFailurePolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulse_v1_job_proto_enumTypes[2].Descriptor()
+}
+
+func (ParentFailurePolicy) Type() protoreflect.EnumType {
+	return &file_pulse_v1_job_proto_enumTypes[2]
+}
+
+func (x ParentFailurePolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ParentFailurePolicy.Descriptor instead.
+func (ParentFailurePolicy) EnumDescriptor() ([]byte, []int) {
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{2}
+}
+
 // JobSpec is what a producer submits. args is a JSON object, carried as raw
 // bytes so large integers and key order survive the trip unchanged.
 type JobSpec struct {
@@ -186,8 +238,13 @@ type JobSpec struct {
 	// started, the submit inserts a new job. 1..255 bytes; not with
 	// idempotency_key or unique_for. Only args and run_at are replaced;
 	// everything else stays the first submit's.
-	ReplaceKey    string      `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
-	ReplaceMode   ReplaceMode `protobuf:"varint,31,opt,name=replace_mode,json=replaceMode,proto3,enum=pulse.v1.ReplaceMode" json:"replace_mode,omitempty"`
+	ReplaceKey  string      `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
+	ReplaceMode ReplaceMode `protobuf:"varint,31,opt,name=replace_mode,json=replaceMode,proto3,enum=pulse.v1.ReplaceMode" json:"replace_mode,omitempty"`
+	// The jobs this job waits for (docs/workflows.md): it is not claimable
+	// until each is finished, and a parent that fails cancels it or not by
+	// the edge's policy. Each names an existing job's id, or "$n", the n-th
+	// job (from 0) of the same SubmitJobs call. Immutable.
+	DependsOn     []*Dependency `protobuf:"bytes,50,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +370,69 @@ func (x *JobSpec) GetReplaceMode() ReplaceMode {
 	return ReplaceMode_REPLACE_MODE_UNSPECIFIED
 }
 
+func (x *JobSpec) GetDependsOn() []*Dependency {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+// Dependency is one parent of a job (JobSpec.depends_on).
+type Dependency struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A job id, or "$n": the n-th job (from 0) of the same SubmitJobs call.
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// What becomes of the child when this parent ends DEAD_LETTERED or
+	// CANCELED; unspecified: cancel.
+	OnParentFailure ParentFailurePolicy `protobuf:"varint,2,opt,name=on_parent_failure,json=onParentFailure,proto3,enum=pulse.v1.ParentFailurePolicy" json:"on_parent_failure,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Dependency) Reset() {
+	*x = Dependency{}
+	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dependency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dependency) ProtoMessage() {}
+
+func (x *Dependency) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dependency.ProtoReflect.Descriptor instead.
+func (*Dependency) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Dependency) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *Dependency) GetOnParentFailure() ParentFailurePolicy {
+	if x != nil {
+		return x.OnParentFailure
+	}
+	return ParentFailurePolicy_PARENT_FAILURE_POLICY_UNSPECIFIED
+}
+
 // RetryPolicy is one job's backoff between attempts, in exactly one form:
 // exponential with jitter (base, and optionally max), or fixed. Durations
 // are whole milliseconds or more, at most 366 days.
@@ -330,7 +450,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	mi := &file_pulse_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +462,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_job_proto_msgTypes[1]
+	mi := &file_pulse_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +475,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RetryPolicy) GetBase() *durationpb.Duration {
@@ -392,7 +512,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_pulse_v1_job_proto_msgTypes[2]
+	mi := &file_pulse_v1_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +524,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_job_proto_msgTypes[2]
+	mi := &file_pulse_v1_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +537,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -493,14 +613,21 @@ type Job struct {
 	ReplaceKey string `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
 	// How many submits replaced its args and run_at while it was pending
 	// (each one is an entry of the job's replacement history).
-	Replaced      int32 `protobuf:"varint,31,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	Replaced int32 `protobuf:"varint,31,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// The graph the job was submitted in (docs/workflows.md): the id of the
+	// first job of the SubmitJobs call that gave it dependencies; empty
+	// when none.
+	WorkflowId string `protobuf:"bytes,40,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// How many of the job's parents are not finished: a job with
+	// blocked_by > 0 is PENDING and not claimable.
+	BlockedBy     int32 `protobuf:"varint,41,opt,name=blocked_by,json=blockedBy,proto3" json:"blocked_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_pulse_v1_job_proto_msgTypes[3]
+	mi := &file_pulse_v1_job_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +639,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_job_proto_msgTypes[3]
+	mi := &file_pulse_v1_job_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +652,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_pulse_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Job) GetId() string {
@@ -717,11 +844,25 @@ func (x *Job) GetReplaced() int32 {
 	return 0
 }
 
+func (x *Job) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *Job) GetBlockedBy() int32 {
+	if x != nil {
+		return x.BlockedBy
+	}
+	return 0
+}
+
 var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfc\x03\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x04\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -738,7 +879,13 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x04tags\x18\v \x03(\tR\x04tags\x12\x1f\n" +
 	"\vreplace_key\x18\x1e \x01(\tR\n" +
 	"replaceKey\x128\n" +
-	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\"\x9a\x01\n" +
+	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\x123\n" +
+	"\n" +
+	"depends_on\x182 \x03(\v2\x14.pulse.v1.DependencyR\tdependsOn\"i\n" +
+	"\n" +
+	"Dependency\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12I\n" +
+	"\x11on_parent_failure\x18\x02 \x01(\x0e2\x1d.pulse.v1.ParentFailurePolicyR\x0fonParentFailure\"\x9a\x01\n" +
 	"\vRetryPolicy\x12-\n" +
 	"\x04base\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x04base\x12+\n" +
 	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12/\n" +
@@ -747,7 +894,7 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xff\a\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xbf\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
@@ -783,7 +930,11 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x04tags\x18\x19 \x03(\tR\x04tags\x12\x1f\n" +
 	"\vreplace_key\x18\x1e \x01(\tR\n" +
 	"replaceKey\x12\x1a\n" +
-	"\breplaced\x18\x1f \x01(\x05R\breplacedB\v\n" +
+	"\breplaced\x18\x1f \x01(\x05R\breplaced\x12\x1f\n" +
+	"\vworkflow_id\x18( \x01(\tR\n" +
+	"workflowId\x12\x1d\n" +
+	"\n" +
+	"blocked_by\x18) \x01(\x05R\tblockedByB\v\n" +
 	"\t_progress*\xc1\x01\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -797,7 +948,11 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x18REPLACE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14REPLACE_MODE_REPLACE\x10\x01\x12$\n" +
 	" REPLACE_MODE_KEEP_EARLIER_RUN_AT\x10\x02\x12\x1b\n" +
-	"\x17REPLACE_MODE_KEEP_FIRST\x10\x03B4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\x17REPLACE_MODE_KEEP_FIRST\x10\x03*}\n" +
+	"\x13ParentFailurePolicy\x12%\n" +
+	"!PARENT_FAILURE_POLICY_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cPARENT_FAILURE_POLICY_CANCEL\x10\x01\x12\x1d\n" +
+	"\x19PARENT_FAILURE_POLICY_RUN\x10\x02B4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_job_proto_rawDescOnce sync.Once
@@ -811,42 +966,46 @@ func file_pulse_v1_job_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_job_proto_rawDescData
 }
 
-var file_pulse_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_pulse_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pulse_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_pulse_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pulse_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                // 0: pulse.v1.JobStatus
 	(ReplaceMode)(0),              // 1: pulse.v1.ReplaceMode
-	(*JobSpec)(nil),               // 2: pulse.v1.JobSpec
-	(*RetryPolicy)(nil),           // 3: pulse.v1.RetryPolicy
-	(*AttemptError)(nil),          // 4: pulse.v1.AttemptError
-	(*Job)(nil),                   // 5: pulse.v1.Job
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(ParentFailurePolicy)(0),      // 2: pulse.v1.ParentFailurePolicy
+	(*JobSpec)(nil),               // 3: pulse.v1.JobSpec
+	(*Dependency)(nil),            // 4: pulse.v1.Dependency
+	(*RetryPolicy)(nil),           // 5: pulse.v1.RetryPolicy
+	(*AttemptError)(nil),          // 6: pulse.v1.AttemptError
+	(*Job)(nil),                   // 7: pulse.v1.Job
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
 }
 var file_pulse_v1_job_proto_depIdxs = []int32{
-	6,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	7,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
-	7,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
-	3,  // 3: pulse.v1.JobSpec.retry:type_name -> pulse.v1.RetryPolicy
+	8,  // 0: pulse.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: pulse.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
+	9,  // 2: pulse.v1.JobSpec.unique_for:type_name -> google.protobuf.Duration
+	5,  // 3: pulse.v1.JobSpec.retry:type_name -> pulse.v1.RetryPolicy
 	1,  // 4: pulse.v1.JobSpec.replace_mode:type_name -> pulse.v1.ReplaceMode
-	7,  // 5: pulse.v1.RetryPolicy.base:type_name -> google.protobuf.Duration
-	7,  // 6: pulse.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	7,  // 7: pulse.v1.RetryPolicy.fixed:type_name -> google.protobuf.Duration
-	6,  // 8: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	0,  // 9: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
-	4,  // 10: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
-	6,  // 11: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
-	6,  // 12: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
-	6,  // 13: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	6,  // 14: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
-	6,  // 15: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	7,  // 16: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
-	3,  // 17: pulse.v1.Job.retry:type_name -> pulse.v1.RetryPolicy
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 5: pulse.v1.JobSpec.depends_on:type_name -> pulse.v1.Dependency
+	2,  // 6: pulse.v1.Dependency.on_parent_failure:type_name -> pulse.v1.ParentFailurePolicy
+	9,  // 7: pulse.v1.RetryPolicy.base:type_name -> google.protobuf.Duration
+	9,  // 8: pulse.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	9,  // 9: pulse.v1.RetryPolicy.fixed:type_name -> google.protobuf.Duration
+	8,  // 10: pulse.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	0,  // 11: pulse.v1.Job.status:type_name -> pulse.v1.JobStatus
+	6,  // 12: pulse.v1.Job.errors:type_name -> pulse.v1.AttemptError
+	8,  // 13: pulse.v1.Job.lease_until:type_name -> google.protobuf.Timestamp
+	8,  // 14: pulse.v1.Job.next_run_at:type_name -> google.protobuf.Timestamp
+	8,  // 15: pulse.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	8,  // 16: pulse.v1.Job.started_at:type_name -> google.protobuf.Timestamp
+	8,  // 17: pulse.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 18: pulse.v1.Job.timeout:type_name -> google.protobuf.Duration
+	5,  // 19: pulse.v1.Job.retry:type_name -> pulse.v1.RetryPolicy
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_job_proto_init() }
@@ -854,14 +1013,14 @@ func file_pulse_v1_job_proto_init() {
 	if File_pulse_v1_job_proto != nil {
 		return
 	}
-	file_pulse_v1_job_proto_msgTypes[3].OneofWrappers = []any{}
+	file_pulse_v1_job_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_job_proto_rawDesc), len(file_pulse_v1_job_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   4,
+			NumEnums:      3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

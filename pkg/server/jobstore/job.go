@@ -64,6 +64,11 @@ type Job struct {
 	// while it was pending; job_replacements holds each one (ADR-0049).
 	ReplaceKey string
 	Replaced   int32
+	// BlockedBy counts the job's unfinished parents (ADR-0047): a job
+	// with BlockedBy > 0 is PENDING and waits for them. WorkflowID names
+	// the graph it was submitted in; nil when none (migration 00010).
+	BlockedBy  int32
+	WorkflowID *uuid.UUID
 }
 
 // rowScanner is a pgx row or rows.

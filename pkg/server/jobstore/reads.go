@@ -120,6 +120,10 @@ type jobRow struct {
 	// Result is jobs.result (migration 00002), read only where one job is
 	// read whole (Get, resultColumnSQL): a listing never carries results.
 	Result []byte `bun:"result,scanonly"`
+	// BlockedBy counts the job's unfinished parents and WorkflowID names
+	// the graph it was submitted in (migration 00010; NULL: none).
+	BlockedBy  int32      `bun:"blocked_by"`
+	WorkflowID *uuid.UUID `bun:"workflow_id,type:uuid"`
 }
 
 // resultColumnSQL adds a job's result to a SELECT of selectJobs.
@@ -151,6 +155,8 @@ func (r *jobRow) job() *Job {
 		Tags:       r.Tags,
 		ReplaceKey: r.ReplaceKey,
 		Replaced:   r.Replaced,
+		BlockedBy:  r.BlockedBy,
+		WorkflowID: r.WorkflowID,
 		Retry: pulsetype.JobRetry{
 			Base:  time.Duration(r.RetryBaseMicros) * time.Microsecond,
 			Max:   time.Duration(r.RetryMaxMicros) * time.Microsecond,

@@ -11,6 +11,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobgraph"
 	"github.com/pulsequeue/pulse/pkg/server/jobspec"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
@@ -24,6 +25,7 @@ const (
 // Store is the part of jobstore.Store the service uses.
 type Store interface {
 	Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error)
+	InsertGraph(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error)
 	Get(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	List(ctx context.Context, f jobstore.ListFilter) ([]*jobstore.Job, error)
 	ListPage(ctx context.Context, f jobstore.ListFilter, window int) (jobstore.Page, error)
@@ -90,6 +92,22 @@ func (s *ControlService) Submit(ctx context.Context, prefix string, spec *pulsev
 		return nil, err
 	}
 	jobspec.WithTraceContext(ctx, &job)
+	if refs := [][]jobgraph.Ref{DependsOnFromWire(spec.GetDependsOn())}; jobgraph.Has(refs) {
+		jobs := []pulsetype.NewJob{job}
+		if err := jobgraph.Build(jobs, refs, func(int) string { return prefix }); err != nil {
+			return nil, err
+		}
+		ins, err := s.store.InsertGraph(ctx, jobs)
+		if err != nil {
+			var refused *jobstore.MemberError
+			if errors.As(err, &refused) {
+				return nil, underField(prefix, refused.Err)
+			}
+			return nil, err
+		}
+		s.opts.Metrics.submitted(job.Topic, ins[0].Duplicate)
+		return resultToWire(ins[0]), nil
+	}
 	ins, err := s.submitter.Submit(ctx, job)
 	if err != nil {
 		// The store names a refused job's field bare ("args").
@@ -112,6 +130,7 @@ func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobs
 		return nil, apierr.Invalid("jobs", "has %d jobs; the limit is %d per call", len(specs), s.opts.MaxBatchJobs)
 	}
 	jobs := make([]pulsetype.NewJob, len(specs))
+	refs := make([][]jobgraph.Ref, len(specs))
 	for i, spec := range specs {
 		job, err := jobspec.Validate(fmt.Sprintf("jobs[%d]", i), spec, s.opts.Limits)
 		if err != nil {
@@ -119,8 +138,16 @@ func (s *ControlService) SubmitJobs(ctx context.Context, req *pulsev1.SubmitJobs
 		}
 		jobspec.WithTraceContext(ctx, &job)
 		jobs[i] = job
+		refs[i] = DependsOnFromWire(spec.GetDependsOn())
 	}
-	ins, err := s.store.Insert(ctx, jobs)
+	insert := s.store.Insert
+	if jobgraph.Has(refs) {
+		if err := jobgraph.Build(jobs, refs, func(i int) string { return fmt.Sprintf("jobs[%d]", i) }); err != nil {
+			return nil, err
+		}
+		insert = s.store.InsertGraph
+	}
+	ins, err := insert(ctx, jobs)
 	if err != nil {
 		var refused *jobstore.MemberError
 		if errors.As(err, &refused) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -9,6 +10,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobgraph"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
@@ -60,6 +62,10 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		Tags:           j.Tags,
 		ReplaceKey:     j.ReplaceKey,
 		Replaced:       j.Replaced,
+		BlockedBy:      j.BlockedBy,
+	}
+	if j.WorkflowID != nil {
+		out.WorkflowId = j.WorkflowID.String()
 	}
 	if j.Progress >= 0 {
 		p := int32(j.Progress)
@@ -81,6 +87,30 @@ func JobToWire(j *jobstore.Job) *pulsev1.Job {
 		})
 	}
 	return out
+}
+
+// DependsOnFromWire is a spec's depends_on as jobgraph reads it.
+func DependsOnFromWire(deps []*pulsev1.Dependency) []jobgraph.Ref {
+	if len(deps) == 0 {
+		return nil
+	}
+	out := make([]jobgraph.Ref, len(deps))
+	for k, d := range deps {
+		out[k] = jobgraph.Ref{Job: d.GetJob(), OnParentFailure: PolicyFromWire(d.GetOnParentFailure())}
+	}
+	return out
+}
+
+// PolicyFromWire maps a wire policy to the stored name; an unknown value
+// maps to its number, which jobgraph refuses naming the field.
+func PolicyFromWire(p pulsev1.ParentFailurePolicy) pulsetype.ParentFailurePolicy {
+	switch p {
+	case pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_UNSPECIFIED, pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_CANCEL:
+		return pulsetype.OnParentFailureCancel
+	case pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_RUN:
+		return pulsetype.OnParentFailureRun
+	}
+	return pulsetype.ParentFailurePolicy(fmt.Sprint(int32(p)))
 }
 
 // RetryToWire is a job's own backoff in its wire form, nil when it

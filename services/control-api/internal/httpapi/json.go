@@ -39,12 +39,30 @@ type retryPolicyJSON = pulsehttp.RetryPolicy
 // object without one.
 func decodeJobSpec(data []byte, prefix string, into *jobSpecJSON) error {
 	var head struct {
-		Retry json.RawMessage `json:"retry"`
+		Retry     json.RawMessage   `json:"retry"`
+		DependsOn []json.RawMessage `json:"depends_on"`
 	}
 	if json.Unmarshal(data, &head) == nil && !isNull(head.Retry) {
 		var p retryPolicyJSON
 		if err := decodeObject(head.Retry, join(prefix, "retry"), &p); err != nil {
 			return err
+		}
+	}
+	// Each dependency is a string or an object, named by its place.
+	for k, raw := range head.DependsOn {
+		field := join(prefix, fmt.Sprintf("depends_on[%d]", k))
+		switch t := bytes.TrimSpace(raw); {
+		case len(t) > 0 && t[0] == '"':
+		case len(t) > 0 && t[0] == '{':
+			var d struct {
+				Job             string `json:"job"`
+				OnParentFailure string `json:"on_parent_failure"`
+			}
+			if err := decodeObject(raw, field, &d); err != nil {
+				return err
+			}
+		default:
+			return apierr.Invalid(field, "must be a job id, \"$n\", or {\"job\": ..., \"on_parent_failure\": \"cancel\" or \"run\"}")
 		}
 	}
 	return decodeStorable(data, prefix, into)
@@ -87,6 +105,18 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	}
 	if spec.Retry, err = retryToWire(j.Retry, join(prefix, "retry")); err != nil {
 		return nil, err
+	}
+	for k, d := range j.DependsOn {
+		dep := &pulsev1.Dependency{Job: d.Job}
+		switch d.OnParentFailure {
+		case "", "cancel":
+			dep.OnParentFailure = pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_CANCEL
+		case "run":
+			dep.OnParentFailure = pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_RUN
+		default:
+			return nil, apierr.Invalid(join(prefix, fmt.Sprintf("depends_on[%d].on_parent_failure", k)), "%q is not a policy: cancel or run", d.OnParentFailure)
+		}
+		spec.DependsOn = append(spec.DependsOn, dep)
 	}
 	return spec, nil
 }
@@ -210,6 +240,7 @@ func jobToJSON(j *pulsev1.Job) jobJSON {
 	}
 	out.Tags = j.GetTags()
 	out.ReplaceKey, out.Replaced = j.GetReplaceKey(), j.GetReplaced()
+	out.WorkflowID, out.BlockedBy = j.GetWorkflowId(), j.GetBlockedBy()
 	for i, e := range j.GetErrors() {
 		out.Errors[i] = attemptErrorJSON{Attempt: e.GetAttempt(), Error: e.GetError(), Worker: e.GetWorker(), At: api.TimeFromWire(e.GetAt())}
 	}

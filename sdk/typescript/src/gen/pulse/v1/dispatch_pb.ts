@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/dispatch.proto.
  */
 export const file_pulse_v1_dispatch: GenFile = /*@__PURE__*/
-  fileDesc("ChdwdWxzZS92MS9kaXNwYXRjaC5wcm90bxIIcHVsc2UudjEiZAoRU3RyZWFtSm9ic1JlcXVlc3QSJAoEb3BlbhgBIAEoCzIULnB1bHNlLnYxLk9wZW5TdHJlYW1IABIiCgZjcmVkaXQYAiABKAsyEC5wdWxzZS52MS5DcmVkaXRIAEIFCgNtc2ciVwoKT3BlblN0cmVhbRIRCgl3b3JrZXJfaWQYASABKAkSDgoGdG9waWNzGAIgAygJEhMKC2NvbmN1cnJlbmN5GAMgASgFEhEKCWluX2ZsaWdodBgEIAEoBSIXCgZDcmVkaXQSDQoFc2xvdHMYASABKAUiogEKElN0cmVhbUpvYnNSZXNwb25zZRIkCgd3ZWxjb21lGAEgASgLMhEucHVsc2UudjEuV2VsY29tZUgAEiwKC2Fzc2lnbm1lbnRzGAIgASgLMhUucHVsc2UudjEuQXNzaWdubWVudHNIABIxCg5kaXNwYXRjaF9zdGF0ZRgDIAEoCzIXLnB1bHNlLnYxLkRpc3BhdGNoU3RhdGVIAEIFCgNtc2ciXQoNRGlzcGF0Y2hTdGF0ZRIPCgd2ZXJzaW9uGAEgASgDEg4KBnBhdXNlZBgCIAEoCBIrCg1wYXVzZWRfc2NvcGVzGAMgAygLMhQucHVsc2UudjEuU2NvcGVTdGF0ZSKCAQoHV2VsY29tZRISCgpnYXRld2F5X2lkGAEgASgJEiwKCWxlYXNlX3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMQoLQXNzaWdubWVudHMSIgoEam9icxgBIAMoCzIULnB1bHNlLnYxLkFzc2lnbm1lbnQiqgIKCkFzc2lnbm1lbnQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFdG9waWMYAyABKAkSDAoEYXJncxgEIAEoDBIQCghwcmlvcml0eRgFIAEoBRIUCgxtYXhfYXR0ZW1wdHMYBiABKAUSMAoMc3VibWl0dGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLdHJhY2VwYXJlbnQYCSABKAkSEgoKdHJhY2VzdGF0ZRgKIAEoCRIqCgd0aW1lb3V0GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKBkpvYlJlZhIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBSJFChBIZWFydGJlYXRSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIeCgRqb2JzGAIgAygLMhAucHVsc2UudjEuSm9iUmVmInAKEUhlYXJ0YmVhdFJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5wdWxzZS52MS5IZWFydGJlYXRSZXN1bHQSLwoOZGlzcGF0Y2hfc3RhdGUYAiABKAsyFy5wdWxzZS52MS5EaXNwYXRjaFN0YXRlIpsBCg9IZWFydGJlYXRSZXN1bHQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKbGVhc2VfaGVsZBgDIAEoCBIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY2FuY2VsZWQYBSABKAgSEAoIcXVpZXNjZWQYBiABKAginwEKCUpvYlJlc3VsdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIiCgdvdXRjb21lGAMgASgOMhEucHVsc2UudjEuT3V0Y29tZRINCgVlcnJvchgEIAEoCRIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZXN1bHQYBiABKAwiTgoTUmVwb3J0UmVzdWx0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJAoHcmVzdWx0cxgCIAMoCzITLnB1bHNlLnYxLkpvYlJlc3VsdCI5ChRSZXBvcnRSZXN1bHRSZXNwb25zZRIhCgRhY2tzGAEgAygLMhMucHVsc2UudjEuUmVzdWx0QWNrInAKCVJlc3VsdEFjaxIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIMCgRjb2RlGAMgASgFEg8KB21lc3NhZ2UYBCABKAkSIwoGc3RhdHVzGAUgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzIoEBChVVcGRhdGVQcm9ncmVzc1JlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhUKCHByb2dyZXNzGAQgASgFSACIAQESEAoIbWV0YWRhdGEYBSABKAxCCwoJX3Byb2dyZXNzIiYKFlVwZGF0ZVByb2dyZXNzUmVzcG9uc2USDAoEaGVsZBgBIAEoCCp6CgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0NPTVBMRVRFEAESEAoMT1VUQ09NRV9GQUlMEAISGgoWT1VUQ09NRV9GQUlMX1BFUk1BTkVOVBADEhIKDk9VVENPTUVfU05PT1pFEAQyyAIKD0Rpc3BhdGNoU2VydmljZRJLCgpTdHJlYW1Kb2JzEhsucHVsc2UudjEuU3RyZWFtSm9ic1JlcXVlc3QaHC5wdWxzZS52MS5TdHJlYW1Kb2JzUmVzcG9uc2UoATABEkQKCUhlYXJ0YmVhdBIaLnB1bHNlLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5wdWxzZS52MS5IZWFydGJlYXRSZXNwb25zZRJNCgxSZXBvcnRSZXN1bHQSHS5wdWxzZS52MS5SZXBvcnRSZXN1bHRSZXF1ZXN0Gh4ucHVsc2UudjEuUmVwb3J0UmVzdWx0UmVzcG9uc2USUwoOVXBkYXRlUHJvZ3Jlc3MSHy5wdWxzZS52MS5VcGRhdGVQcm9ncmVzc1JlcXVlc3QaIC5wdWxzZS52MS5VcGRhdGVQcm9ncmVzc1Jlc3BvbnNlQjRaMmdpdGh1Yi5jb20vcHVsc2VxdWV1ZS9wdWxzZS9wa2cvcHVsc2VwYi92MTtwdWxzZXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
+  fileDesc("ChdwdWxzZS92MS9kaXNwYXRjaC5wcm90bxIIcHVsc2UudjEiZAoRU3RyZWFtSm9ic1JlcXVlc3QSJAoEb3BlbhgBIAEoCzIULnB1bHNlLnYxLk9wZW5TdHJlYW1IABIiCgZjcmVkaXQYAiABKAsyEC5wdWxzZS52MS5DcmVkaXRIAEIFCgNtc2ciVwoKT3BlblN0cmVhbRIRCgl3b3JrZXJfaWQYASABKAkSDgoGdG9waWNzGAIgAygJEhMKC2NvbmN1cnJlbmN5GAMgASgFEhEKCWluX2ZsaWdodBgEIAEoBSIXCgZDcmVkaXQSDQoFc2xvdHMYASABKAUiogEKElN0cmVhbUpvYnNSZXNwb25zZRIkCgd3ZWxjb21lGAEgASgLMhEucHVsc2UudjEuV2VsY29tZUgAEiwKC2Fzc2lnbm1lbnRzGAIgASgLMhUucHVsc2UudjEuQXNzaWdubWVudHNIABIxCg5kaXNwYXRjaF9zdGF0ZRgDIAEoCzIXLnB1bHNlLnYxLkRpc3BhdGNoU3RhdGVIAEIFCgNtc2ciXQoNRGlzcGF0Y2hTdGF0ZRIPCgd2ZXJzaW9uGAEgASgDEg4KBnBhdXNlZBgCIAEoCBIrCg1wYXVzZWRfc2NvcGVzGAMgAygLMhQucHVsc2UudjEuU2NvcGVTdGF0ZSKCAQoHV2VsY29tZRISCgpnYXRld2F5X2lkGAEgASgJEiwKCWxlYXNlX3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMQoLQXNzaWdubWVudHMSIgoEam9icxgBIAMoCzIULnB1bHNlLnYxLkFzc2lnbm1lbnQiqgIKCkFzc2lnbm1lbnQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFdG9waWMYAyABKAkSDAoEYXJncxgEIAEoDBIQCghwcmlvcml0eRgFIAEoBRIUCgxtYXhfYXR0ZW1wdHMYBiABKAUSMAoMc3VibWl0dGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtsZWFzZV91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLdHJhY2VwYXJlbnQYCSABKAkSEgoKdHJhY2VzdGF0ZRgKIAEoCRIqCgd0aW1lb3V0GAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIikKBkpvYlJlZhIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBSJFChBIZWFydGJlYXRSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIeCgRqb2JzGAIgAygLMhAucHVsc2UudjEuSm9iUmVmInAKEUhlYXJ0YmVhdFJlc3BvbnNlEioKB3Jlc3VsdHMYASADKAsyGS5wdWxzZS52MS5IZWFydGJlYXRSZXN1bHQSLwoOZGlzcGF0Y2hfc3RhdGUYAiABKAsyFy5wdWxzZS52MS5EaXNwYXRjaFN0YXRlIpsBCg9IZWFydGJlYXRSZXN1bHQSDgoGam9iX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKbGVhc2VfaGVsZBgDIAEoCBIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIY2FuY2VsZWQYBSABKAgSEAoIcXVpZXNjZWQYBiABKAginwEKCUpvYlJlc3VsdBIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIiCgdvdXRjb21lGAMgASgOMhEucHVsc2UudjEuT3V0Y29tZRINCgVlcnJvchgEIAEoCRIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZXN1bHQYBiABKAwiTgoTUmVwb3J0UmVzdWx0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJAoHcmVzdWx0cxgCIAMoCzITLnB1bHNlLnYxLkpvYlJlc3VsdCI5ChRSZXBvcnRSZXN1bHRSZXNwb25zZRIhCgRhY2tzGAEgAygLMhMucHVsc2UudjEuUmVzdWx0QWNrInAKCVJlc3VsdEFjaxIOCgZqb2JfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIMCgRjb2RlGAMgASgFEg8KB21lc3NhZ2UYBCABKAkSIwoGc3RhdHVzGAUgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzIoEBChVVcGRhdGVQcm9ncmVzc1JlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhUKCHByb2dyZXNzGAQgASgFSACIAQESEAoIbWV0YWRhdGEYBSABKAxCCwoJX3Byb2dyZXNzIiYKFlVwZGF0ZVByb2dyZXNzUmVzcG9uc2USDAoEaGVsZBgBIAEoCCJNChdHZXRQYXJlbnRSZXN1bHRzUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSDgoGam9iX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUikwEKDFBhcmVudFJlc3VsdBIOCgZqb2JfaWQYASABKAkSDQoFdG9waWMYAiABKAkSIwoGc3RhdHVzGAMgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzEg4KBnJlc3VsdBgEIAEoDBIvCgtmaW5pc2hlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiUQoYR2V0UGFyZW50UmVzdWx0c1Jlc3BvbnNlEgwKBGhlbGQYASABKAgSJwoHcGFyZW50cxgCIAMoCzIWLnB1bHNlLnYxLlBhcmVudFJlc3VsdCp6CgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0NPTVBMRVRFEAESEAoMT1VUQ09NRV9GQUlMEAISGgoWT1VUQ09NRV9GQUlMX1BFUk1BTkVOVBADEhIKDk9VVENPTUVfU05PT1pFEAQyowMKD0Rpc3BhdGNoU2VydmljZRJLCgpTdHJlYW1Kb2JzEhsucHVsc2UudjEuU3RyZWFtSm9ic1JlcXVlc3QaHC5wdWxzZS52MS5TdHJlYW1Kb2JzUmVzcG9uc2UoATABEkQKCUhlYXJ0YmVhdBIaLnB1bHNlLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5wdWxzZS52MS5IZWFydGJlYXRSZXNwb25zZRJNCgxSZXBvcnRSZXN1bHQSHS5wdWxzZS52MS5SZXBvcnRSZXN1bHRSZXF1ZXN0Gh4ucHVsc2UudjEuUmVwb3J0UmVzdWx0UmVzcG9uc2USUwoOVXBkYXRlUHJvZ3Jlc3MSHy5wdWxzZS52MS5VcGRhdGVQcm9ncmVzc1JlcXVlc3QaIC5wdWxzZS52MS5VcGRhdGVQcm9ncmVzc1Jlc3BvbnNlElkKEEdldFBhcmVudFJlc3VsdHMSIS5wdWxzZS52MS5HZXRQYXJlbnRSZXN1bHRzUmVxdWVzdBoiLnB1bHNlLnYxLkdldFBhcmVudFJlc3VsdHNSZXNwb25zZUI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_pulse_v1_dispatch_control, file_pulse_v1_job]);
 
 /**
  * @generated from message pulse.v1.StreamJobsRequest
@@ -627,6 +627,99 @@ export const UpdateProgressResponseSchema: GenMessage<UpdateProgressResponse> = 
   messageDesc(file_pulse_v1_dispatch, 17);
 
 /**
+ * @generated from message pulse.v1.GetParentResultsRequest
+ */
+export type GetParentResultsRequest = Message<"pulse.v1.GetParentResultsRequest"> & {
+  /**
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+};
+
+/**
+ * Describes the message pulse.v1.GetParentResultsRequest.
+ * Use `create(GetParentResultsRequestSchema)` to create a new message.
+ */
+export const GetParentResultsRequestSchema: GenMessage<GetParentResultsRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_dispatch, 18);
+
+/**
+ * @generated from message pulse.v1.ParentResult
+ */
+export type ParentResult = Message<"pulse.v1.ParentResult"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string topic = 2;
+   */
+  topic: string;
+
+  /**
+   * @generated from field: pulse.v1.JobStatus status = 3;
+   */
+  status: JobStatus;
+
+  /**
+   * What the parent's handler returned, as JSON text; empty unless it
+   * COMPLETED with a result.
+   *
+   * @generated from field: bytes result = 4;
+   */
+  result: Uint8Array;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp finished_at = 5;
+   */
+  finishedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.ParentResult.
+ * Use `create(ParentResultSchema)` to create a new message.
+ */
+export const ParentResultSchema: GenMessage<ParentResult> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_dispatch, 19);
+
+/**
+ * @generated from message pulse.v1.GetParentResultsResponse
+ */
+export type GetParentResultsResponse = Message<"pulse.v1.GetParentResultsResponse"> & {
+  /**
+   * False when the caller no longer holds the attempt: nothing was read.
+   *
+   * @generated from field: bool held = 1;
+   */
+  held: boolean;
+
+  /**
+   * The job's parents, by id.
+   *
+   * @generated from field: repeated pulse.v1.ParentResult parents = 2;
+   */
+  parents: ParentResult[];
+};
+
+/**
+ * Describes the message pulse.v1.GetParentResultsResponse.
+ * Use `create(GetParentResultsResponseSchema)` to create a new message.
+ */
+export const GetParentResultsResponseSchema: GenMessage<GetParentResultsResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_dispatch, 20);
+
+/**
  * @generated from enum pulse.v1.Outcome
  */
 export enum Outcome {
@@ -723,6 +816,18 @@ export const DispatchService: GenService<{
     methodKind: "unary";
     input: typeof UpdateProgressRequestSchema;
     output: typeof UpdateProgressResponseSchema;
+  },
+  /**
+   * GetParentResults reads the parents of a running attempt's job
+   * (docs/workflows.md) with each one's status and result, fenced as a
+   * heartbeat is: only the attempt's lease holder, only while it runs.
+   *
+   * @generated from rpc pulse.v1.DispatchService.GetParentResults
+   */
+  getParentResults: {
+    methodKind: "unary";
+    input: typeof GetParentResultsRequestSchema;
+    output: typeof GetParentResultsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_dispatch, 0);

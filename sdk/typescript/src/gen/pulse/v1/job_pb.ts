@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/job.proto.
  */
 export const file_pulse_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("ChJwdWxzZS92MS9qb2IucHJvdG8SCHB1bHNlLnYxIvoCCgdKb2JTcGVjEg0KBXRvcGljGAEgASgJEgwKBGFyZ3MYAiABKAwSEAoIcHJpb3JpdHkYAyABKAUSFAoMaGFzX3ByaW9yaXR5GAQgASgIEhQKDG1heF9hdHRlbXB0cxgFIAEoBRIqCgZydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIqCgd0aW1lb3V0GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCnVuaXF1ZV9mb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJAoFcmV0cnkYCiABKAsyFS5wdWxzZS52MS5SZXRyeVBvbGljeRIMCgR0YWdzGAsgAygJEhMKC3JlcGxhY2Vfa2V5GB4gASgJEisKDHJlcGxhY2VfbW9kZRgfIAEoDjIVLnB1bHNlLnYxLlJlcGxhY2VNb2RlIogBCgtSZXRyeVBvbGljeRInCgRiYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiYKA21heBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgVmaXhlZBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJmCgxBdHRlbXB0RXJyb3ISDwoHYXR0ZW1wdBgBIAEoBRINCgVlcnJvchgCIAEoCRIOCgZ3b3JrZXIYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvIFCgNKb2ISCgoCaWQYASABKAkSDQoFdG9waWMYAiABKAkSDAoEYXJncxgDIAEoDBIQCghwcmlvcml0eRgEIAEoBRIjCgZzdGF0dXMYBSABKA4yEy5wdWxzZS52MS5Kb2JTdGF0dXMSEAoIYXR0ZW1wdHMYBiABKAUSFAoMbWF4X2F0dGVtcHRzGAcgASgFEiYKBmVycm9ycxgIIAMoCzIWLnB1bHNlLnYxLkF0dGVtcHRFcnJvchIRCglsb2NrZWRfYnkYCSABKAkSLwoLbGVhc2VfdW50aWwYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC25leHRfcnVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxzdWJtaXR0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnN0YXJ0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtzY2hlZHVsZV9pZBgPIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYECABKAkSEwoLdHJhY2VwYXJlbnQYESABKAkSEgoKdHJhY2VzdGF0ZRgSIAEoCRIqCgd0aW1lb3V0GBMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiQKBXJldHJ5GBQgASgLMhUucHVsc2UudjEuUmV0cnlQb2xpY3kSDgoGcmVzdWx0GBUgASgMEhUKCHByb2dyZXNzGBYgASgFSACIAQESEAoIbWV0YWRhdGEYFyABKAwSDwoHc25vb3plcxgYIAEoBRIMCgR0YWdzGBkgAygJEhMKC3JlcGxhY2Vfa2V5GB4gASgJEhAKCHJlcGxhY2VkGB8gASgFQgsKCV9wcm9ncmVzcyrBAQoJSm9iU3RhdHVzEhoKFkpPQl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJKT0JfU1RBVFVTX1BFTkRJTkcQARIWChJKT0JfU1RBVFVTX1JVTk5JTkcQAhIXChNKT0JfU1RBVFVTX1JFVFJZSU5HEAMSGAoUSk9CX1NUQVRVU19DT01QTEVURUQQBBIcChhKT0JfU1RBVFVTX0RFQURfTEVUVEVSRUQQBRIXChNKT0JfU1RBVFVTX0NBTkNFTEVEEAYqiAEKC1JlcGxhY2VNb2RlEhwKGFJFUExBQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhgKFFJFUExBQ0VfTU9ERV9SRVBMQUNFEAESJAogUkVQTEFDRV9NT0RFX0tFRVBfRUFSTElFUl9SVU5fQVQQAhIbChdSRVBMQUNFX01PREVfS0VFUF9GSVJTVBADQjRaMmdpdGh1Yi5jb20vcHVsc2VxdWV1ZS9wdWxzZS9wa2cvcHVsc2VwYi92MTtwdWxzZXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChJwdWxzZS92MS9qb2IucHJvdG8SCHB1bHNlLnYxIqQDCgdKb2JTcGVjEg0KBXRvcGljGAEgASgJEgwKBGFyZ3MYAiABKAwSEAoIcHJpb3JpdHkYAyABKAUSFAoMaGFzX3ByaW9yaXR5GAQgASgIEhQKDG1heF9hdHRlbXB0cxgFIAEoBRIqCgZydW5fYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIqCgd0aW1lb3V0GAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi0KCnVuaXF1ZV9mb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJAoFcmV0cnkYCiABKAsyFS5wdWxzZS52MS5SZXRyeVBvbGljeRIMCgR0YWdzGAsgAygJEhMKC3JlcGxhY2Vfa2V5GB4gASgJEisKDHJlcGxhY2VfbW9kZRgfIAEoDjIVLnB1bHNlLnYxLlJlcGxhY2VNb2RlEigKCmRlcGVuZHNfb24YMiADKAsyFC5wdWxzZS52MS5EZXBlbmRlbmN5IlMKCkRlcGVuZGVuY3kSCwoDam9iGAEgASgJEjgKEW9uX3BhcmVudF9mYWlsdXJlGAIgASgOMh0ucHVsc2UudjEuUGFyZW50RmFpbHVyZVBvbGljeSKIAQoLUmV0cnlQb2xpY3kSJwoEYmFzZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhImCgNtYXgYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKAoFZml4ZWQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iZgoMQXR0ZW1wdEVycm9yEg8KB2F0dGVtcHQYASABKAUSDQoFZXJyb3IYAiABKAkSDgoGd29ya2VyGAMgASgJEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKbBgoDSm9iEgoKAmlkGAEgASgJEg0KBXRvcGljGAIgASgJEgwKBGFyZ3MYAyABKAwSEAoIcHJpb3JpdHkYBCABKAUSIwoGc3RhdHVzGAUgASgOMhMucHVsc2UudjEuSm9iU3RhdHVzEhAKCGF0dGVtcHRzGAYgASgFEhQKDG1heF9hdHRlbXB0cxgHIAEoBRImCgZlcnJvcnMYCCADKAsyFi5wdWxzZS52MS5BdHRlbXB0RXJyb3ISEQoJbG9ja2VkX2J5GAkgASgJEi8KC2xlYXNlX3VudGlsGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtuZXh0X3J1bl9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMc3VibWl0dGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLc2NoZWR1bGVfaWQYDyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GBAgASgJEhMKC3RyYWNlcGFyZW50GBEgASgJEhIKCnRyYWNlc3RhdGUYEiABKAkSKgoHdGltZW91dBgTIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgVyZXRyeRgUIAEoCzIVLnB1bHNlLnYxLlJldHJ5UG9saWN5Eg4KBnJlc3VsdBgVIAEoDBIVCghwcm9ncmVzcxgWIAEoBUgAiAEBEhAKCG1ldGFkYXRhGBcgASgMEg8KB3Nub296ZXMYGCABKAUSDAoEdGFncxgZIAMoCRITCgtyZXBsYWNlX2tleRgeIAEoCRIQCghyZXBsYWNlZBgfIAEoBRITCgt3b3JrZmxvd19pZBgoIAEoCRISCgpibG9ja2VkX2J5GCkgASgFQgsKCV9wcm9ncmVzcyrBAQoJSm9iU3RhdHVzEhoKFkpPQl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJKT0JfU1RBVFVTX1BFTkRJTkcQARIWChJKT0JfU1RBVFVTX1JVTk5JTkcQAhIXChNKT0JfU1RBVFVTX1JFVFJZSU5HEAMSGAoUSk9CX1NUQVRVU19DT01QTEVURUQQBBIcChhKT0JfU1RBVFVTX0RFQURfTEVUVEVSRUQQBRIXChNKT0JfU1RBVFVTX0NBTkNFTEVEEAYqiAEKC1JlcGxhY2VNb2RlEhwKGFJFUExBQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhgKFFJFUExBQ0VfTU9ERV9SRVBMQUNFEAESJAogUkVQTEFDRV9NT0RFX0tFRVBfRUFSTElFUl9SVU5fQVQQAhIbChdSRVBMQUNFX01PREVfS0VFUF9GSVJTVBADKn0KE1BhcmVudEZhaWx1cmVQb2xpY3kSJQohUEFSRU5UX0ZBSUxVUkVfUE9MSUNZX1VOU1BFQ0lGSUVEEAASIAocUEFSRU5UX0ZBSUxVUkVfUE9MSUNZX0NBTkNFTBABEh0KGVBBUkVOVF9GQUlMVVJFX1BPTElDWV9SVU4QAkI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * JobSpec is what a producer submits. args is a JSON object, carried as raw
@@ -120,6 +120,16 @@ export type JobSpec = Message<"pulse.v1.JobSpec"> & {
    * @generated from field: pulse.v1.ReplaceMode replace_mode = 31;
    */
   replaceMode: ReplaceMode;
+
+  /**
+   * The jobs this job waits for (docs/workflows.md): it is not claimable
+   * until each is finished, and a parent that fails cancels it or not by
+   * the edge's policy. Each names an existing job's id, or "$n", the n-th
+   * job (from 0) of the same SubmitJobs call. Immutable.
+   *
+   * @generated from field: repeated pulse.v1.Dependency depends_on = 50;
+   */
+  dependsOn: Dependency[];
 };
 
 /**
@@ -128,6 +138,35 @@ export type JobSpec = Message<"pulse.v1.JobSpec"> & {
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
   messageDesc(file_pulse_v1_job, 0);
+
+/**
+ * Dependency is one parent of a job (JobSpec.depends_on).
+ *
+ * @generated from message pulse.v1.Dependency
+ */
+export type Dependency = Message<"pulse.v1.Dependency"> & {
+  /**
+   * A job id, or "$n": the n-th job (from 0) of the same SubmitJobs call.
+   *
+   * @generated from field: string job = 1;
+   */
+  job: string;
+
+  /**
+   * What becomes of the child when this parent ends DEAD_LETTERED or
+   * CANCELED; unspecified: cancel.
+   *
+   * @generated from field: pulse.v1.ParentFailurePolicy on_parent_failure = 2;
+   */
+  onParentFailure: ParentFailurePolicy;
+};
+
+/**
+ * Describes the message pulse.v1.Dependency.
+ * Use `create(DependencySchema)` to create a new message.
+ */
+export const DependencySchema: GenMessage<Dependency> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_job, 1);
 
 /**
  * RetryPolicy is one job's backoff between attempts, in exactly one form:
@@ -163,7 +202,7 @@ export type RetryPolicy = Message<"pulse.v1.RetryPolicy"> & {
  * Use `create(RetryPolicySchema)` to create a new message.
  */
 export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_job, 1);
+  messageDesc(file_pulse_v1_job, 2);
 
 /**
  * AttemptError is one entry of a job's per-attempt error history.
@@ -197,7 +236,7 @@ export type AttemptError = Message<"pulse.v1.AttemptError"> & {
  * Use `create(AttemptErrorSchema)` to create a new message.
  */
 export const AttemptErrorSchema: GenMessage<AttemptError> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_job, 2);
+  messageDesc(file_pulse_v1_job, 3);
 
 /**
  * Job is the full stored state of one job.
@@ -366,6 +405,23 @@ export type Job = Message<"pulse.v1.Job"> & {
    * @generated from field: int32 replaced = 31;
    */
   replaced: number;
+
+  /**
+   * The graph the job was submitted in (docs/workflows.md): the id of the
+   * first job of the SubmitJobs call that gave it dependencies; empty
+   * when none.
+   *
+   * @generated from field: string workflow_id = 40;
+   */
+  workflowId: string;
+
+  /**
+   * How many of the job's parents are not finished: a job with
+   * blocked_by > 0 is PENDING and not claimable.
+   *
+   * @generated from field: int32 blocked_by = 41;
+   */
+  blockedBy: number;
 };
 
 /**
@@ -373,7 +429,7 @@ export type Job = Message<"pulse.v1.Job"> & {
  * Use `create(JobSchema)` to create a new message.
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_job, 3);
+  messageDesc(file_pulse_v1_job, 4);
 
 /**
  * JobStatus is the lifecycle state stored in jobs.status. The allowed
@@ -466,4 +522,36 @@ export enum ReplaceMode {
  */
 export const ReplaceModeSchema: GenEnum<ReplaceMode> = /*@__PURE__*/
   enumDesc(file_pulse_v1_job, 1);
+
+/**
+ * @generated from enum pulse.v1.ParentFailurePolicy
+ */
+export enum ParentFailurePolicy {
+  /**
+   * The default: cancel.
+   *
+   * @generated from enum value: PARENT_FAILURE_POLICY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Cancel the child, and so on down the graph.
+   *
+   * @generated from enum value: PARENT_FAILURE_POLICY_CANCEL = 1;
+   */
+  CANCEL = 1,
+
+  /**
+   * Run the child once every parent is finished, whatever the outcome.
+   *
+   * @generated from enum value: PARENT_FAILURE_POLICY_RUN = 2;
+   */
+  RUN = 2,
+}
+
+/**
+ * Describes the enum pulse.v1.ParentFailurePolicy.
+ */
+export const ParentFailurePolicySchema: GenEnum<ParentFailurePolicy> = /*@__PURE__*/
+  enumDesc(file_pulse_v1_job, 2);
 
