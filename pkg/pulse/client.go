@@ -265,6 +265,7 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 		spec.UniqueFor = durationpb.New(cfg.uniqueFor)
 	}
 	spec.Retry = cfg.retry
+	spec.DependsOn = cfg.dependsOn
 	if len(cfg.tags) > 0 {
 		spec.Tags = slices.Compact(slices.Sorted(slices.Values(cfg.tags)))
 		if n := len(spec.GetTags()); n > pulsetype.MaxTags {

@@ -58,6 +58,9 @@ type executor struct {
 	// updateProgress sends a job's progress and metadata to a gateway
 	// (Job.SetProgress, Job.SetMetadata); set by Worker.Run.
 	updateProgress func(context.Context, *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error)
+	// parentResults reads a job's parents from a gateway
+	// (Job.ParentResults); set by Worker.Run.
+	parentResults func(context.Context, *pulsev1.GetParentResultsRequest) (*pulsev1.GetParentResultsResponse, error)
 }
 
 func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, concurrency, settleBehind int,
@@ -97,6 +100,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	}
 	job := jobFromAssignment(a)
 	job.update = e.updateProgress
+	job.parents = e.parentResults
 	if job.Timeout <= 0 {
 		job.Timeout = e.handlers[job.Topic].timeout
 	}

@@ -35,6 +35,52 @@ type Job struct {
 	// update sends SetProgress and SetMetadata to a gateway; nil outside
 	// a worker (ErrNotRunning).
 	update func(context.Context, *pulsev1.UpdateProgressRequest) (*pulsev1.UpdateProgressResponse, error)
+	// parents reads the job's parents from a gateway; nil outside a
+	// worker (ErrNotRunning).
+	parents func(context.Context, *pulsev1.GetParentResultsRequest) (*pulsev1.GetParentResultsResponse, error)
+}
+
+// ParentResult is one parent of a job (a job it depended on, [DependsOn])
+// as the job's handler reads it: by the time the job runs, every parent
+// is finished.
+type ParentResult struct {
+	ID    string
+	Topic string
+	// Status is COMPLETED, or DEAD_LETTERED or CANCELED when the edge's
+	// policy ran the job anyway ([DependsOnAnyway]).
+	Status pulsetype.Status
+	// Result is what the parent's handler recorded ([Job.SetResult]),
+	// JSON; nil when it recorded none or did not complete.
+	Result     json.RawMessage
+	FinishedAt time.Time
+}
+
+// ParentResults reads the job's parents, each with its status and
+// result, in id order; none for a job without parents. Only the worker
+// holding the attempt's lease reads them ([ErrNotRunning] otherwise), as
+// with [Job.SetProgress]: a handler that fans in reads its inputs here.
+func (j *Job) ParentResults(ctx context.Context) ([]ParentResult, error) {
+	if j.parents == nil {
+		return nil, ErrNotRunning
+	}
+	resp, err := j.parents(ctx, &pulsev1.GetParentResultsRequest{JobId: j.ID, Attempt: int32(j.Attempt)})
+	if err != nil {
+		return nil, fmt.Errorf("pulse: read parent results of job %s: %w", j.ID, err)
+	}
+	if !resp.GetHeld() {
+		return nil, fmt.Errorf("%w (job %s, attempt %d)", ErrNotRunning, j.ID, j.Attempt)
+	}
+	out := make([]ParentResult, len(resp.GetParents()))
+	for i, p := range resp.GetParents() {
+		out[i] = ParentResult{ID: p.GetJobId(), Topic: p.GetTopic(), Status: statusName(p.GetStatus())}
+		if r := p.GetResult(); len(r) > 0 {
+			out[i].Result = json.RawMessage(r)
+		}
+		if t := p.GetFinishedAt(); t != nil {
+			out[i].FinishedAt = t.AsTime()
+		}
+	}
+	return out, nil
 }
 
 // ErrNotRunning is SetProgress's and SetMetadata's error when the job's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -296,6 +297,7 @@ type enqueueConfig struct {
 	tags           []string
 	replaceKey     string
 	replaceMode    pulsev1.ReplaceMode
+	dependsOn      []*pulsev1.Dependency
 	errs           []error
 }
 
@@ -541,3 +543,35 @@ func WithTimeout(d time.Duration) RegisterOption {
 		r.timeout = d
 	}
 }
+
+// DependsOn makes the job wait for the jobs named (docs/workflows.md):
+// it is not claimable until each is finished, and when one ends
+// DEAD_LETTERED or CANCELED the job is canceled, and so on down the graph
+// ([DependsOnAnyway] runs it instead). Each is an existing job's id
+// ([Submitted.ID]) or, in [Client.EnqueueMany], [JobRef](n): the n-th job
+// of the same call, so a whole graph goes in one call, refused whole if
+// it has a cycle. The job's handler reads its parents' results with
+// [Job.ParentResults]. Repeated calls add.
+func DependsOn(jobs ...string) EnqueueOption {
+	return dependsOn(pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_CANCEL, jobs)
+}
+
+// DependsOnAnyway is [DependsOn] for parents whose failure must not stop
+// the job: it runs once each of them is finished, whatever the outcome
+// (a cleanup, a report of what failed). [Job.ParentResults] tells it how
+// each ended.
+func DependsOnAnyway(jobs ...string) EnqueueOption {
+	return dependsOn(pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_RUN, jobs)
+}
+
+func dependsOn(policy pulsev1.ParentFailurePolicy, jobs []string) EnqueueOption {
+	return func(c *enqueueConfig) {
+		for _, j := range jobs {
+			c.dependsOn = append(c.dependsOn, &pulsev1.Dependency{Job: j, OnParentFailure: policy})
+		}
+	}
+}
+
+// JobRef names the n-th job (from 0) of the same [Client.EnqueueMany]
+// call, for [DependsOn]: "$n".
+func JobRef(n int) string { return "$" + strconv.Itoa(n) }

@@ -183,6 +183,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer cancel()
 		return pool.current().UpdateProgress(ctx, req)
 	}
+	exec.parentResults = func(ctx context.Context, req *pulsev1.GetParentResultsRequest) (*pulsev1.GetParentResultsResponse, error) {
+		req.WorkerId = w.cfg.workerID
+		ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		defer cancel()
+		return pool.current().GetParentResults(ctx, req)
+	}
 	stream := newStreamLoop(pool, terms, ledger, exec, dispatch, w.cfg.workerID, topics, w.cfg.concurrency, log)
 
 	// The reporter and heartbeater outlive ctx: handlers keep running, and

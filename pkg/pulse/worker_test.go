@@ -205,7 +205,8 @@ func TestWorker(t *testing.T) {
 		s := <-seenCh
 		got := *s.job
 		require.NotNil(t, got.update, "the handler's job can report its progress")
-		got.update = nil
+		require.NotNil(t, got.parents, "the handler's job can read its parents")
+		got.update, got.parents = nil, nil
 		require.Equal(t, &Job{
 			ID: "job-7", Attempt: 3, Topic: "t", Args: []byte(`{"n":42}`), Priority: 8, MaxAttempts: 5,
 			SubmittedAt: a.GetSubmittedAt().AsTime(),

@@ -13,9 +13,10 @@ import (
 func AccessPolicy() auth.Policy {
 	worker := auth.Only(auth.RoleWorker)
 	return auth.Policy{
-		pulsev1.DispatchService_StreamJobs_FullMethodName:     worker,
-		pulsev1.DispatchService_Heartbeat_FullMethodName:      worker,
-		pulsev1.DispatchService_ReportResult_FullMethodName:   worker,
-		pulsev1.DispatchService_UpdateProgress_FullMethodName: worker,
+		pulsev1.DispatchService_StreamJobs_FullMethodName:       worker,
+		pulsev1.DispatchService_Heartbeat_FullMethodName:        worker,
+		pulsev1.DispatchService_ReportResult_FullMethodName:     worker,
+		pulsev1.DispatchService_UpdateProgress_FullMethodName:   worker,
+		pulsev1.DispatchService_GetParentResults_FullMethodName: worker,
 	}
 }

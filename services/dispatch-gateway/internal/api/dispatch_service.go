@@ -60,6 +60,7 @@ type Store interface {
 	Heartbeat(ctx context.Context, worker string, refs []pulsetype.AttemptRef, leaseTTL time.Duration) ([]pulsetype.Beat, error)
 	Report(ctx context.Context, worker string, results []pulsetype.Result) ([]pulsetype.Ack, error)
 	SetProgress(ctx context.Context, worker string, ref pulsetype.AttemptRef, progress *int16, metadata []byte) (bool, error)
+	ParentResults(ctx context.Context, worker string, ref pulsetype.AttemptRef) ([]jobstore.ParentResult, bool, error)
 }
 
 // Observer is told about settled results and streams, for metrics.
@@ -524,6 +525,46 @@ func (s *DispatchService) UpdateProgress(ctx context.Context, req *pulsev1.Updat
 		return nil, err
 	}
 	return &pulsev1.UpdateProgressResponse{Held: held}, nil
+}
+
+// GetParentResults reads the parents of a running attempt's job, with
+// each one's status and result, fenced as a heartbeat is: only the
+// attempt's lease holder reads them (docs/workflows.md).
+func (s *DispatchService) GetParentResults(ctx context.Context, req *pulsev1.GetParentResultsRequest) (*pulsev1.GetParentResultsResponse, error) {
+	if err := validateWorkerID("worker_id", req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	u, err := uuid.Parse(req.GetJobId())
+	if err != nil {
+		return nil, apierr.Invalid("job_id", "%q is not a job id (a UUID)", req.GetJobId())
+	}
+	if req.GetAttempt() < 1 {
+		return nil, apierr.Invalid("attempt", "is %d; attempts start at 1", req.GetAttempt())
+	}
+	parents, held, err := s.store.ParentResults(ctx, s.leaseHolder(ctx, req.GetWorkerId()), pulsetype.AttemptRef{ID: u, Attempt: req.GetAttempt()})
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.GetParentResultsResponse{Held: held, Parents: make([]*pulsev1.ParentResult, len(parents))}
+	for i, p := range parents {
+		out.Parents[i] = &pulsev1.ParentResult{
+			JobId: p.ID.String(), Topic: p.Topic, Status: parentStatus[p.Status], Result: p.Result,
+		}
+		if p.FinishedAt != nil {
+			out.Parents[i].FinishedAt = timestamppb.New(*p.FinishedAt)
+		}
+	}
+	return out, nil
+}
+
+// parentStatus is a parent's status on the wire.
+var parentStatus = map[pulsetype.Status]pulsev1.JobStatus{
+	pulsetype.StatusPending:      pulsev1.JobStatus_JOB_STATUS_PENDING,
+	pulsetype.StatusRunning:      pulsev1.JobStatus_JOB_STATUS_RUNNING,
+	pulsetype.StatusRetrying:     pulsev1.JobStatus_JOB_STATUS_RETRYING,
+	pulsetype.StatusCompleted:    pulsev1.JobStatus_JOB_STATUS_COMPLETED,
+	pulsetype.StatusDeadLettered: pulsev1.JobStatus_JOB_STATUS_DEAD_LETTERED,
+	pulsetype.StatusCanceled:     pulsev1.JobStatus_JOB_STATUS_CANCELED,
 }
 
 // validateMetadata checks a metadata update: a JSON object of at most
