@@ -652,3 +652,25 @@ func TestSubmitReplaceKey(t *testing.T) {
 	r := pulse(t, "", prod("submit", topic, "--replace-key", "doc-7", "--replace-mode", "latest")...)
 	require.Contains(t, failLine(t, r), "replace_mode")
 }
+
+// --depends-on makes the job wait for its parents: it shows the parent it
+// waits for in blocked_by; an unknown parent is refused naming the field,
+// and --on-parent-failure without --depends-on is a usage error.
+func TestSubmitDependsOn(t *testing.T) {
+	t.Parallel()
+	topic := "cli.depends"
+	parent := strings.TrimSpace(ok(t, prod("submit", topic, "--at", "2099-01-01T00:00:00Z")...))
+	child := strings.TrimSpace(ok(t, prod("submit", topic, "--depends-on", parent, "--on-parent-failure", "run")...))
+	var j struct {
+		BlockedBy  int    `json:"blocked_by"`
+		WorkflowID string `json:"workflow_id"`
+	}
+	okJSON(t, &j, prod("jobs", "get", child)...)
+	require.Equal(t, 1, j.BlockedBy)
+	require.Equal(t, child, j.WorkflowID)
+
+	r := pulse(t, "", prod("submit", topic, "--depends-on", "01a219e2-71b5-71b3-83f5-25ae32f812f3")...)
+	require.Contains(t, failLine(t, r), "depends_on[0]")
+	r = pulse(t, "", prod("submit", topic, "--on-parent-failure", "run")...)
+	require.Contains(t, failLine(t, r), "--depends-on")
+}

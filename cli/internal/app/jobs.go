@@ -226,10 +226,10 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 }
 
 func newSubmitCmd(e *env) *cobra.Command {
-	var argsJSON, at, key, replaceKey, replaceMode string
+	var argsJSON, at, key, replaceKey, replaceMode, onParentFailure string
 	var priority, maxAttempts int
 	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
-	var tags []string
+	var tags, dependsOn []string
 	cmd := &cobra.Command{
 		Use:   "submit TOPIC",
 		Short: "Submit one job",
@@ -249,6 +249,9 @@ pending and has never started, the submit changes that job instead of adding
 one, as --replace-mode says (replace: its args and run time; keep_earlier_run_at:
 its args, and the earlier run time; keep_first: nothing) and prints its id
 (marked replaced, or duplicate for keep_first).
+--depends-on (job ids, comma-separated or repeated) makes the job wait until
+each of those jobs is finished; when one is dead-lettered or canceled the job
+is canceled, or, with --on-parent-failure run, runs anyway.
 Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 		Example: `  pulse submit email.send --args '{"to":"a@example.com"}'
   pulse submit report.build --args '{}' --priority 9 --max-attempts 3 --timeout 5m
@@ -257,7 +260,8 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
   pulse submit webhook.deliver --args '{"id":9}' --retry-base 2s --retry-max 10m
   pulse submit sync.pull --args '{}' --retry-fixed 30s
   pulse submit import.csv --args '{"file":"a.csv"}' --tag tenant=acme --tag batch-7
-  pulse submit search.reindex --args '{"doc":7}' --at 2026-12-01T09:00:30Z --replace-key doc-7`,
+  pulse submit search.reindex --args '{"doc":7}' --at 2026-12-01T09:00:30Z --replace-key doc-7
+  pulse submit report.send --depends-on 01a219e2-71b5-71b3-83f5-25ae32f812f3 --on-parent-failure run`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := parseArgsFlag("args", argsJSON)
@@ -284,6 +288,12 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 			body.Retry = retryFlags(cmd, retryBase, retryMax, retryFixed)
 			body.Tags = tags
 			body.ReplaceKey, body.ReplaceMode = replaceKey, replaceMode
+			if onParentFailure != "" && len(dependsOn) == 0 {
+				return usageErrorf("--on-parent-failure needs --depends-on")
+			}
+			for _, id := range dependsOn {
+				body.DependsOn = append(body.DependsOn, pulsehttp.Dependency{Job: id, OnParentFailure: onParentFailure})
+			}
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -321,6 +331,8 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 	f.StringArrayVar(&tags, "tag", nil, "a tag for listings to filter by (repeatable; letters, digits, . _ : = / -)")
 	f.StringVar(&replaceKey, "replace-key", "", "replace the key's pending, never-started job of TOPIC instead of adding one (≤ 255 bytes)")
 	f.StringVar(&replaceMode, "replace-mode", "", "with --replace-key: replace (default), keep_earlier_run_at or keep_first")
+	f.StringSliceVar(&dependsOn, "depends-on", nil, "job ids this job waits for (comma-separated or repeated)")
+	f.StringVar(&onParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run, when a parent is dead-lettered or canceled")
 	return cmd
 }
 
