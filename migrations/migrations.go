@@ -67,7 +67,12 @@ const (
 	// workflow's status and the workflow list through (00016,
 	// ADR-0052). control-api requires it.
 	VersionWorkflowView int64 = 16
+	// VersionTopicBreakers adds the circuit breaker's configuration and
+	// state per topic (topic_breakers, ADR-0053, 00017). The reaper (its
+	// breaker loop) and control-api (breaker settings, a job's wait)
+	// require it.
+	VersionTopicBreakers int64 = 17
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionWorkflowView
+const Latest = VersionTopicBreakers

@@ -968,6 +968,37 @@ CREATE TABLE public.settle_listeners (
 );
 
 --
+-- Name: topic_breakers; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.topic_breakers (
+    topic text NOT NULL,
+    failure_ratio double precision NOT NULL,
+    window_length interval NOT NULL,
+    min_volume integer NOT NULL,
+    cooldown interval NOT NULL,
+    state text DEFAULT 'closed'::text NOT NULL,
+    since_at timestamp with time zone DEFAULT now() NOT NULL,
+    base_completed bigint DEFAULT 0 NOT NULL,
+    base_failed bigint DEFAULT 0 NOT NULL,
+    opened_at timestamp with time zone,
+    open_until timestamp with time zone,
+    opens bigint DEFAULT 0 NOT NULL,
+    limit_saved boolean DEFAULT false NOT NULL,
+    saved_max_running integer,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text NOT NULL,
+    CONSTRAINT topic_breakers_cooldown_range CHECK (((cooldown >= '00:00:01'::interval) AND (cooldown <= '1 day'::interval))),
+    CONSTRAINT topic_breakers_min_volume_range CHECK (((min_volume >= 1) AND (min_volume <= 1000000))),
+    CONSTRAINT topic_breakers_open_explained CHECK (((state <> 'open'::text) OR ((opened_at IS NOT NULL) AND (open_until IS NOT NULL)))),
+    CONSTRAINT topic_breakers_ratio_range CHECK (((failure_ratio > (0)::double precision) AND (failure_ratio <= (1)::double precision))),
+    CONSTRAINT topic_breakers_state_known CHECK ((state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text]))),
+    CONSTRAINT topic_breakers_topic_format CHECK (((length(topic) <= 128) AND (topic ~ '^[A-Za-z0-9][A-Za-z0-9._:-]*$'::text))),
+    CONSTRAINT topic_breakers_updated_by CHECK ((updated_by <> ''::text)),
+    CONSTRAINT topic_breakers_window_range CHECK (((window_length >= '00:01:00'::interval) AND (window_length <= '1 day'::interval)))
+);
+
+--
 -- Name: topic_limits; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1093,6 +1124,13 @@ ALTER TABLE ONLY public.schedules
 
 ALTER TABLE ONLY public.settle_listeners
     ADD CONSTRAINT settle_listeners_pkey PRIMARY KEY (process);
+
+--
+-- Name: topic_breakers topic_breakers_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.topic_breakers
+    ADD CONSTRAINT topic_breakers_pkey PRIMARY KEY (topic);
 
 --
 -- Name: topic_limits topic_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -

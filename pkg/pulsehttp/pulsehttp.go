@@ -200,7 +200,8 @@ type JobWithWait struct {
 }
 
 // Wait says why a job waits: "paused" (by whom, since when, why, until
-// when), "scheduled" / "retry_backoff" / "snoozed" (until not_before), "no_worker" (no
+// when), "scheduled" / "retry_backoff" / "snoozed" (until not_before),
+// "breaker_open" (its topic's circuit breaker paused it until not_before), "no_worker" (no
 // connected worker serves its topic; worker_last_seen says when one last
 // did, null if never), or "queued" behind Ahead jobs of its topic.
 type Wait struct {

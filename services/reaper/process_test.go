@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
@@ -70,11 +73,69 @@ func TestReaperProcess(t *testing.T) {
 		require.Contains(t, stdout.String(), `"msg":"stopped cleanly"`)
 	})
 
+	t.Run("BreakerPausesAFailingTopicAndLetsATrialThrough", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.URL(t)
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		defer pool.Close()
+		store := jobstore.New(pool, jobstore.ThroughputWriter("gw-test"))
+		const topic = "proc.brk"
+		_, err = store.SetTopicBreaker(t.Context(), topic, jobstore.BreakerConfig{
+			FailureRatio: 0.5, Window: time.Minute, MinVolume: 3, Cooldown: time.Second}, "ops")
+		require.NoError(t, err)
+
+		p := proctest.Start(t, bin, proctest.Env("PULSE_DATABASE_URL="+url, "PULSE_BREAKER_INTERVAL=50ms", "PULSE_ADMIN_ADDR=127.0.0.1:0"))
+		base := "http://" + adminAddr(t, p)
+		p.WaitHTTP(t, base+"/readyz", http.StatusOK)
+
+		// attempt submits a job, claims it and settles it with outcome.
+		attempt := func(outcome pulsetype.Outcome) {
+			t.Helper()
+			id := uuid.Must(uuid.NewV7())
+			_, err := store.Insert(t.Context(), []pulsetype.NewJob{{ID: id, Topic: topic, Args: []byte(`{}`), Priority: 5, MaxAttempts: 3}})
+			require.NoError(t, err)
+			var claimed []pulsetype.Claimed
+			proctest.WaitFor(t, "a claim of the topic", func() bool {
+				claimed, err = store.Claim(t.Context(), []string{topic}, []string{"w"}, time.Minute)
+				require.NoError(t, err)
+				return len(claimed) == 1
+			})
+			_, err = store.Report(t.Context(), "w", []pulsetype.Result{{Ref: pulsetype.AttemptRef{ID: claimed[0].ID, Attempt: claimed[0].Attempt}, Outcome: outcome}})
+			require.NoError(t, err)
+		}
+		for range 3 {
+			attempt(pulsetype.OutcomeFail)
+		}
+		rec := p.Logged(t, "circuit breaker open")
+		require.Equal(t, topic, rec["topic"])
+		require.Contains(t, rec["why"], "3 of 3 attempts failed")
+		st, err := store.DispatchState(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, jobstore.BreakerActor, st.Scope(topic).Actor)
+		proctest.WaitFor(t, "pulse_breaker_open to say open", func() bool {
+			_, body := proctest.Get(base + "/metrics")
+			return strings.Contains(body, `pulse_breaker_open{topic="proc.brk"} 1`)
+		})
+
+		// The cooldown ends (no control-api runs here: the breaker resumes
+		// its own pause); the trial completes and closes it.
+		p.Logged(t, "circuit breaker half_open")
+		attempt(pulsetype.OutcomeComplete)
+		p.Logged(t, "circuit breaker closed")
+		proctest.WaitFor(t, "pulse_breaker_open to say closed", func() bool {
+			_, body := proctest.Get(base + "/metrics")
+			return strings.Contains(body, `pulse_breaker_open{topic="proc.brk"} 0`) &&
+				strings.Contains(body, `pulse_breaker_transitions_total{to="closed",topic="proc.brk"} 1`)
+		})
+		p.Stop(t)
+	})
+
 	t.Run("RefusesASchemaOlderThanItNeeds", func(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionSnooze))
+		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionTopicBreakers))
 	})
 
 	t.Run("RefusesABadSweepIntervalNamingTheVariable", func(t *testing.T) {

@@ -39,18 +39,22 @@ const (
 	JobWaitReason_JOB_WAIT_REASON_NO_WORKER JobWaitReason = 5
 	// PENDING, put back by its handler (pulse.Snooze) until not_before.
 	JobWaitReason_JOB_WAIT_REASON_SNOOZED JobWaitReason = 6
+	// Its topic's circuit breaker opened: the breaker paused the topic
+	// (paused_by) until not_before, the end of its cooldown.
+	JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN JobWaitReason = 20
 )
 
 // Enum value maps for JobWaitReason.
 var (
 	JobWaitReason_name = map[int32]string{
-		0: "JOB_WAIT_REASON_UNSPECIFIED",
-		1: "JOB_WAIT_REASON_PAUSED",
-		2: "JOB_WAIT_REASON_SCHEDULED",
-		3: "JOB_WAIT_REASON_RETRY_BACKOFF",
-		4: "JOB_WAIT_REASON_QUEUED",
-		5: "JOB_WAIT_REASON_NO_WORKER",
-		6: "JOB_WAIT_REASON_SNOOZED",
+		0:  "JOB_WAIT_REASON_UNSPECIFIED",
+		1:  "JOB_WAIT_REASON_PAUSED",
+		2:  "JOB_WAIT_REASON_SCHEDULED",
+		3:  "JOB_WAIT_REASON_RETRY_BACKOFF",
+		4:  "JOB_WAIT_REASON_QUEUED",
+		5:  "JOB_WAIT_REASON_NO_WORKER",
+		6:  "JOB_WAIT_REASON_SNOOZED",
+		20: "JOB_WAIT_REASON_BREAKER_OPEN",
 	}
 	JobWaitReason_value = map[string]int32{
 		"JOB_WAIT_REASON_UNSPECIFIED":   0,
@@ -60,6 +64,7 @@ var (
 		"JOB_WAIT_REASON_QUEUED":        4,
 		"JOB_WAIT_REASON_NO_WORKER":     5,
 		"JOB_WAIT_REASON_SNOOZED":       6,
+		"JOB_WAIT_REASON_BREAKER_OPEN":  20,
 	}
 )
 
@@ -1022,7 +1027,7 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x13omit_unfinished_job\x18\x03 \x01(\bR\x11omitUnfinishedJob\"N\n" +
 	"\x0fWaitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
-	"\bfinished\x18\x02 \x01(\bR\bfinished*\xe6\x01\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished*\x88\x02\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
@@ -1030,7 +1035,8 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n" +
-	"\x17JOB_WAIT_REASON_SNOOZED\x10\x062\xe8\x03\n" +
+	"\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n" +
+	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x142\xe8\x03\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +

@@ -16,6 +16,9 @@ type WaitReason string
 const (
 	// WaitPaused: its scope (global or its topic) is paused.
 	WaitPaused WaitReason = "paused"
+	// WaitBreakerOpen: its topic's circuit breaker paused it (ADR-0050)
+	// until NotBefore, the end of the cooldown.
+	WaitBreakerOpen WaitReason = "breaker_open"
 	// WaitScheduled: a PENDING job whose run_at is still ahead.
 	WaitScheduled WaitReason = "scheduled"
 	// WaitRetryBackoff: a RETRYING job waiting out its backoff.
@@ -102,6 +105,14 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 		w.NotBefore = &t
 	}
 	switch blocking, paused := st.Blocking(job.Topic); {
+	case paused && blocking.Scope == job.Topic && blocking.Actor == BreakerActor:
+		// The breaker's pause: until its cooldown ends, or the job's own
+		// run_at when that is later.
+		w.Reason, w.PausedBy = WaitBreakerOpen, &blocking
+		if blocking.Until != nil && (w.NotBefore == nil || blocking.Until.After(*w.NotBefore)) {
+			t := *blocking.Until
+			w.NotBefore = &t
+		}
 	case paused:
 		w.Reason, w.PausedBy = WaitPaused, &blocking
 	case w.NotBefore != nil && job.Status == pulsetype.StatusRetrying:

@@ -15,6 +15,7 @@ var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
 	jobstore.WaitQueued:       pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
 	jobstore.WaitNoWorker:     pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
 	jobstore.WaitSnoozed:      pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED,
+	jobstore.WaitBreakerOpen:  pulsev1.JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN,
 }
 
 // WaitToWire converts why a job is not running; nil stays nil.

@@ -381,6 +381,16 @@ func explain(job pulsehttp.Job, w *pulsehttp.Wait) string {
 			return fmt.Sprintf("job %s waits because %s is paused by %s: %s", job.ID, scope, w.PausedBy.Actor, w.PausedBy.Reason)
 		}
 		return fmt.Sprintf("job %s waits because dispatch is paused", job.ID)
+	case "breaker_open":
+		reason := ""
+		if w.PausedBy != nil {
+			reason = ": " + w.PausedBy.Reason
+		}
+		when := "after its cooldown"
+		if w.NotBefore != nil {
+			when = "at " + w.NotBefore.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		return fmt.Sprintf("job %s waits because the circuit breaker of topic %s is open%s; it lets a trial through %s", job.ID, job.Topic, reason, when)
 	case "scheduled", "retry_backoff", "snoozed":
 		when := "later"
 		if w.NotBefore != nil {

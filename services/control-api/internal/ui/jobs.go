@@ -376,6 +376,13 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Waiting out its retry backoff until %s (%s).", absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN:
+		t := api.TimeFromWire(wait.GetNotBefore())
+		reason := ""
+		if p := wait.GetPausedBy(); p != nil {
+			reason = " (" + p.GetReason() + ")"
+		}
+		return fmt.Sprintf("Its topic's circuit breaker is open%s: it lets a trial through at %s (%s).", reason, absTime(t), relTime(t, now))
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Snoozed by its handler until %s (%s); no attempt spent.", absTime(t), relTime(t, now))

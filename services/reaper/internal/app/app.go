@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/pulsequeue/pulse/migrations"
@@ -26,9 +27,10 @@ const Service = "reaper"
 // dead-letters; the baseline before it, whose pulse_retry_delay (with the job's own policy) schedules a
 // lapsed attempt's retry, whose job_throughput counts it, and whose
 // control_events guard lets the pruner delete audit rows older than a day;
-// and jobs.snoozes (VersionSnooze), which a lapsed attempt's budget
-// subtracts.
-const MinSchemaVersion = migrations.VersionSnooze
+// jobs.snoozes (VersionSnooze), which a lapsed attempt's budget
+// subtracts; and topic_breakers (VersionTopicBreakers), which the breaker
+// loop judges.
+const MinSchemaVersion = migrations.VersionTopicBreakers
 
 // Command is the reaper binary.
 func Command() service.Command[config.Config] {
@@ -48,7 +50,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
 		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
-			"retention_interval", cfg.RetentionInterval, "reaper_id", cfg.ReaperID},
+			"retention_interval", cfg.RetentionInterval, "breaker_interval", cfg.BreakerInterval, "reaper_id", cfg.ReaperID},
 		Build: func(ctx context.Context, s *service.Service) error {
 			// The sweep counts what it settles in job_throughput under
 			// this reaper's id.
@@ -78,7 +80,26 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				func(ctx context.Context) error { _, err := cleaner.Clean(ctx); return err })
 			s.Every(loop.Config{Name: "throughput_cleaner", Interval: cfg.RetentionInterval, Immediate: true},
 				func(ctx context.Context) error { _, err := throughput.Clean(ctx); return err })
+			// The circuit breakers (ADR-0053): any number of reapers may
+			// judge them; each transition happens once.
+			s.Every(loop.Config{Name: "breaker", Interval: cfg.BreakerInterval, Immediate: true},
+				func(ctx context.Context) error { return judgeBreakers(ctx, store, m, s.Logger()) })
 			return nil
 		},
 	}
+}
+
+// judgeBreakers runs one evaluation of every topic's circuit breaker,
+// logs each transition and exports the breakers' states.
+func judgeBreakers(ctx context.Context, store *jobstore.Store, m *reapmetrics.Metrics, logger *slog.Logger) error {
+	trs, err := store.EvaluateBreakers(ctx)
+	for _, tr := range trs {
+		logger.InfoContext(ctx, "circuit breaker "+string(tr.To), "topic", tr.Topic, "from", string(tr.From), "why", tr.Why)
+	}
+	states, serr := store.Breakers(ctx)
+	if serr != nil {
+		states = nil
+	}
+	m.Breakers(trs, states, errors.Join(err, serr))
+	return errors.Join(err, serr)
 }

@@ -16,6 +16,7 @@ func TestShutdownFlipsReadinessBeforeTheListenersClose(t *testing.T) {
 		DatabaseURL: pgtest.URL(t), AdminAddr: "127.0.0.1:0", LogLevel: "info",
 		SweepInterval: config.SweepIntervalDefault, SweepBatch: config.SweepBatchDefault,
 		RetentionInterval: config.RetentionIntervalDefault, RetentionBatch: config.RetentionBatchDefault,
+		BreakerInterval:    config.BreakerIntervalDefault,
 		RetentionCompleted: config.RetentionCompletedDefault, RetentionCanceled: config.RetentionCanceledDefault,
 		RetentionDeadLettered: config.RetentionDeadLetteredDefault,
 		DBMaxConns:            config.DBMaxConnsDefault, ShutdownTimeout: config.ShutdownTimeoutDefault,

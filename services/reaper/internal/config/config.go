@@ -41,7 +41,11 @@ const (
 	TopicSeenRetentionDefault = 30 * 24 * time.Hour
 	// AuditRetentionDefault is how long control_events keeps a pause or
 	// resume.
-	AuditRetentionDefault  = 90 * 24 * time.Hour
+	AuditRetentionDefault = 90 * 24 * time.Hour
+	// BreakerIntervalDefault is how often the breaker loop judges every
+	// topic's circuit breaker (ADR-0053): the longest a failing topic runs
+	// past its threshold, and a half-open trial's outcome waits.
+	BreakerIntervalDefault = 5 * time.Second
 	DBMaxConnsDefault      = 4
 	ShutdownTimeoutDefault = 20 * time.Second
 
@@ -62,13 +66,15 @@ type Config struct {
 	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
 	// policy (the retry_policy row, shared with the gateways) at start;
 	// unset, the row is left as it is (ADR-0013).
-	RetryBackoffUnit      config.OptionalDuration `envconfig:"RETRY_BACKOFF_UNIT"`
-	RetryBackoffMax       config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
-	RetentionInterval     time.Duration           `envconfig:"RETENTION_INTERVAL" default:"1m"`
-	RetentionCompleted    time.Duration           `envconfig:"RETENTION_COMPLETED" default:"24h"`
-	RetentionCanceled     time.Duration           `envconfig:"RETENTION_CANCELED" default:"168h"`
-	RetentionDeadLettered time.Duration           `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
-	RetentionBatch        int                     `envconfig:"RETENTION_BATCH" default:"1000"`
+	RetryBackoffUnit  config.OptionalDuration `envconfig:"RETRY_BACKOFF_UNIT"`
+	RetryBackoffMax   config.OptionalDuration `envconfig:"RETRY_BACKOFF_MAX"`
+	RetentionInterval time.Duration           `envconfig:"RETENTION_INTERVAL" default:"1m"`
+	// BreakerInterval is the breaker loop's tick (topic_breakers).
+	BreakerInterval       time.Duration `envconfig:"BREAKER_INTERVAL" default:"5s"`
+	RetentionCompleted    time.Duration `envconfig:"RETENTION_COMPLETED" default:"24h"`
+	RetentionCanceled     time.Duration `envconfig:"RETENTION_CANCELED" default:"168h"`
+	RetentionDeadLettered time.Duration `envconfig:"RETENTION_DEAD_LETTERED" default:"720h"`
+	RetentionBatch        int           `envconfig:"RETENTION_BATCH" default:"1000"`
 	// ThroughputRetention is how long job_throughput keeps a minute's
 	// counts; zero keeps them forever.
 	ThroughputRetention time.Duration `envconfig:"THROUGHPUT_RETENTION" default:"168h"`
@@ -106,6 +112,8 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_SWEEP_BATCH", "is %d; it must be between 1 and %d", c.SweepBatch, MaxBatch)
 	case c.RetentionInterval < MinInterval:
 		return config.Invalid("PULSE_RETENTION_INTERVAL", "is %s; it must be at least %s", c.RetentionInterval, MinInterval)
+	case c.BreakerInterval < MinInterval:
+		return config.Invalid("PULSE_BREAKER_INTERVAL", "is %s; it must be at least %s", c.BreakerInterval, MinInterval)
 	case c.RetentionCompleted < 0:
 		return config.Invalid("PULSE_RETENTION_COMPLETED", "is %s; it must not be negative (0 keeps COMPLETED jobs forever)", c.RetentionCompleted)
 	case c.RetentionCanceled < 0:

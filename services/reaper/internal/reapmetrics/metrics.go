@@ -39,6 +39,14 @@ type Metrics struct {
 	// RowsPruned counts rows the pruner deleted, by table
 	// (worker_presence, worker_topic_seen, control_events).
 	RowsPruned *prometheus.CounterVec
+	// BreakerOpen is 1 while a topic's circuit breaker is open (its
+	// topic paused by the breaker), else 0, per topic with a breaker.
+	BreakerOpen *prometheus.GaugeVec
+	// BreakerTransitions counts breaker state changes, by topic and the
+	// state entered (open, half_open, closed).
+	BreakerTransitions *prometheus.CounterVec
+	// BreakerRuns counts breaker evaluations, by result (ok, error).
+	BreakerRuns *prometheus.CounterVec
 	// topics bounds JobsReaped's topic label (BoundTopics); nil bounds
 	// nothing.
 	topics *metrics.Topics
@@ -49,6 +57,8 @@ type Metrics struct {
 func (m *Metrics) BoundTopics(topics *metrics.Topics) {
 	m.topics = topics
 	topics.Bound(m.JobsReaped)
+	topics.Bound(m.BreakerOpen)
+	topics.Bound(m.BreakerTransitions)
 }
 
 // New registers the reaper metrics on reg.
@@ -76,9 +86,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "pulse_reaper_rows_pruned_total", Help: "Rows the pruner deleted, by table (worker_presence: expired presence; worker_topic_seen: topics unserved past PULSE_TOPIC_SEEN_RETENTION; control_events: audit past PULSE_AUDIT_RETENTION).",
 		}, []string{"table"}),
 	}
-	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted, m.RowsPruned)
+	m.BreakerOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pulse_breaker_open", Help: "1 while the topic's circuit breaker is open (the breaker paused the topic until its cooldown ends), else 0; one series per topic with a breaker.",
+	}, []string{"topic"})
+	m.BreakerTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_breaker_transitions_total", Help: "Circuit breaker state changes, by topic and the state entered (open, half_open, closed).",
+	}, []string{"topic", "to"})
+	m.BreakerRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_breaker_evaluations_total", Help: "Evaluations of every topic's circuit breaker, by result (ok, error).",
+	}, []string{"result"})
+	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted, m.RowsPruned,
+		m.BreakerOpen, m.BreakerTransitions, m.BreakerRuns)
 	// Series that exist from the first scrape, so rate() and alerts see 0.
 	for _, r := range []string{ResultOK, ResultError} {
+		m.BreakerRuns.WithLabelValues(r)
 		m.Sweeps.WithLabelValues(r)
 		m.RetentionRuns.WithLabelValues(r)
 	}
@@ -119,6 +140,31 @@ var PrunedTables = []string{retention.TablePresence, retention.TableTopicSeen, r
 
 // Pruned counts rows of a table one pruning statement removed.
 func (m *Metrics) Pruned(table string, n int64) { m.RowsPruned.WithLabelValues(table).Add(float64(n)) }
+
+// Breakers records one breaker evaluation: the transitions it made, and
+// every breaker's state after it (nil when reading them failed).
+func (m *Metrics) Breakers(trs []jobstore.BreakerTransition, states []jobstore.Breaker, err error) {
+	m.BreakerRuns.WithLabelValues(result(err)).Inc()
+	for _, tr := range trs {
+		m.BreakerTransitions.WithLabelValues(m.topics.Label(tr.Topic), string(tr.To)).Inc()
+	}
+	if states == nil {
+		return
+	}
+	open := make(map[string]float64, len(states))
+	for _, b := range states {
+		label := m.topics.Label(b.Topic) // several topics may share _other: any open one counts
+		if b.State == jobstore.BreakerOpen {
+			open[label] = 1
+		} else if _, ok := open[label]; !ok {
+			open[label] = 0
+		}
+	}
+	m.BreakerOpen.Reset()
+	for label, v := range open {
+		m.BreakerOpen.WithLabelValues(label).Set(v)
+	}
+}
 
 // Cleaned records one whole retention pass.
 func (m *Metrics) Cleaned(err error) { m.RetentionRuns.WithLabelValues(result(err)).Inc() }
