@@ -153,7 +153,7 @@ not sent over plain http to a host that is not loopback unless
 		return &exitError{code: ExitUsage, err: err}
 	})
 
-	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e), newTopicsCmd(e),
+	root.AddCommand(newJobsCmd(e), newSubmitCmd(e), newSchedulesCmd(e), newDispatchCmd(e), newTopicsCmd(e), newWorkflowCmd(e),
 		newLoginCmd(e), newPasswdCmd(e), newConfigCmd(e), newMCPCmd(e))
 	for _, c := range root.Commands() {
 		subcommandGroups(c)

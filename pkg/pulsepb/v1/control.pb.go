@@ -976,7 +976,7 @@ var File_pulse_v1_control_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"7\n" +
+	"\x16pulse/v1/control.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\x1a\x17pulse/v1/workflow.proto\"7\n" +
 	"\x10SubmitJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.pulse.v1.JobSpecR\x03job\"X\n" +
 	"\fSubmitResult\x12\x0e\n" +
@@ -1036,7 +1036,7 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n" +
 	"\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n" +
-	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x142\xe8\x03\n" +
+	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x142\xad\x06\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +
@@ -1045,7 +1045,11 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\bListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12D\n" +
 	"\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12A\n" +
 	"\bRetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n" +
-	"\aWaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\aWaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponse\x12J\n" +
+	"\vGetWorkflow\x12\x1c.pulse.v1.GetWorkflowRequest\x1a\x1d.pulse.v1.GetWorkflowResponse\x12P\n" +
+	"\rListWorkflows\x12\x1e.pulse.v1.ListWorkflowsRequest\x1a\x1f.pulse.v1.ListWorkflowsResponse\x12S\n" +
+	"\x0eCancelWorkflow\x12\x1f.pulse.v1.CancelWorkflowRequest\x1a .pulse.v1.CancelWorkflowResponse\x12P\n" +
+	"\rRetryWorkflow\x12\x1e.pulse.v1.RetryWorkflowRequest\x1a\x1f.pulse.v1.RetryWorkflowResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_control_proto_rawDescOnce sync.Once
@@ -1062,29 +1066,37 @@ func file_pulse_v1_control_proto_rawDescGZIP() []byte {
 var file_pulse_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_pulse_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_pulse_v1_control_proto_goTypes = []any{
-	(JobWaitReason)(0),            // 0: pulse.v1.JobWaitReason
-	(*SubmitJobRequest)(nil),      // 1: pulse.v1.SubmitJobRequest
-	(*SubmitResult)(nil),          // 2: pulse.v1.SubmitResult
-	(*SubmitJobResponse)(nil),     // 3: pulse.v1.SubmitJobResponse
-	(*SubmitJobsRequest)(nil),     // 4: pulse.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),    // 5: pulse.v1.SubmitJobsResponse
-	(*GetJobRequest)(nil),         // 6: pulse.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 7: pulse.v1.GetJobResponse
-	(*JobWait)(nil),               // 8: pulse.v1.JobWait
-	(*ListJobsRequest)(nil),       // 9: pulse.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 10: pulse.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 11: pulse.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 12: pulse.v1.CancelJobResponse
-	(*RetryJobRequest)(nil),       // 13: pulse.v1.RetryJobRequest
-	(*RetryJobResponse)(nil),      // 14: pulse.v1.RetryJobResponse
-	(*WaitJobRequest)(nil),        // 15: pulse.v1.WaitJobRequest
-	(*WaitJobResponse)(nil),       // 16: pulse.v1.WaitJobResponse
-	(*JobSpec)(nil),               // 17: pulse.v1.JobSpec
-	(*Job)(nil),                   // 18: pulse.v1.Job
-	(*ScopeState)(nil),            // 19: pulse.v1.ScopeState
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(JobStatus)(0),                // 21: pulse.v1.JobStatus
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(JobWaitReason)(0),             // 0: pulse.v1.JobWaitReason
+	(*SubmitJobRequest)(nil),       // 1: pulse.v1.SubmitJobRequest
+	(*SubmitResult)(nil),           // 2: pulse.v1.SubmitResult
+	(*SubmitJobResponse)(nil),      // 3: pulse.v1.SubmitJobResponse
+	(*SubmitJobsRequest)(nil),      // 4: pulse.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),     // 5: pulse.v1.SubmitJobsResponse
+	(*GetJobRequest)(nil),          // 6: pulse.v1.GetJobRequest
+	(*GetJobResponse)(nil),         // 7: pulse.v1.GetJobResponse
+	(*JobWait)(nil),                // 8: pulse.v1.JobWait
+	(*ListJobsRequest)(nil),        // 9: pulse.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),       // 10: pulse.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),       // 11: pulse.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),      // 12: pulse.v1.CancelJobResponse
+	(*RetryJobRequest)(nil),        // 13: pulse.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),       // 14: pulse.v1.RetryJobResponse
+	(*WaitJobRequest)(nil),         // 15: pulse.v1.WaitJobRequest
+	(*WaitJobResponse)(nil),        // 16: pulse.v1.WaitJobResponse
+	(*JobSpec)(nil),                // 17: pulse.v1.JobSpec
+	(*Job)(nil),                    // 18: pulse.v1.Job
+	(*ScopeState)(nil),             // 19: pulse.v1.ScopeState
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(JobStatus)(0),                 // 21: pulse.v1.JobStatus
+	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
+	(*GetWorkflowRequest)(nil),     // 23: pulse.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),   // 24: pulse.v1.ListWorkflowsRequest
+	(*CancelWorkflowRequest)(nil),  // 25: pulse.v1.CancelWorkflowRequest
+	(*RetryWorkflowRequest)(nil),   // 26: pulse.v1.RetryWorkflowRequest
+	(*GetWorkflowResponse)(nil),    // 27: pulse.v1.GetWorkflowResponse
+	(*ListWorkflowsResponse)(nil),  // 28: pulse.v1.ListWorkflowsResponse
+	(*CancelWorkflowResponse)(nil), // 29: pulse.v1.CancelWorkflowResponse
+	(*RetryWorkflowResponse)(nil),  // 30: pulse.v1.RetryWorkflowResponse
 }
 var file_pulse_v1_control_proto_depIdxs = []int32{
 	17, // 0: pulse.v1.SubmitJobRequest.job:type_name -> pulse.v1.JobSpec
@@ -1110,15 +1122,23 @@ var file_pulse_v1_control_proto_depIdxs = []int32{
 	11, // 20: pulse.v1.ControlService.CancelJob:input_type -> pulse.v1.CancelJobRequest
 	13, // 21: pulse.v1.ControlService.RetryJob:input_type -> pulse.v1.RetryJobRequest
 	15, // 22: pulse.v1.ControlService.WaitJob:input_type -> pulse.v1.WaitJobRequest
-	3,  // 23: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
-	5,  // 24: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
-	7,  // 25: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
-	10, // 26: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
-	12, // 27: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
-	14, // 28: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
-	16, // 29: pulse.v1.ControlService.WaitJob:output_type -> pulse.v1.WaitJobResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
+	23, // 23: pulse.v1.ControlService.GetWorkflow:input_type -> pulse.v1.GetWorkflowRequest
+	24, // 24: pulse.v1.ControlService.ListWorkflows:input_type -> pulse.v1.ListWorkflowsRequest
+	25, // 25: pulse.v1.ControlService.CancelWorkflow:input_type -> pulse.v1.CancelWorkflowRequest
+	26, // 26: pulse.v1.ControlService.RetryWorkflow:input_type -> pulse.v1.RetryWorkflowRequest
+	3,  // 27: pulse.v1.ControlService.SubmitJob:output_type -> pulse.v1.SubmitJobResponse
+	5,  // 28: pulse.v1.ControlService.SubmitJobs:output_type -> pulse.v1.SubmitJobsResponse
+	7,  // 29: pulse.v1.ControlService.GetJob:output_type -> pulse.v1.GetJobResponse
+	10, // 30: pulse.v1.ControlService.ListJobs:output_type -> pulse.v1.ListJobsResponse
+	12, // 31: pulse.v1.ControlService.CancelJob:output_type -> pulse.v1.CancelJobResponse
+	14, // 32: pulse.v1.ControlService.RetryJob:output_type -> pulse.v1.RetryJobResponse
+	16, // 33: pulse.v1.ControlService.WaitJob:output_type -> pulse.v1.WaitJobResponse
+	27, // 34: pulse.v1.ControlService.GetWorkflow:output_type -> pulse.v1.GetWorkflowResponse
+	28, // 35: pulse.v1.ControlService.ListWorkflows:output_type -> pulse.v1.ListWorkflowsResponse
+	29, // 36: pulse.v1.ControlService.CancelWorkflow:output_type -> pulse.v1.CancelWorkflowResponse
+	30, // 37: pulse.v1.ControlService.RetryWorkflow:output_type -> pulse.v1.RetryWorkflowResponse
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1131,6 +1151,7 @@ func file_pulse_v1_control_proto_init() {
 	}
 	file_pulse_v1_dispatch_control_proto_init()
 	file_pulse_v1_job_proto_init()
+	file_pulse_v1_workflow_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

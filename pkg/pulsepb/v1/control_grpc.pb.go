@@ -19,13 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControlService_SubmitJob_FullMethodName  = "/pulse.v1.ControlService/SubmitJob"
-	ControlService_SubmitJobs_FullMethodName = "/pulse.v1.ControlService/SubmitJobs"
-	ControlService_GetJob_FullMethodName     = "/pulse.v1.ControlService/GetJob"
-	ControlService_ListJobs_FullMethodName   = "/pulse.v1.ControlService/ListJobs"
-	ControlService_CancelJob_FullMethodName  = "/pulse.v1.ControlService/CancelJob"
-	ControlService_RetryJob_FullMethodName   = "/pulse.v1.ControlService/RetryJob"
-	ControlService_WaitJob_FullMethodName    = "/pulse.v1.ControlService/WaitJob"
+	ControlService_SubmitJob_FullMethodName      = "/pulse.v1.ControlService/SubmitJob"
+	ControlService_SubmitJobs_FullMethodName     = "/pulse.v1.ControlService/SubmitJobs"
+	ControlService_GetJob_FullMethodName         = "/pulse.v1.ControlService/GetJob"
+	ControlService_ListJobs_FullMethodName       = "/pulse.v1.ControlService/ListJobs"
+	ControlService_CancelJob_FullMethodName      = "/pulse.v1.ControlService/CancelJob"
+	ControlService_RetryJob_FullMethodName       = "/pulse.v1.ControlService/RetryJob"
+	ControlService_WaitJob_FullMethodName        = "/pulse.v1.ControlService/WaitJob"
+	ControlService_GetWorkflow_FullMethodName    = "/pulse.v1.ControlService/GetWorkflow"
+	ControlService_ListWorkflows_FullMethodName  = "/pulse.v1.ControlService/ListWorkflows"
+	ControlService_CancelWorkflow_FullMethodName = "/pulse.v1.ControlService/CancelWorkflow"
+	ControlService_RetryWorkflow_FullMethodName  = "/pulse.v1.ControlService/RetryWorkflow"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -53,6 +57,17 @@ type ControlServiceClient interface {
 	// job as it is then. It is woken by the statement that finished the job
 	// (NOTIFY), not by polling; call it again to wait longer.
 	WaitJob(ctx context.Context, in *WaitJobRequest, opts ...grpc.CallOption) (*WaitJobResponse, error)
+	// The workflow view (workflow.proto). GetWorkflow derives a workflow's
+	// status and counts from its jobs; ListWorkflows pages workflows newest
+	// first. CancelWorkflow cancels every live job of a workflow in one
+	// statement; RetryWorkflow retries every dead-lettered and canceled one
+	// in one statement, their children waiting again for the parents they
+	// wait for (retry from the failed step). Both are operator calls and
+	// answer FAILED_PRECONDITION when there is nothing to act on.
+	GetWorkflow(ctx context.Context, in *GetWorkflowRequest, opts ...grpc.CallOption) (*GetWorkflowResponse, error)
+	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
+	CancelWorkflow(ctx context.Context, in *CancelWorkflowRequest, opts ...grpc.CallOption) (*CancelWorkflowResponse, error)
+	RetryWorkflow(ctx context.Context, in *RetryWorkflowRequest, opts ...grpc.CallOption) (*RetryWorkflowResponse, error)
 }
 
 type controlServiceClient struct {
@@ -133,6 +148,46 @@ func (c *controlServiceClient) WaitJob(ctx context.Context, in *WaitJobRequest, 
 	return out, nil
 }
 
+func (c *controlServiceClient) GetWorkflow(ctx context.Context, in *GetWorkflowRequest, opts ...grpc.CallOption) (*GetWorkflowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetWorkflowResponse)
+	err := c.cc.Invoke(ctx, ControlService_GetWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkflowsResponse)
+	err := c.cc.Invoke(ctx, ControlService_ListWorkflows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) CancelWorkflow(ctx context.Context, in *CancelWorkflowRequest, opts ...grpc.CallOption) (*CancelWorkflowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelWorkflowResponse)
+	err := c.cc.Invoke(ctx, ControlService_CancelWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) RetryWorkflow(ctx context.Context, in *RetryWorkflowRequest, opts ...grpc.CallOption) (*RetryWorkflowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryWorkflowResponse)
+	err := c.cc.Invoke(ctx, ControlService_RetryWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServiceServer is the server API for ControlService service.
 // All implementations must embed UnimplementedControlServiceServer
 // for forward compatibility.
@@ -158,6 +213,17 @@ type ControlServiceServer interface {
 	// job as it is then. It is woken by the statement that finished the job
 	// (NOTIFY), not by polling; call it again to wait longer.
 	WaitJob(context.Context, *WaitJobRequest) (*WaitJobResponse, error)
+	// The workflow view (workflow.proto). GetWorkflow derives a workflow's
+	// status and counts from its jobs; ListWorkflows pages workflows newest
+	// first. CancelWorkflow cancels every live job of a workflow in one
+	// statement; RetryWorkflow retries every dead-lettered and canceled one
+	// in one statement, their children waiting again for the parents they
+	// wait for (retry from the failed step). Both are operator calls and
+	// answer FAILED_PRECONDITION when there is nothing to act on.
+	GetWorkflow(context.Context, *GetWorkflowRequest) (*GetWorkflowResponse, error)
+	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)
+	CancelWorkflow(context.Context, *CancelWorkflowRequest) (*CancelWorkflowResponse, error)
+	RetryWorkflow(context.Context, *RetryWorkflowRequest) (*RetryWorkflowResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -188,6 +254,18 @@ func (UnimplementedControlServiceServer) RetryJob(context.Context, *RetryJobRequ
 }
 func (UnimplementedControlServiceServer) WaitJob(context.Context, *WaitJobRequest) (*WaitJobResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method WaitJob not implemented")
+}
+func (UnimplementedControlServiceServer) GetWorkflow(context.Context, *GetWorkflowRequest) (*GetWorkflowResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetWorkflow not implemented")
+}
+func (UnimplementedControlServiceServer) ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListWorkflows not implemented")
+}
+func (UnimplementedControlServiceServer) CancelWorkflow(context.Context, *CancelWorkflowRequest) (*CancelWorkflowResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelWorkflow not implemented")
+}
+func (UnimplementedControlServiceServer) RetryWorkflow(context.Context, *RetryWorkflowRequest) (*RetryWorkflowResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RetryWorkflow not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -336,6 +414,78 @@ func _ControlService_WaitJob_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_GetWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkflowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).GetWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_GetWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).GetWorkflow(ctx, req.(*GetWorkflowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_ListWorkflows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkflowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).ListWorkflows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_ListWorkflows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).ListWorkflows(ctx, req.(*ListWorkflowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_CancelWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelWorkflowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).CancelWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_CancelWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).CancelWorkflow(ctx, req.(*CancelWorkflowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ControlService_RetryWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryWorkflowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).RetryWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_RetryWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).RetryWorkflow(ctx, req.(*RetryWorkflowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -370,6 +520,22 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitJob",
 			Handler:    _ControlService_WaitJob_Handler,
+		},
+		{
+			MethodName: "GetWorkflow",
+			Handler:    _ControlService_GetWorkflow_Handler,
+		},
+		{
+			MethodName: "ListWorkflows",
+			Handler:    _ControlService_ListWorkflows_Handler,
+		},
+		{
+			MethodName: "CancelWorkflow",
+			Handler:    _ControlService_CancelWorkflow_Handler,
+		},
+		{
+			MethodName: "RetryWorkflow",
+			Handler:    _ControlService_RetryWorkflow_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -19,6 +19,12 @@ func AccessPolicy() auth.Policy {
 		pulsev1.ControlService_CancelJob_FullMethodName:  auth.Require(auth.RoleOperator),
 		pulsev1.ControlService_RetryJob_FullMethodName:   auth.Require(auth.RoleOperator),
 
+		// Workflows: producers read, operators cancel and retry.
+		pulsev1.ControlService_GetWorkflow_FullMethodName:    auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_ListWorkflows_FullMethodName:  auth.Require(auth.RoleProducer),
+		pulsev1.ControlService_CancelWorkflow_FullMethodName: auth.Require(auth.RoleOperator),
+		pulsev1.ControlService_RetryWorkflow_FullMethodName:  auth.Require(auth.RoleOperator),
+
 		pulsev1.DispatchControlService_GetDispatchState_FullMethodName:   auth.Require(auth.RoleProducer),
 		pulsev1.DispatchControlService_ListDispatchEvents_FullMethodName: auth.Require(auth.RoleProducer),
 		pulsev1.DispatchControlService_PauseDispatch_FullMethodName:      auth.Require(auth.RoleOperator),

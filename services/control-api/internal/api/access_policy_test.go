@@ -37,11 +37,15 @@ func TestAccessPolicy(t *testing.T) {
 		for _, m := range []string{
 			pulsev1.ControlService_SubmitJob_FullMethodName, pulsev1.ControlService_SubmitJobs_FullMethodName,
 			pulsev1.ControlService_GetJob_FullMethodName, pulsev1.ControlService_ListJobs_FullMethodName,
+			pulsev1.ControlService_GetWorkflow_FullMethodName, pulsev1.ControlService_ListWorkflows_FullMethodName,
 		} {
 			require.True(t, producer.Allowed(policy[m]), m)
 			require.False(t, worker.Allowed(policy[m]), m)
 		}
-		for _, m := range []string{pulsev1.ControlService_CancelJob_FullMethodName, pulsev1.ControlService_RetryJob_FullMethodName} {
+		for _, m := range []string{
+			pulsev1.ControlService_CancelJob_FullMethodName, pulsev1.ControlService_RetryJob_FullMethodName,
+			pulsev1.ControlService_CancelWorkflow_FullMethodName, pulsev1.ControlService_RetryWorkflow_FullMethodName,
+		} {
 			require.Equal(t, []auth.Role{auth.RoleOperator}, policy[m], m)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/google/uuid"
 
@@ -32,6 +33,7 @@ type Store interface {
 	Cancel(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	Retry(ctx context.Context, id uuid.UUID) (*jobstore.Job, error)
 	ExplainWait(ctx context.Context, job *jobstore.Job) (*jobstore.JobWait, error)
+	WorkflowStore
 }
 
 // Submitter inserts one job, coalescing it with concurrent ones
@@ -48,6 +50,9 @@ type Options struct {
 	// Waiters wakes WaitJob's waiters when their job finishes; nil:
 	// WaitJob is unavailable.
 	Waiters Waiters
+	// Logger records the operator actions on workflows (cancel, retry)
+	// with their actor; nil discards.
+	Logger *slog.Logger
 }
 
 // Waiters is waiter.Hub as the service uses it.

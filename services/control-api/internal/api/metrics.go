@@ -38,6 +38,11 @@ type Metrics struct {
 	// JobsCanceled and JobsRetried count operator actions on jobs, by topic.
 	JobsCanceled *prometheus.CounterVec
 	JobsRetried  *prometheus.CounterVec
+	// WorkflowActions counts the operator's workflow cancels and retries
+	// that acted, and WorkflowActionJobs the jobs they canceled or retried,
+	// by action (cancel, retry).
+	WorkflowActions    *prometheus.CounterVec
+	WorkflowActionJobs *prometheus.CounterVec
 	// AuthRefusals counts calls and requests refused by authentication
 	// before their message or body was read, by auth.Refusal (missing,
 	// invalid, rate_limited, forbidden).
@@ -102,6 +107,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "pulse_jobs_retried_total",
 		Help: "Dead-lettered or canceled jobs sent back to PENDING by an operator, by topic.",
 	}, []string{"topic"})
+	m.WorkflowActions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_workflow_actions_total",
+		Help: "Workflow cancels and retries by an operator that acted on at least one job, by action (cancel, retry).",
+	}, []string{"action"})
+	m.WorkflowActionJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_workflow_action_jobs_total",
+		Help: "Jobs canceled or retried by workflow cancels and retries, by action (cancel, retry).",
+	}, []string{"action"})
 	m.AuthRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulse_auth_refusals_total",
 		Help: "Calls and requests refused by authentication before their message or body was read, by reason (missing, invalid, rate_limited, forbidden).",
@@ -114,7 +127,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.AuthRefusals.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.AuthRefusals, m.JobsSubmitted, m.SubmitDuplicates, m.InsertRows, m.DispatchPaused, m.DispatchActions, m.QueueDepth,
-		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried, m.MCPCalls)
+		m.QueueDepthCountedAt, m.QueueDepthCountTook, m.JobsCanceled, m.JobsRetried, m.MCPCalls,
+		m.WorkflowActions, m.WorkflowActionJobs)
 	m.queueDepth = metrics.NewTopicGauge(m.QueueDepth, metrics.MaxTopicsDefault)
 	m.reg = reg
 	return m
@@ -209,4 +223,11 @@ func (m *Metrics) submitted(topic string, duplicate bool) {
 		return
 	}
 	m.JobsSubmitted.WithLabelValues(m.topics.Label(topic)).Inc()
+}
+
+func (m *Metrics) workflowAction(action string, jobs int64) {
+	if m != nil {
+		m.WorkflowActions.WithLabelValues(action).Inc()
+		m.WorkflowActionJobs.WithLabelValues(action).Add(float64(jobs))
+	}
 }

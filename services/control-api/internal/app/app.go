@@ -155,6 +155,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		MaxBatchJobs: cfg.MaxBatchJobs,
 		Metrics:      m,
 		Waiters:      waiters,
+		Logger:       logger,
 	})
 
 	jsonAPI := httpapi.New(svc, httpapi.Options{
@@ -190,6 +191,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	jsonAPI.RegisterSchedules(admin, scheduleSvc)
 	jsonAPI.RegisterBulk(admin, bulkSvc)
 	jsonAPI.RegisterTopics(admin, topicSvc)
+	jsonAPI.RegisterWorkflows(admin, svc)
 	dashboard.Register(admin)
 	// MCP: the same services as the JSON API, and for agent workers the
 	// gateway's claim, heartbeat and report statements (on the main pool:

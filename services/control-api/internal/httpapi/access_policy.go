@@ -24,6 +24,13 @@ func AccessPolicy() auth.Policy {
 		"POST /v1/jobs/cancel": operator,
 		"POST /v1/jobs/delete": operator,
 
+		// Workflows: producers and operators read, operators cancel and
+		// retry (RegisterWorkflows).
+		"GET /v1/workflows":              producer,
+		"GET /v1/workflows/{id}":         producer,
+		"POST /v1/workflows/{id}/cancel": operator,
+		"POST /v1/workflows/{id}/retry":  operator,
+
 		"GET /v1/dispatch":         producer,
 		"GET /v1/dispatch/events":  producer,
 		"POST /v1/dispatch/pause":  operator,

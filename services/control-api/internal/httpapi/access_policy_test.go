@@ -25,6 +25,7 @@ func TestAccessPolicy(t *testing.T) {
 		h := httpapi.New(nil, httpapi.Options{})
 		h.Register(&mounted)
 		h.RegisterTopics(&mounted, nil)
+		h.RegisterWorkflows(&mounted, nil)
 		require.NotEmpty(t, mounted)
 		policy := httpapi.AccessPolicy()
 		for _, p := range mounted {
@@ -55,6 +56,10 @@ func TestAccessPolicy(t *testing.T) {
 			{"GET", "/v1/jobs/0190", producer},
 			{"POST", "/v1/jobs/0190/cancel", operator},
 			{"POST", "/v1/jobs/0190/retry", operator},
+			{"GET", "/v1/workflows", producer},
+			{"GET", "/v1/workflows/0190", producer},
+			{"POST", "/v1/workflows/0190/cancel", operator},
+			{"POST", "/v1/workflows/0190/retry", operator},
 			{"GET", "/v1/dispatch", producer},
 			{"GET", "/v1/dispatch/events", producer},
 			{"POST", "/v1/dispatch/pause", operator},

@@ -15,9 +15,10 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from pulsequeue.pb.pulse.v1 import dispatch_control_pb2 as pulse_dot_v1_dot_dispatch__control__pb2
 from pulsequeue.pb.pulse.v1 import job_pb2 as pulse_dot_v1_dot_job__pb2
+from pulsequeue.pb.pulse.v1 import workflow_pb2 as pulse_dot_v1_dot_workflow__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pulse/v1/control.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\"2\n\x10SubmitJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.pulse.v1.JobSpec\"?\n\x0cSubmitResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08replaced\x18\x03 \x01(\x08\";\n\x11SubmitJobResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.pulse.v1.SubmitResult\"4\n\x11SubmitJobsRequest\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.pulse.v1.JobSpec\"=\n\x12SubmitJobsResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.pulse.v1.SubmitResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"M\n\x0eGetJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x1f\n\x04wait\x18\x02 \x01(\x0b\x32\x11.pulse.v1.JobWait\"\xe8\x01\n\x07JobWait\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.pulse.v1.JobWaitReason\x12\'\n\tpaused_by\x18\x02 \x01(\x0b\x32\x14.pulse.v1.ScopeState\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x04 \x01(\x03\x12\x16\n\x0e\x61head_at_least\x18\x05 \x01(\x08\x12\x34\n\x10worker_last_seen\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8b\x01\n\x0fListJobsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.pulse.v1.JobStatus\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0cinclude_args\x18\x05 \x01(\x08\x12\x0b\n\x03tag\x18\x06 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.pulse.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x11\x43\x61ncelJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"\x1d\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x10RetryJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"e\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13omit_unfinished_job\x18\x03 \x01(\x08\"?\n\x0fWaitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08*\x88\x02\n\rJobWaitReason\x12\x1f\n\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x32\xe8\x03\n\x0e\x43ontrolService\x12\x44\n\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n\nSubmitJobs\x12\x1b.pulse.v1.SubmitJobsRequest\x1a\x1c.pulse.v1.SubmitJobsResponse\x12;\n\x06GetJob\x12\x17.pulse.v1.GetJobRequest\x1a\x18.pulse.v1.GetJobResponse\x12\x41\n\x08ListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12\x44\n\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12\x41\n\x08RetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n\x07WaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pulse/v1/control.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\x1a\x17pulse/v1/workflow.proto\"2\n\x10SubmitJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.pulse.v1.JobSpec\"?\n\x0cSubmitResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08replaced\x18\x03 \x01(\x08\";\n\x11SubmitJobResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.pulse.v1.SubmitResult\"4\n\x11SubmitJobsRequest\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.pulse.v1.JobSpec\"=\n\x12SubmitJobsResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.pulse.v1.SubmitResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"M\n\x0eGetJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x1f\n\x04wait\x18\x02 \x01(\x0b\x32\x11.pulse.v1.JobWait\"\xe8\x01\n\x07JobWait\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.pulse.v1.JobWaitReason\x12\'\n\tpaused_by\x18\x02 \x01(\x0b\x32\x14.pulse.v1.ScopeState\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x04 \x01(\x03\x12\x16\n\x0e\x61head_at_least\x18\x05 \x01(\x08\x12\x34\n\x10worker_last_seen\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8b\x01\n\x0fListJobsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.pulse.v1.JobStatus\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0cinclude_args\x18\x05 \x01(\x08\x12\x0b\n\x03tag\x18\x06 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.pulse.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x11\x43\x61ncelJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"\x1d\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x10RetryJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"e\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13omit_unfinished_job\x18\x03 \x01(\x08\"?\n\x0fWaitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08*\x88\x02\n\rJobWaitReason\x12\x1f\n\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x32\xad\x06\n\x0e\x43ontrolService\x12\x44\n\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n\nSubmitJobs\x12\x1b.pulse.v1.SubmitJobsRequest\x1a\x1c.pulse.v1.SubmitJobsResponse\x12;\n\x06GetJob\x12\x17.pulse.v1.GetJobRequest\x1a\x18.pulse.v1.GetJobResponse\x12\x41\n\x08ListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12\x44\n\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12\x41\n\x08RetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n\x07WaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponse\x12J\n\x0bGetWorkflow\x12\x1c.pulse.v1.GetWorkflowRequest\x1a\x1d.pulse.v1.GetWorkflowResponse\x12P\n\rListWorkflows\x12\x1e.pulse.v1.ListWorkflowsRequest\x1a\x1f.pulse.v1.ListWorkflowsResponse\x12S\n\x0e\x43\x61ncelWorkflow\x12\x1f.pulse.v1.CancelWorkflowRequest\x1a .pulse.v1.CancelWorkflowResponse\x12P\n\rRetryWorkflow\x12\x1e.pulse.v1.RetryWorkflowRequest\x1a\x1f.pulse.v1.RetryWorkflowResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulse.v1.control_pb2', globals())
@@ -25,40 +26,40 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1'
-  _JOBWAITREASON._serialized_start=1337
-  _JOBWAITREASON._serialized_end=1601
-  _SUBMITJOBREQUEST._serialized_start=154
-  _SUBMITJOBREQUEST._serialized_end=204
-  _SUBMITRESULT._serialized_start=206
-  _SUBMITRESULT._serialized_end=269
-  _SUBMITJOBRESPONSE._serialized_start=271
-  _SUBMITJOBRESPONSE._serialized_end=330
-  _SUBMITJOBSREQUEST._serialized_start=332
-  _SUBMITJOBSREQUEST._serialized_end=384
-  _SUBMITJOBSRESPONSE._serialized_start=386
-  _SUBMITJOBSRESPONSE._serialized_end=447
-  _GETJOBREQUEST._serialized_start=449
-  _GETJOBREQUEST._serialized_end=476
-  _GETJOBRESPONSE._serialized_start=478
-  _GETJOBRESPONSE._serialized_end=555
-  _JOBWAIT._serialized_start=558
-  _JOBWAIT._serialized_end=790
-  _LISTJOBSREQUEST._serialized_start=793
-  _LISTJOBSREQUEST._serialized_end=932
-  _LISTJOBSRESPONSE._serialized_start=934
-  _LISTJOBSRESPONSE._serialized_end=1006
-  _CANCELJOBREQUEST._serialized_start=1008
-  _CANCELJOBREQUEST._serialized_end=1038
-  _CANCELJOBRESPONSE._serialized_start=1040
-  _CANCELJOBRESPONSE._serialized_end=1087
-  _RETRYJOBREQUEST._serialized_start=1089
-  _RETRYJOBREQUEST._serialized_end=1118
-  _RETRYJOBRESPONSE._serialized_start=1120
-  _RETRYJOBRESPONSE._serialized_end=1166
-  _WAITJOBREQUEST._serialized_start=1168
-  _WAITJOBREQUEST._serialized_end=1269
-  _WAITJOBRESPONSE._serialized_start=1271
-  _WAITJOBRESPONSE._serialized_end=1334
-  _CONTROLSERVICE._serialized_start=1604
-  _CONTROLSERVICE._serialized_end=2092
+  _JOBWAITREASON._serialized_start=1362
+  _JOBWAITREASON._serialized_end=1626
+  _SUBMITJOBREQUEST._serialized_start=179
+  _SUBMITJOBREQUEST._serialized_end=229
+  _SUBMITRESULT._serialized_start=231
+  _SUBMITRESULT._serialized_end=294
+  _SUBMITJOBRESPONSE._serialized_start=296
+  _SUBMITJOBRESPONSE._serialized_end=355
+  _SUBMITJOBSREQUEST._serialized_start=357
+  _SUBMITJOBSREQUEST._serialized_end=409
+  _SUBMITJOBSRESPONSE._serialized_start=411
+  _SUBMITJOBSRESPONSE._serialized_end=472
+  _GETJOBREQUEST._serialized_start=474
+  _GETJOBREQUEST._serialized_end=501
+  _GETJOBRESPONSE._serialized_start=503
+  _GETJOBRESPONSE._serialized_end=580
+  _JOBWAIT._serialized_start=583
+  _JOBWAIT._serialized_end=815
+  _LISTJOBSREQUEST._serialized_start=818
+  _LISTJOBSREQUEST._serialized_end=957
+  _LISTJOBSRESPONSE._serialized_start=959
+  _LISTJOBSRESPONSE._serialized_end=1031
+  _CANCELJOBREQUEST._serialized_start=1033
+  _CANCELJOBREQUEST._serialized_end=1063
+  _CANCELJOBRESPONSE._serialized_start=1065
+  _CANCELJOBRESPONSE._serialized_end=1112
+  _RETRYJOBREQUEST._serialized_start=1114
+  _RETRYJOBREQUEST._serialized_end=1143
+  _RETRYJOBRESPONSE._serialized_start=1145
+  _RETRYJOBRESPONSE._serialized_end=1191
+  _WAITJOBREQUEST._serialized_start=1193
+  _WAITJOBREQUEST._serialized_end=1294
+  _WAITJOBRESPONSE._serialized_start=1296
+  _WAITJOBRESPONSE._serialized_end=1359
+  _CONTROLSERVICE._serialized_start=1629
+  _CONTROLSERVICE._serialized_end=2442
 # @@protoc_insertion_point(module_scope)
