@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -164,6 +165,53 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
+	// Workflows: random graphs of the same topic in one EnqueueMany each,
+	// with random per-edge policies, and now and then an operator's cancel
+	// of one of their jobs, so some parents end CANCELED mid-graph. The
+	// database judges them after the run (checkWorkflows).
+	var flowMu sync.Mutex
+	var flows []string
+	operatorCanceled := map[string]bool{}
+	load.Go(func() {
+		frng := rand.New(rand.NewPCG(seed, 7))
+		for loadCtx.Err() == nil {
+			reqs := make([]pulse.JobRequest, 2+frng.IntN(5))
+			for i := range reqs {
+				reqs[i] = pulse.JobRequest{Topic: topic}
+				// Every job after the first has at least one parent, so
+				// every job of the call is of its workflow.
+				must := -1
+				if i > 0 {
+					must = frng.IntN(i)
+				}
+				for p := range i {
+					if p == must || frng.IntN(3) == 0 {
+						opt := pulse.DependsOn(pulse.JobRef(p))
+						if frng.IntN(2) == 0 {
+							opt = pulse.DependsOnAnyway(pulse.JobRef(p))
+						}
+						reqs[i].Options = append(reqs[i].Options, opt)
+					}
+				}
+			}
+			if res, err := client.EnqueueMany(loadCtx, reqs); err == nil {
+				flowMu.Lock()
+				flows = append(flows, res[0].ID)
+				flowMu.Unlock()
+				if frng.IntN(3) == 0 {
+					victim := res[frng.IntN(len(res))].ID
+					// Recorded before the call: a cancel whose answer was
+					// lost may still have committed.
+					flowMu.Lock()
+					operatorCanceled[victim] = true
+					flowMu.Unlock()
+					_, _ = client.Cancel(loadCtx, victim)
+				}
+			}
+			_ = pauseSleep(loadCtx, 50*time.Millisecond)
+		}
+	})
+
 	// until retries op until it succeeds: components come back.
 	until := func(what string, op func() error) {
 		t.Helper()
@@ -264,9 +312,12 @@ func TestChaos(t *testing.T) {
 	ackMu.Unlock()
 	require.NotEmpty(t, promised)
 	require.Eventually(t, func() bool {
-		return countWhere(t, ctx, pool, `topic = $1 AND status <> 'COMPLETED'`, topic) == 0
+		return countWhere(t, ctx, pool, `topic = $1 AND workflow_id IS NULL AND status <> 'COMPLETED'`, topic) == 0
 	}, 3*time.Minute, 100*time.Millisecond, "chaos (seed %d): jobs stuck: %d not COMPLETED", seed,
-		countWhere(t, ctx, pool, `topic = $1 AND status <> 'COMPLETED'`, topic))
+		countWhere(t, ctx, pool, `topic = $1 AND workflow_id IS NULL AND status <> 'COMPLETED'`, topic))
+	flowMu.Lock()
+	checkWorkflows(t, ctx, pool, seed, slices.Clone(flows), operatorCanceled)
+	flowMu.Unlock()
 	var missing int64
 	require.NoError(t, pool.QueryRow(ctx, `
 SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = a.id AND status = 'COMPLETED')`,
@@ -322,6 +373,48 @@ WHERE topic = $1 AND status = 'COMPLETED'
 	claims, pauses, err := claimwitness.Counts(ctx, pool)
 	require.NoError(t, err)
 	t.Logf("chaos: %d jobs acknowledged, %d claims, %d pauses, %d workers started", len(promised), claims, pauses, nextWorker)
+}
+
+// checkWorkflows judges the chaos run's workflows from the database: every
+// job of them finishes; no child started before each of its parents
+// finished; a child whose parent ended CANCELED or DEAD_LETTERED under a
+// cancel edge was canceled without running; a completed child had every
+// parent finished and its cancel-edge parents completed; and a canceled job
+// the test did not cancel has a failed parent under a cancel edge.
+func checkWorkflows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, seed uint64, flows []string, operatorCanceled map[string]bool) {
+	t.Helper()
+	require.NotEmpty(t, flows, "chaos (seed %d): no workflow was submitted", seed)
+	live := `workflow_id = ANY($1::uuid[]) AND status NOT IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')`
+	require.Eventually(t, func() bool { return countWhere(t, ctx, pool, live, flows) == 0 },
+		3*time.Minute, 100*time.Millisecond, "chaos (seed %d): workflow jobs stuck: %d unfinished", seed, countWhere(t, ctx, pool, live, flows))
+
+	var early, wrongCancel, wrongRun int64
+	require.NoError(t, pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE c.started_at IS NOT NULL AND (p.finished_at IS NULL OR c.started_at < p.finished_at)),
+       count(*) FILTER (WHERE d.on_parent_failure = 'cancel' AND p.status IN ('DEAD_LETTERED', 'CANCELED')
+                          AND (c.status <> 'CANCELED' OR c.started_at IS NOT NULL)),
+       count(*) FILTER (WHERE c.status = 'COMPLETED' AND d.on_parent_failure = 'cancel' AND p.status <> 'COMPLETED')
+FROM job_dependencies d JOIN jobs c ON c.id = d.child_id JOIN jobs p ON p.id = d.parent_id
+WHERE c.workflow_id = ANY($1::uuid[])`, flows).Scan(&early, &wrongCancel, &wrongRun))
+	require.Zero(t, early, "chaos (seed %d): children started before a parent finished", seed)
+	require.Zero(t, wrongCancel, "chaos (seed %d): children of a failed parent (cancel edge) not canceled before running", seed)
+	require.Zero(t, wrongRun, "chaos (seed %d): children completed though a cancel-edge parent did not", seed)
+
+	rows, err := pool.Query(ctx, `
+SELECT c.id::text FROM jobs c
+WHERE c.workflow_id = ANY($1::uuid[]) AND c.status = 'CANCELED'
+  AND NOT EXISTS (SELECT 1 FROM job_dependencies d JOIN jobs p ON p.id = d.parent_id
+                  WHERE d.child_id = c.id AND d.on_parent_failure = 'cancel' AND p.status IN ('DEAD_LETTERED', 'CANCELED'))`, flows)
+	require.NoError(t, err)
+	unexplained, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, id := range unexplained {
+		require.True(t, operatorCanceled[id], "chaos (seed %d): job %s canceled with no failed parent and no cancel by the test", seed, id)
+	}
+	var jobs, edges, canceled int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'CANCELED') FROM jobs WHERE workflow_id = ANY($1::uuid[])`, flows).Scan(&jobs, &canceled))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_dependencies d JOIN jobs c ON c.id = d.child_id WHERE c.workflow_id = ANY($1::uuid[])`, flows).Scan(&edges))
+	t.Logf("chaos: %d workflows, %d jobs, %d edges, %d canceled (%d by the test), judged from the database", len(flows), jobs, edges, canceled, len(operatorCanceled))
 }
 
 // chaosRun is one handler run of one attempt, from its worker's record.
