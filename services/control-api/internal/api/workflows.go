@@ -18,6 +18,25 @@ type WorkflowStore interface {
 	ListWorkflows(ctx context.Context, f jobstore.WorkflowFilter) (jobstore.WorkflowPage, error)
 	CancelWorkflow(ctx context.Context, id uuid.UUID) (int64, *jobstore.Workflow, error)
 	RetryWorkflow(ctx context.Context, id uuid.UUID) (int64, *jobstore.Workflow, error)
+	WorkflowGraph(ctx context.Context, id uuid.UUID, maxJobs, maxEdges int) (jobstore.WorkflowGraph, error)
+}
+
+// The most of a workflow's graph the dashboard reads: its drawing is
+// capped far below (workflowgraph's limits); these bound what one page
+// view costs Postgres and control-api's memory.
+const (
+	WorkflowGraphMaxJobs  = 20_000
+	WorkflowGraphMaxEdges = 40_000
+)
+
+// WorkflowGraph reads a workflow's jobs and edges for the dashboard's
+// drawing, up to WorkflowGraphMaxJobs and WorkflowGraphMaxEdges.
+func (s *ControlService) WorkflowGraph(ctx context.Context, rawID string) (jobstore.WorkflowGraph, error) {
+	id, err := ParseJobID("id", rawID)
+	if err != nil {
+		return jobstore.WorkflowGraph{}, err
+	}
+	return s.store.WorkflowGraph(ctx, id, WorkflowGraphMaxJobs, WorkflowGraphMaxEdges)
 }
 
 // workflowStatusToWire maps the derived statuses to the wire's.

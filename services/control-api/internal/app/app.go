@@ -171,6 +171,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		Throughput: api.NewThroughput(reads),
 		Topics:     topicSvc,
 		Bulk:       bulkSvc,
+		Workflows:  svc,
 	})
 
 	admin := s.Admin()

@@ -9,15 +9,17 @@ import "github.com/pulsequeue/pulse/pkg/server/auth"
 func AccessPolicy() auth.Policy {
 	producer, operator := auth.Require(auth.RoleProducer), auth.Require(auth.RoleOperator)
 	return auth.Policy{
-		"GET /ui":               {auth.Public}, // a redirect to /ui/
-		"GET /ui/static/{file}": {auth.Public},
-		"GET /ui/{$}":           producer,
-		"GET /ui/live":          producer,
-		"GET /ui/jobs":          producer,
-		"GET /ui/jobs/{id}":     producer,
-		"GET /ui/dead-letters":  producer,
-		"GET /ui/schedules":     producer,
-		"GET /ui/audit":         producer,
+		"GET /ui":                {auth.Public}, // a redirect to /ui/
+		"GET /ui/static/{file}":  {auth.Public},
+		"GET /ui/{$}":            producer,
+		"GET /ui/live":           producer,
+		"GET /ui/jobs":           producer,
+		"GET /ui/jobs/{id}":      producer,
+		"GET /ui/dead-letters":   producer,
+		"GET /ui/schedules":      producer,
+		"GET /ui/audit":          producer,
+		"GET /ui/workflows":      producer,
+		"GET /ui/workflows/{id}": producer,
 		// The confirmation page of a bulk action: the first step of an
 		// operator's action, so for operators.
 		"GET /ui/bulk/{action}": operator,
@@ -31,5 +33,7 @@ func AccessPolicy() auth.Policy {
 		"POST /ui/schedules/{id}/disable": operator,
 		"POST /ui/topics/limit":           operator,
 		"POST /ui/bulk/{action}":          operator,
+		"POST /ui/workflows/{id}/cancel":  operator,
+		"POST /ui/workflows/{id}/retry":   operator,
 	}
 }

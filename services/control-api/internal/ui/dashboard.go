@@ -73,6 +73,9 @@ type Options struct {
 	// Bulk cancels and deletes by filter from the jobs browser; nil offers
 	// no bulk actions.
 	Bulk BulkService
+	// Workflows feeds the workflow pages (the list, one workflow's status
+	// and graph, its cancel and retry); nil answers them 404.
+	Workflows WorkflowService
 }
 
 // Dashboard serves the /ui pages.
@@ -135,6 +138,8 @@ func (d *Dashboard) Register(mux Mux) {
 	mux.Handle("GET /ui/dead-letters", d.page(d.deadLetters))
 	mux.Handle("GET /ui/schedules", d.page(d.scheduleList))
 	mux.Handle("GET /ui/audit", d.page(d.audit))
+	mux.Handle("GET /ui/workflows", d.page(d.workflowList))
+	mux.Handle("GET /ui/workflows/{id}", d.page(d.workflowDetail))
 	mux.Handle("GET /ui/bulk/{action}", d.page(d.bulkConfirm))
 
 	csrf := http.NewCrossOriginProtection()
@@ -153,6 +158,8 @@ func (d *Dashboard) Register(mux Mux) {
 	mux.Handle("POST /ui/schedules/{id}/disable", post(d.disableSchedule))
 	mux.Handle("POST /ui/topics/limit", post(d.setTopicLimit))
 	mux.Handle("POST /ui/bulk/{action}", post(d.bulkRun))
+	mux.Handle("POST /ui/workflows/{id}/cancel", post(d.cancelWorkflow))
+	mux.Handle("POST /ui/workflows/{id}/retry", post(d.retryWorkflow))
 }
 
 // page adapts a handler that returns its error: the security headers every

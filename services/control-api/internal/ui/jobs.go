@@ -250,6 +250,9 @@ type jobDetailView struct {
 	Result   string
 	// Tags are the job's tags, each a link to the jobs carrying it.
 	Tags []string
+	// WorkflowID is the workflow the job belongs to ("" for none): its
+	// page draws the graph.
+	WorkflowID string
 }
 
 func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
@@ -262,10 +265,11 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) error {
 		jobRow: jobRowOf(j), Args: prettyJSON(j.GetArgs()),
 		LockedBy: j.GetLockedBy(), LeaseUntil: api.TimeFromWire(j.GetLeaseUntil()),
 		ScheduleID: j.GetScheduleId(), IdempotencyKey: j.GetIdempotencyKey(),
-		TraceID:  telemetry.TraceID(j.GetTraceparent()),
-		Waiting:  d.waiting(resp.GetWait(), j.GetTopic()),
-		Progress: -1,
-		Tags:     j.GetTags(),
+		TraceID:    telemetry.TraceID(j.GetTraceparent()),
+		Waiting:    d.waiting(resp.GetWait(), j.GetTopic()),
+		Progress:   -1,
+		Tags:       j.GetTags(),
+		WorkflowID: j.GetWorkflowId(),
 	}
 	if j.Progress != nil {
 		view.Progress = int(j.GetProgress())

@@ -35,6 +35,7 @@ func mustParsePages(now func() time.Time) map[string]*pageTemplate {
 		"abs":     absTime,
 		"rel":     func(t *time.Time) string { return relTime(t, now()) },
 		"shortid": shortID,
+		"lower":   strings.ToLower,
 		"topicsData": func(root pageData, v *topicsView) topicsData {
 			return topicsData{CanAct: root.Viewer.CanAct, T: v}
 		},
@@ -131,11 +132,12 @@ func (d *Dashboard) renderPage(w http.ResponseWriter, _ *http.Request, code int,
 var titles = map[string]string{
 	"overview": "Overview", "jobs": "Jobs", "bulk": "Confirm", "job": "Job", "dead_letters": "Dead letters",
 	"schedules": "Schedules", "audit": "Audit log", "error": "Error",
+	"workflows": "Workflows", "workflow": "Workflow",
 }
 
 var navOf = map[string]string{
 	"overview": "overview", "jobs": "jobs", "job": "jobs", "bulk": "jobs", "dead_letters": "dead-letters",
-	"schedules": "schedules", "audit": "audit",
+	"schedules": "schedules", "audit": "audit", "workflows": "workflows", "workflow": "workflows",
 }
 
 // flash is a one-time message a form leaves for the page it redirects to.
