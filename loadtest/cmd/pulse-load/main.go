@@ -7,6 +7,7 @@
 //	go run ./loadtest/cmd/pulse-load -scenario river                       # River's CLI benchmark, five rounds, pulse in its default fleet shape
 //	go run ./loadtest/cmd/pulse-load -scenario rivercli -river-cli ~/river   # River's own CLI beside the harness's River side
 //	go run ./loadtest/cmd/pulse-load -scenario scaling -jobs 200000
+//	go run ./loadtest/cmd/pulse-load -scenario fanin -fan-width 10000     # a 10,000-parent fan-in and a 10,000-child fan-out, run by one worker
 //	go run ./loadtest/cmd/pulse-load -scenario sdk-workers                 # one Go, TypeScript and Python worker each, same fleet
 //
 // all is latency, throughput, idle, backlog and pause; river (pulse against
@@ -45,7 +46,8 @@ func main() {
 
 func run() error {
 	var (
-		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql, scaling, sdk-workers and waiters only when named")
+		which       = flag.String("scenario", "all", "throughput, latency, idle, backlog, pause, or all (comma-separated); river, rawsql, scaling, sdk-workers, waiters and fanin only when named")
+		fanWidth    = flag.Int("fan-width", 10000, "fanin: parents of the fan-in, children of the fan-out")
 		gateways    = flag.Int("gateways", 0, "dispatch-gateway replicas in the local fleet; 0: the shipped default (localfleet.GatewaysDefault, one) when only river, rawsql, rivercli or soak run, else 2, so that latency, pause and idle cost are measured across replicas")
 		jobs        = flag.Int("jobs", 200000, "throughput: jobs to submit; river, rawsql, rivercli: the backlog workload's size (river bench --num-total-jobs)")
 		duration    = flag.Duration("duration", 30*time.Second, "river, rawsql, rivercli: the concurrent workload's span (river bench --duration)")
@@ -247,6 +249,13 @@ func run() error {
 	if all || want["idle"] {
 		r, err := scenario.IdleWorkers(ctx, target, scenario.IdleParams{Workers: *idleWorkers, Window: 10 * time.Second, GatewayAdmin: fleet.AdminURLs["dispatch-gateway-1"]})
 		r.Scenario = "idle-workers"
+		if err := emit(r, err); err != nil {
+			return err
+		}
+	}
+	if want["fanin"] {
+		r, err := scenario.FanIn(ctx, target, scenario.FanInParams{Width: *fanWidth, Batch: *batch})
+		r.Scenario = "fanin"
 		if err := emit(r, err); err != nil {
 			return err
 		}
