@@ -254,6 +254,7 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 		IdempotencyKey: cfg.idempotencyKey,
 		ReplaceKey:     cfg.replaceKey,
 		ReplaceMode:    cfg.replaceMode,
+		RateKey:        cfg.rateKey,
 	}
 	if !cfg.runAt.IsZero() {
 		spec.RunAt = timestamppb.New(cfg.runAt)

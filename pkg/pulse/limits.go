@@ -51,3 +51,18 @@ func checkReplaceKey(key string) error {
 	}
 	return nil
 }
+
+// checkRateKey holds a rate key to what the server stores.
+func checkRateKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("pulse: rate key is empty")
+	case len(key) > MaxRateKeyBytes:
+		return fmt.Errorf("pulse: rate key is %d bytes; the limit is %d", len(key), MaxRateKeyBytes)
+	case !utf8.ValidString(key):
+		return errors.New("pulse: rate key is not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return errors.New("pulse: rate key contains a NUL character")
+	}
+	return nil
+}

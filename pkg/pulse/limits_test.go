@@ -88,3 +88,17 @@ func TestReplacePendingOption(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// RateKey puts its key on the spec; a key the server would refuse fails
+// before sending, naming the rate key.
+func TestRateKeyOption(t *testing.T) {
+	t.Parallel()
+	spec, err := buildJobSpec("t", nil, []EnqueueOption{RateKey("tenant:acme")})
+	require.NoError(t, err)
+	require.Equal(t, "tenant:acme", spec.GetRateKey())
+
+	for _, key := range []string{"", strings.Repeat("k", MaxRateKeyBytes+1), "a\x00b", "a\xffb"} {
+		_, err := buildJobSpec("t", nil, []EnqueueOption{RateKey(key)})
+		require.ErrorContains(t, err, "rate key")
+	}
+}

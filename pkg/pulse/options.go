@@ -296,6 +296,7 @@ type enqueueConfig struct {
 	retry          *pulsev1.RetryPolicy
 	tags           []string
 	replaceKey     string
+	rateKey        string
 	replaceMode    pulsev1.ReplaceMode
 	dependsOn      []*pulsev1.Dependency
 	errs           []error
@@ -324,6 +325,8 @@ const (
 	MaxIdempotencyKeyBytes = pulsetype.MaxIdempotencyKeyBytes
 	// MaxReplaceKeyBytes bounds [ReplacePending]'s key.
 	MaxReplaceKeyBytes = pulsetype.MaxReplaceKeyBytes
+	// MaxRateKeyBytes bounds [RateKey]'s key.
+	MaxRateKeyBytes = pulsetype.MaxRateKeyBytes
 	// MaxTopicLength bounds a topic name; see [pulsetype.TopicPattern]
 	// for its characters.
 	MaxTopicLength = pulsetype.MaxTopicLength
@@ -436,6 +439,21 @@ func ReplacePending(key string, mode ReplaceMode) EnqueueOption {
 			return
 		}
 		c.replaceKey, c.replaceMode = key, pulsev1.ReplaceMode(mode)
+	}
+}
+
+// RateKey is the key the job's topic counts its start under when the
+// topic's rate limit is per job key (docs/flow-control.md): at most the
+// limit's starts per interval for each key, fleet-wide, and one key at
+// its limit never holds back another. 1..MaxRateKeyBytes of valid UTF-8
+// without NUL. A topic limited as a whole ignores it.
+func RateKey(key string) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkRateKey(key); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.rateKey = key
 	}
 }
 

@@ -47,6 +47,9 @@ type JobSpec struct {
 	// a job id or "$n" (the n-th job, from 0, of the same batch), as a
 	// string or as {"job": "$0", "on_parent_failure": "run"}.
 	DependsOn []Dependency `json:"depends_on,omitempty"`
+	// RateKey is the key a rate-limited topic counts the job's start
+	// under (docs/flow-control.md), 1..255 bytes; absent: none.
+	RateKey string `json:"rate_key,omitempty"`
 }
 
 // Dependency is one parent of a job: Job is a job id or "$n";

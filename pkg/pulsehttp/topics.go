@@ -25,6 +25,19 @@ type Topic struct {
 	// Who set the limit, and when; empty and null without a limit.
 	LimitUpdatedBy string     `json:"limit_updated_by"`
 	LimitUpdatedAt *time.Time `json:"limit_updated_at"`
+	// RateLimit is the topic's rate limit; null: none.
+	RateLimit *RateLimit `json:"rate_limit"`
+}
+
+// RateLimit is a topic's limit on starts (docs/flow-control.md): at most
+// RateLimit starts in any RateInterval (a Go duration, 1ms..24h), counted
+// per key as RateKey says: "none", "job" or "args:<field>". It is the
+// body of PUT /v1/topics/{topic}/rate-limit too, where rate_limit null
+// clears the limit.
+type RateLimit struct {
+	RateLimit    *int64 `json:"rate_limit"`
+	RateInterval string `json:"rate_interval,omitempty"`
+	RateKey      string `json:"rate_key,omitempty"`
 }
 
 // TopicList answers GET /v1/topics, by name.

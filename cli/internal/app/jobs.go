@@ -226,7 +226,7 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 }
 
 func newSubmitCmd(e *env) *cobra.Command {
-	var argsJSON, at, key, replaceKey, replaceMode, onParentFailure string
+	var argsJSON, at, key, replaceKey, replaceMode, onParentFailure, rateKey string
 	var priority, maxAttempts int
 	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
 	var tags, dependsOn []string
@@ -294,6 +294,7 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 			for _, id := range dependsOn {
 				body.DependsOn = append(body.DependsOn, pulsehttp.Dependency{Job: id, OnParentFailure: onParentFailure})
 			}
+			body.RateKey = rateKey
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -333,6 +334,7 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 	f.StringVar(&replaceMode, "replace-mode", "", "with --replace-key: replace (default), keep_earlier_run_at or keep_first")
 	f.StringSliceVar(&dependsOn, "depends-on", nil, "job ids this job waits for (comma-separated or repeated)")
 	f.StringVar(&onParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run, when a parent is dead-lettered or canceled")
+	f.StringVar(&rateKey, "rate-key", "", "the key TOPIC's rate limit counts this job under, when it is per job key (≤ 255 bytes)")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,10 @@ import (
 // maxTopicLimit is the largest limit control-api takes; a larger one is a
 // usage error caught before any request.
 const maxTopicLimit = 1_000_000
+
+// maxRateLimit is the most starts per interval control-api takes
+// (pulsetype.MaxRateLimit).
+const maxRateLimit = 10_000
 
 func newTopicsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
@@ -45,15 +50,19 @@ attempts completed and failed in the last hour. See docs/topics.md.`,
 		},
 	}
 	cmd.AddCommand(newTopicLimitCmd(e))
+	cmd.AddCommand(newTopicRateLimitCmd(e))
 	return cmd
 }
 
 func printTopics(w io.Writer, topics []pulsehttp.Topic) {
-	fmt.Fprintln(w, "TOPIC\tPENDING\tRUNNING\tLIMIT\tRETRYING\tDEAD\tOLDEST\tPAUSED\tWORKERS\tDONE/1H\tFAILED/1H")
+	fmt.Fprintln(w, "TOPIC\tPENDING\tRUNNING\tLIMIT\tRATE\tRETRYING\tDEAD\tOLDEST\tPAUSED\tWORKERS\tDONE/1H\tFAILED/1H")
 	for _, t := range topics {
-		limit, oldest, paused := "-", "-", "-"
+		limit, rate, oldest, paused := "-", "-", "-", "-"
 		if t.MaxRunning != nil {
 			limit = strconv.Itoa(int(*t.MaxRunning))
+		}
+		if t.RateLimit != nil {
+			rate = rateText(*t.RateLimit)
 		}
 		if t.OldestPendingAge != nil {
 			oldest = *t.OldestPendingAge
@@ -61,7 +70,7 @@ func printTopics(w io.Writer, topics []pulsehttp.Topic) {
 		if t.Paused {
 			paused = "PAUSED"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\n", t.Topic, t.Pending, t.Running, limit,
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\n", t.Topic, t.Pending, t.Running, limit, rate,
 			t.Retrying, t.DeadLettered, oldest, paused, t.ConnectedWorkers, t.CompletedLastHour, t.FailedLastHour)
 	}
 }
@@ -106,4 +115,70 @@ starts nothing until its running jobs fall below the limit.`,
 			})
 		},
 	}
+}
+
+// rateText shows a rate limit as "10/1s", with the key source when it is
+// not the topic as a whole: "10/1s per job", "10/1s per args:tenant".
+func rateText(rl pulsehttp.RateLimit) string {
+	if rl.RateLimit == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%s", *rl.RateLimit, rl.RateInterval)
+	if rl.RateKey != "" && rl.RateKey != "none" {
+		s += " per " + rl.RateKey
+	}
+	return s
+}
+
+func newTopicRateLimitCmd(e *env) *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use:   "rate-limit TOPIC N/INTERVAL|none",
+		Short: "Set or clear a topic's fleet-wide rate limit on starts (operator)",
+		Long: `Let at most N jobs of TOPIC start in any INTERVAL (a duration: 1s, 1m, 1h),
+across every gateway, or none to clear the rate limit. N is 1 to 10000,
+INTERVAL 1ms to 24h. --key says what the limit counts by: none (the topic as
+a whole, the default), job (each job's --rate-key) or args:FIELD (the value of
+a top-level args field, taken when the job is submitted). It holds from the
+next claim on every gateway; starts already made in the window count.`,
+		Example: `  pulse topics rate-limit email.send 10/1s
+  pulse topics rate-limit api.call 100/1m --key args:tenant
+  pulse topics rate-limit email.send none`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic, value := args[0], args[1]
+			var body pulsehttp.RateLimit
+			if !strings.EqualFold(value, "none") {
+				n, every, ok := strings.Cut(value, "/")
+				limit, err := strconv.ParseInt(n, 10, 64)
+				if !ok || err != nil || limit < 1 || limit > maxRateLimit {
+					return usageErrorf("the rate must be N/INTERVAL with N from 1 to %d, like 10/1s, or none, not %q", maxRateLimit, value)
+				}
+				if _, err := time.ParseDuration(every); err != nil {
+					return usageErrorf("the rate's interval must be a duration like 1s or 1m, not %q", every)
+				}
+				body = pulsehttp.RateLimit{RateLimit: &limit, RateInterval: every, RateKey: key}
+			} else if cmd.Flags().Changed("key") {
+				return usageErrorf("--key goes with a rate, not with none")
+			}
+			raw, err := e.call(cmd, "PUT", "/v1/topics/"+url.PathEscape(topic)+"/rate-limit", nil, body)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var t pulsehttp.Topic
+				if err := decode(raw, &t); err != nil {
+					return err
+				}
+				if t.RateLimit == nil {
+					fmt.Fprintf(w, "topic %s: no rate limit\n", t.Topic)
+					return nil
+				}
+				fmt.Fprintf(w, "topic %s: at most %s, set by %s\n", t.Topic, rateText(*t.RateLimit), dash(t.LimitUpdatedBy))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "none", "what the limit counts by: none, job or args:FIELD")
+	return cmd
 }

@@ -23,7 +23,7 @@ func TestTopicsLimitListClear(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, line, out)
-	require.Equal(t, []string{"cli.limited", "0", "0", "3", "0", "0", "-", "-", "0", "0", "0"}, strings.Fields(line))
+	require.Equal(t, []string{"cli.limited", "0", "0", "3", "-", "0", "0", "-", "-", "0", "0", "0"}, strings.Fields(line))
 
 	var list pulsehttp.TopicList
 	okJSON(t, &list, prod("topics")...)
@@ -42,6 +42,40 @@ func TestTopicsLimitListClear(t *testing.T) {
 	require.Equal(t, "topic cli.limited: no limit (0 running)\n", out)
 }
 
+func TestTopicsRateLimitSetListClear(t *testing.T) {
+	t.Parallel()
+	out := ok(t, ops("topics", "rate-limit", "cli.rated", "10/1s", "--key", "args:tenant")...)
+	require.Equal(t, "topic cli.rated: at most 10/1s per args:tenant, set by ops\n", out)
+
+	out = ok(t, prod("topics")...)
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "cli.rated ") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, out)
+	require.Equal(t, []string{"cli.rated", "0", "0", "-", "10/1s", "per", "args:tenant", "0", "0", "-", "-", "0", "0", "0"}, strings.Fields(line))
+
+	var list pulsehttp.TopicList
+	okJSON(t, &list, prod("topics")...)
+	var found bool
+	for _, tp := range list.Topics {
+		if tp.Topic == "cli.rated" {
+			found = true
+			require.Nil(t, tp.MaxRunning)
+			require.NotNil(t, tp.RateLimit)
+			require.Equal(t, int64(10), *tp.RateLimit.RateLimit)
+			require.Equal(t, "1s", tp.RateLimit.RateInterval)
+			require.Equal(t, "args:tenant", tp.RateLimit.RateKey)
+		}
+	}
+	require.True(t, found, "%+v", list)
+
+	out = ok(t, ops("topics", "rate-limit", "cli.rated", "none")...)
+	require.Equal(t, "topic cli.rated: no rate limit\n", out)
+}
+
 func TestTopicsBadInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -57,6 +91,14 @@ func TestTopicsBadInput(t *testing.T) {
 		{"missing limit", ops("topics", "limit", "cli.bad"), "arg", ExitUsage},
 		{"bad topic", ops("topics", "limit", "bad topic!", "1"), "topic", ExitError},
 		{"producer sets", prod("topics", "limit", "cli.bad", "1"), "operator", ExitError},
+		{"rate zero", ops("topics", "rate-limit", "cli.bad", "0/1s"), "1 to 10000", ExitUsage},
+		{"rate huge", ops("topics", "rate-limit", "cli.bad", "99999999999/1s"), "1 to 10000", ExitUsage},
+		{"rate without interval", ops("topics", "rate-limit", "cli.bad", "10"), "N/INTERVAL", ExitUsage},
+		{"rate bad interval", ops("topics", "rate-limit", "cli.bad", "10/soon"), "duration", ExitUsage},
+		{"rate interval too long", ops("topics", "rate-limit", "cli.bad", "10/25h"), "rate_interval", ExitError},
+		{"rate interval zero", ops("topics", "rate-limit", "cli.bad", "10/0s"), "rate_interval", ExitError},
+		{"rate bad key", ops("topics", "rate-limit", "cli.bad", "10/1s", "--key", "tenant"), "rate_key", ExitError},
+		{"producer sets a rate", prod("topics", "rate-limit", "cli.bad", "10/1s"), "operator", ExitError},
 		{"unknown subcommand", prod("topics", "frob"), `unknown command "frob" for "pulse topics"`, ExitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -240,6 +240,11 @@ type JobSpec struct {
 	// everything else stays the first submit's.
 	ReplaceKey  string      `protobuf:"bytes,30,opt,name=replace_key,json=replaceKey,proto3" json:"replace_key,omitempty"`
 	ReplaceMode ReplaceMode `protobuf:"varint,31,opt,name=replace_mode,json=replaceMode,proto3,enum=pulse.v1.ReplaceMode" json:"replace_mode,omitempty"`
+	// The key a rate-limited topic counts this job's start under, when the
+	// topic's rate limit is per job key (docs/flow-control.md): 1..255 bytes
+	// of UTF-8; empty: none. A topic whose limit takes the key from an args
+	// field fills it from that field when this is empty. Immutable.
+	RateKey string `protobuf:"bytes,40,opt,name=rate_key,json=rateKey,proto3" json:"rate_key,omitempty"`
 	// The jobs this job waits for (docs/workflows.md): it is not claimable
 	// until each is finished, and a parent that fails cancels it or not by
 	// the edge's policy. Each names an existing job's id, or "$n", the n-th
@@ -368,6 +373,13 @@ func (x *JobSpec) GetReplaceMode() ReplaceMode {
 		return x.ReplaceMode
 	}
 	return ReplaceMode_REPLACE_MODE_UNSPECIFIED
+}
+
+func (x *JobSpec) GetRateKey() string {
+	if x != nil {
+		return x.RateKey
+	}
+	return ""
 }
 
 func (x *JobSpec) GetDependsOn() []*Dependency {
@@ -862,7 +874,7 @@ var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x04\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x04\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -879,7 +891,8 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\x04tags\x18\v \x03(\tR\x04tags\x12\x1f\n" +
 	"\vreplace_key\x18\x1e \x01(\tR\n" +
 	"replaceKey\x128\n" +
-	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\x123\n" +
+	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\x12\x19\n" +
+	"\brate_key\x18( \x01(\tR\arateKey\x123\n" +
 	"\n" +
 	"depends_on\x182 \x03(\v2\x14.pulse.v1.DependencyR\tdependsOn\"i\n" +
 	"\n" +

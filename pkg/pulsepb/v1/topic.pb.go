@@ -23,6 +23,73 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RateLimit is a topic's limit on starts: at most limit in any interval,
+// counted per key.
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..10000 starts per interval.
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// 1ms..24h, whole microseconds.
+	Interval *durationpb.Duration `protobuf:"bytes,2,opt,name=interval,proto3" json:"interval,omitempty"`
+	// What the limit counts by: "none" (the topic as a whole), "job" (each
+	// job's rate_key) or "args:<field>" (a top-level args field, taken at
+	// submit into the job's rate_key).
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RateLimit) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RateLimit) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *RateLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // TopicInfo is one topic's live numbers.
 type TopicInfo struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -46,13 +113,15 @@ type TopicInfo struct {
 	// Who set the limit, and when; unset when there is no limit.
 	LimitUpdatedBy string                 `protobuf:"bytes,12,opt,name=limit_updated_by,json=limitUpdatedBy,proto3" json:"limit_updated_by,omitempty"`
 	LimitUpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=limit_updated_at,json=limitUpdatedAt,proto3" json:"limit_updated_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The topic's rate limit; unset when it has none.
+	RateLimit     *RateLimit `protobuf:"bytes,14,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_pulse_v1_topic_proto_msgTypes[0]
+	mi := &file_pulse_v1_topic_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -64,7 +133,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_topic_proto_msgTypes[0]
+	mi := &file_pulse_v1_topic_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -77,7 +146,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{0}
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *TopicInfo) GetTopic() string {
@@ -171,6 +240,13 @@ func (x *TopicInfo) GetLimitUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TopicInfo) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
 type ListTopicsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -179,7 +255,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_pulse_v1_topic_proto_msgTypes[1]
+	mi := &file_pulse_v1_topic_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +267,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_topic_proto_msgTypes[1]
+	mi := &file_pulse_v1_topic_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +280,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{2}
 }
 
 type ListTopicsResponse struct {
@@ -216,7 +292,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_pulse_v1_topic_proto_msgTypes[2]
+	mi := &file_pulse_v1_topic_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +304,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_topic_proto_msgTypes[2]
+	mi := &file_pulse_v1_topic_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +317,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -263,7 +339,7 @@ type SetTopicLimitRequest struct {
 
 func (x *SetTopicLimitRequest) Reset() {
 	*x = SetTopicLimitRequest{}
-	mi := &file_pulse_v1_topic_proto_msgTypes[3]
+	mi := &file_pulse_v1_topic_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +351,7 @@ func (x *SetTopicLimitRequest) String() string {
 func (*SetTopicLimitRequest) ProtoMessage() {}
 
 func (x *SetTopicLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_topic_proto_msgTypes[3]
+	mi := &file_pulse_v1_topic_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +364,7 @@ func (x *SetTopicLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicLimitRequest.ProtoReflect.Descriptor instead.
 func (*SetTopicLimitRequest) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{3}
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetTopicLimitRequest) GetTopic() string {
@@ -314,7 +390,7 @@ type SetTopicLimitResponse struct {
 
 func (x *SetTopicLimitResponse) Reset() {
 	*x = SetTopicLimitResponse{}
-	mi := &file_pulse_v1_topic_proto_msgTypes[4]
+	mi := &file_pulse_v1_topic_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +402,7 @@ func (x *SetTopicLimitResponse) String() string {
 func (*SetTopicLimitResponse) ProtoMessage() {}
 
 func (x *SetTopicLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_topic_proto_msgTypes[4]
+	mi := &file_pulse_v1_topic_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,10 +415,107 @@ func (x *SetTopicLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTopicLimitResponse.ProtoReflect.Descriptor instead.
 func (*SetTopicLimitResponse) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{4}
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetTopicLimitResponse) GetTopic() *TopicInfo {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+type SetTopicRateLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Unset clears the rate limit.
+	RateLimit     *RateLimit `protobuf:"bytes,2,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicRateLimitRequest) Reset() {
+	*x = SetTopicRateLimitRequest{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicRateLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicRateLimitRequest) ProtoMessage() {}
+
+func (x *SetTopicRateLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicRateLimitRequest.ProtoReflect.Descriptor instead.
+func (*SetTopicRateLimitRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetTopicRateLimitRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SetTopicRateLimitRequest) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+type SetTopicRateLimitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         *TopicInfo             `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicRateLimitResponse) Reset() {
+	*x = SetTopicRateLimitResponse{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicRateLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicRateLimitResponse) ProtoMessage() {}
+
+func (x *SetTopicRateLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicRateLimitResponse.ProtoReflect.Descriptor instead.
+func (*SetTopicRateLimitResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetTopicRateLimitResponse) GetTopic() *TopicInfo {
 	if x != nil {
 		return x.Topic
 	}
@@ -353,7 +526,11 @@ var File_pulse_v1_topic_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\n" +
-	"\x14pulse/v1/topic.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x04\n" +
+	"\x14pulse/v1/topic.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"j\n" +
+	"\tRateLimit\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x125\n" +
+	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\xd8\x04\n" +
 	"\tTopicInfo\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x18\n" +
@@ -369,7 +546,9 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	" \x01(\bR\x06paused\x12+\n" +
 	"\x11connected_workers\x18\v \x01(\x05R\x10connectedWorkers\x12(\n" +
 	"\x10limit_updated_by\x18\f \x01(\tR\x0elimitUpdatedBy\x12D\n" +
-	"\x10limit_updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0elimitUpdatedAtB\x0e\n" +
+	"\x10limit_updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0elimitUpdatedAt\x122\n" +
+	"\n" +
+	"rate_limit\x18\x0e \x01(\v2\x13.pulse.v1.RateLimitR\trateLimitB\x0e\n" +
 	"\f_max_running\"\x13\n" +
 	"\x11ListTopicsRequest\"A\n" +
 	"\x12ListTopicsResponse\x12+\n" +
@@ -380,11 +559,18 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"maxRunning\x88\x01\x01B\x0e\n" +
 	"\f_max_running\"B\n" +
 	"\x15SetTopicLimitResponse\x12)\n" +
-	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic2\xa9\x01\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic\"d\n" +
+	"\x18SetTopicRateLimitRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x122\n" +
+	"\n" +
+	"rate_limit\x18\x02 \x01(\v2\x13.pulse.v1.RateLimitR\trateLimit\"F\n" +
+	"\x19SetTopicRateLimitResponse\x12)\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic2\x87\x02\n" +
 	"\fTopicService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n" +
-	"\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponse\x12\\\n" +
+	"\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_topic_proto_rawDescOnce sync.Once
@@ -398,30 +584,39 @@ func file_pulse_v1_topic_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_topic_proto_rawDescData
 }
 
-var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_pulse_v1_topic_proto_goTypes = []any{
-	(*TopicInfo)(nil),             // 0: pulse.v1.TopicInfo
-	(*ListTopicsRequest)(nil),     // 1: pulse.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),    // 2: pulse.v1.ListTopicsResponse
-	(*SetTopicLimitRequest)(nil),  // 3: pulse.v1.SetTopicLimitRequest
-	(*SetTopicLimitResponse)(nil), // 4: pulse.v1.SetTopicLimitResponse
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*RateLimit)(nil),                 // 0: pulse.v1.RateLimit
+	(*TopicInfo)(nil),                 // 1: pulse.v1.TopicInfo
+	(*ListTopicsRequest)(nil),         // 2: pulse.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),        // 3: pulse.v1.ListTopicsResponse
+	(*SetTopicLimitRequest)(nil),      // 4: pulse.v1.SetTopicLimitRequest
+	(*SetTopicLimitResponse)(nil),     // 5: pulse.v1.SetTopicLimitResponse
+	(*SetTopicRateLimitRequest)(nil),  // 6: pulse.v1.SetTopicRateLimitRequest
+	(*SetTopicRateLimitResponse)(nil), // 7: pulse.v1.SetTopicRateLimitResponse
+	(*durationpb.Duration)(nil),       // 8: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 9: google.protobuf.Timestamp
 }
 var file_pulse_v1_topic_proto_depIdxs = []int32{
-	5, // 0: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
-	6, // 1: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
-	0, // 2: pulse.v1.ListTopicsResponse.topics:type_name -> pulse.v1.TopicInfo
-	0, // 3: pulse.v1.SetTopicLimitResponse.topic:type_name -> pulse.v1.TopicInfo
-	1, // 4: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
-	3, // 5: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
-	2, // 6: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
-	4, // 7: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8,  // 0: pulse.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	8,  // 1: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
+	9,  // 2: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: pulse.v1.TopicInfo.rate_limit:type_name -> pulse.v1.RateLimit
+	1,  // 4: pulse.v1.ListTopicsResponse.topics:type_name -> pulse.v1.TopicInfo
+	1,  // 5: pulse.v1.SetTopicLimitResponse.topic:type_name -> pulse.v1.TopicInfo
+	0,  // 6: pulse.v1.SetTopicRateLimitRequest.rate_limit:type_name -> pulse.v1.RateLimit
+	1,  // 7: pulse.v1.SetTopicRateLimitResponse.topic:type_name -> pulse.v1.TopicInfo
+	2,  // 8: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
+	4,  // 9: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
+	6,  // 10: pulse.v1.TopicService.SetTopicRateLimit:input_type -> pulse.v1.SetTopicRateLimitRequest
+	3,  // 11: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
+	5,  // 12: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
+	7,  // 13: pulse.v1.TopicService.SetTopicRateLimit:output_type -> pulse.v1.SetTopicRateLimitResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_topic_proto_init() }
@@ -429,15 +624,15 @@ func file_pulse_v1_topic_proto_init() {
 	if File_pulse_v1_topic_proto != nil {
 		return
 	}
-	file_pulse_v1_topic_proto_msgTypes[0].OneofWrappers = []any{}
-	file_pulse_v1_topic_proto_msgTypes[3].OneofWrappers = []any{}
+	file_pulse_v1_topic_proto_msgTypes[1].OneofWrappers = []any{}
+	file_pulse_v1_topic_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_topic_proto_rawDesc), len(file_pulse_v1_topic_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

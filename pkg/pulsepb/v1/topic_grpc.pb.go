@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TopicService_ListTopics_FullMethodName    = "/pulse.v1.TopicService/ListTopics"
-	TopicService_SetTopicLimit_FullMethodName = "/pulse.v1.TopicService/SetTopicLimit"
+	TopicService_ListTopics_FullMethodName        = "/pulse.v1.TopicService/ListTopics"
+	TopicService_SetTopicLimit_FullMethodName     = "/pulse.v1.TopicService/SetTopicLimit"
+	TopicService_SetTopicRateLimit_FullMethodName = "/pulse.v1.TopicService/SetTopicRateLimit"
 )
 
 // TopicServiceClient is the client API for TopicService service.
@@ -38,6 +39,11 @@ type TopicServiceClient interface {
 	// SetTopicLimit sets or clears (max_running unset) a topic's limit. It
 	// takes effect for the next claim on every replica.
 	SetTopicLimit(ctx context.Context, in *SetTopicLimitRequest, opts ...grpc.CallOption) (*SetTopicLimitResponse, error)
+	// SetTopicRateLimit sets or clears (rate_limit unset) a topic's rate
+	// limit: at most limit starts per interval, fleet-wide, per key as key
+	// says (docs/flow-control.md). It takes effect for the next claim on
+	// every replica.
+	SetTopicRateLimit(ctx context.Context, in *SetTopicRateLimitRequest, opts ...grpc.CallOption) (*SetTopicRateLimitResponse, error)
 }
 
 type topicServiceClient struct {
@@ -68,6 +74,16 @@ func (c *topicServiceClient) SetTopicLimit(ctx context.Context, in *SetTopicLimi
 	return out, nil
 }
 
+func (c *topicServiceClient) SetTopicRateLimit(ctx context.Context, in *SetTopicRateLimitRequest, opts ...grpc.CallOption) (*SetTopicRateLimitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTopicRateLimitResponse)
+	err := c.cc.Invoke(ctx, TopicService_SetTopicRateLimit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopicServiceServer is the server API for TopicService service.
 // All implementations must embed UnimplementedTopicServiceServer
 // for forward compatibility.
@@ -83,6 +99,11 @@ type TopicServiceServer interface {
 	// SetTopicLimit sets or clears (max_running unset) a topic's limit. It
 	// takes effect for the next claim on every replica.
 	SetTopicLimit(context.Context, *SetTopicLimitRequest) (*SetTopicLimitResponse, error)
+	// SetTopicRateLimit sets or clears (rate_limit unset) a topic's rate
+	// limit: at most limit starts per interval, fleet-wide, per key as key
+	// says (docs/flow-control.md). It takes effect for the next claim on
+	// every replica.
+	SetTopicRateLimit(context.Context, *SetTopicRateLimitRequest) (*SetTopicRateLimitResponse, error)
 	mustEmbedUnimplementedTopicServiceServer()
 }
 
@@ -98,6 +119,9 @@ func (UnimplementedTopicServiceServer) ListTopics(context.Context, *ListTopicsRe
 }
 func (UnimplementedTopicServiceServer) SetTopicLimit(context.Context, *SetTopicLimitRequest) (*SetTopicLimitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetTopicLimit not implemented")
+}
+func (UnimplementedTopicServiceServer) SetTopicRateLimit(context.Context, *SetTopicRateLimitRequest) (*SetTopicRateLimitResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTopicRateLimit not implemented")
 }
 func (UnimplementedTopicServiceServer) mustEmbedUnimplementedTopicServiceServer() {}
 func (UnimplementedTopicServiceServer) testEmbeddedByValue()                      {}
@@ -156,6 +180,24 @@ func _TopicService_SetTopicLimit_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopicService_SetTopicRateLimit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTopicRateLimitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicServiceServer).SetTopicRateLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopicService_SetTopicRateLimit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicServiceServer).SetTopicRateLimit(ctx, req.(*SetTopicRateLimitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopicService_ServiceDesc is the grpc.ServiceDesc for TopicService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -170,6 +212,10 @@ var TopicService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTopicLimit",
 			Handler:    _TopicService_SetTopicLimit_Handler,
+		},
+		{
+			MethodName: "SetTopicRateLimit",
+			Handler:    _TopicService_SetTopicRateLimit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -133,6 +133,9 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	if job.ReplaceKey, job.ReplaceMode, err = ValidateReplace(f, spec, job); err != nil {
 		return pulsetype.NewJob{}, err
 	}
+	if job.RateKey, err = ValidateRateKey(f("rate_key"), spec.GetRateKey()); err != nil {
+		return pulsetype.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return pulsetype.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -276,4 +279,16 @@ func formatDuration(d *durationpb.Duration) string {
 		return fmt.Sprintf("%ds", s)
 	}
 	return d.AsDuration().String()
+}
+
+// ValidateRateKey checks a job's rate key: empty (none), or
+// 1..pulsetype.MaxRateKeyBytes bytes of text Postgres can store.
+func ValidateRateKey(field, key string) (string, error) {
+	if len(key) > pulsetype.MaxRateKeyBytes {
+		return "", apierr.Invalid(field, "is %d bytes; the limit is %d", len(key), pulsetype.MaxRateKeyBytes)
+	}
+	if err := storable.Text(field, key); err != nil {
+		return "", err
+	}
+	return key, nil
 }

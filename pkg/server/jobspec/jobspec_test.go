@@ -50,6 +50,9 @@ func TestValidateRefusesUnstorableKeysAndTimes(t *testing.T) {
 		{&pulsev1.JobSpec{Topic: "t", RunAt: &timestamppb.Timestamp{Seconds: 1 << 60}}, "job.run_at"},
 		{&pulsev1.JobSpec{Topic: "t\xff"}, "job.topic"},
 		{&pulsev1.JobSpec{Topic: "t\x00"}, "job.topic"},
+		{&pulsev1.JobSpec{Topic: "t", RateKey: "a\x00b"}, "job.rate_key"},
+		{&pulsev1.JobSpec{Topic: "t", RateKey: "a\xffb"}, "job.rate_key"},
+		{&pulsev1.JobSpec{Topic: "t", RateKey: strings.Repeat("k", 256)}, "job.rate_key"},
 	} {
 		_, err := jobspec.Validate("job", tc.spec, jobspec.Limits{})
 		require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%v", tc.spec)

@@ -41,7 +41,8 @@ func AccessPolicy() auth.Policy {
 		pulsev1.ScheduleService_DeleteSchedule_FullMethodName:   auth.Require(auth.RoleOperator),
 
 		// Topics: producers read, operators set limits.
-		pulsev1.TopicService_ListTopics_FullMethodName:    auth.Require(auth.RoleProducer),
-		pulsev1.TopicService_SetTopicLimit_FullMethodName: auth.Require(auth.RoleOperator),
+		pulsev1.TopicService_ListTopics_FullMethodName:        auth.Require(auth.RoleProducer),
+		pulsev1.TopicService_SetTopicLimit_FullMethodName:     auth.Require(auth.RoleOperator),
+		pulsev1.TopicService_SetTopicRateLimit_FullMethodName: auth.Require(auth.RoleOperator),
 	}
 }

@@ -19,6 +19,7 @@ type TopicStore interface {
 	Topics(ctx context.Context) ([]jobstore.TopicInfo, error)
 	Topic(ctx context.Context, topic string) (jobstore.TopicInfo, error)
 	SetTopicLimit(ctx context.Context, topic string, maxRunning *int, actor string) (jobstore.TopicInfo, error)
+	SetTopicRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit, actor string) (jobstore.TopicInfo, error)
 }
 
 // TopicService implements pulsev1.TopicServiceServer: topics' live numbers
@@ -108,6 +109,55 @@ func (s *TopicService) SetLimit(ctx context.Context, topic string, maxRunning *i
 	return TopicToWire(t), nil
 }
 
+// SetTopicRateLimit sets or clears (rate_limit unset) a topic's rate
+// limit, as the caller. It returns once no claim on any gateway can
+// decide under the old limit.
+func (s *TopicService) SetTopicRateLimit(ctx context.Context, req *pulsev1.SetTopicRateLimitRequest) (*pulsev1.SetTopicRateLimitResponse, error) {
+	var rl *pulsetype.RateLimit
+	if w := req.GetRateLimit(); w != nil {
+		if w.GetInterval() == nil {
+			return nil, apierr.Invalid("rate_limit.interval", "is required: a duration from %s to %s", pulsetype.MinRateInterval, pulsetype.MaxRateInterval)
+		}
+		if err := w.GetInterval().CheckValid(); err != nil {
+			return nil, apierr.Invalid("rate_limit.interval", "%v", err)
+		}
+		rl = &pulsetype.RateLimit{Limit: int(w.GetLimit()), Interval: w.GetInterval().AsDuration(), Key: w.GetKey()}
+	}
+	t, err := s.SetRateLimit(ctx, req.GetTopic(), rl)
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.SetTopicRateLimitResponse{Topic: t}, nil
+}
+
+// SetRateLimit is SetTopicRateLimit for any transport: nil clears the
+// rate limit.
+func (s *TopicService) SetRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit) (*pulsev1.TopicInfo, error) {
+	if err := jobspec.ValidateTopic("topic", topic); err != nil {
+		return nil, err
+	}
+	if rl != nil {
+		if err := jobstore.ValidateRateLimit(*rl); err != nil {
+			return nil, err
+		}
+	}
+	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
+	t, err := s.store.SetTopicRateLimit(ctx, topic, rl, actor)
+	if err != nil {
+		return nil, err
+	}
+	if rl == nil {
+		s.logger.Info("topic rate limit cleared", "topic", topic, "actor", actor)
+	} else {
+		s.logger.Info("topic rate limit set", "topic", topic, "rate_limit", rl.Limit, "rate_interval", rl.Interval,
+			"rate_key", rl.Key, "actor", actor)
+	}
+	return TopicToWire(t), nil
+}
+
 // TopicToWire converts a topic's numbers to their wire form.
 func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
 	out := &pulsev1.TopicInfo{
@@ -122,6 +172,9 @@ func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
 	if t.MaxRunning != nil {
 		n := int32(*t.MaxRunning)
 		out.MaxRunning = &n
+	}
+	if rl := t.RateLimit; rl != nil {
+		out.RateLimit = &pulsev1.RateLimit{Limit: int32(rl.Limit), Interval: durationpb.New(rl.Interval), Key: rl.Key}
 	}
 	return out
 }

@@ -47,9 +47,10 @@ func AccessPolicy() auth.Policy {
 		"POST /v1/schedules/{id}/disable": operator,
 
 		// Topics: producers and operators read, operators set limits.
-		"GET /v1/topics":         producer,
-		"GET /v1/topics/{topic}": producer,
-		"PUT /v1/topics/{topic}": operator,
+		"GET /v1/topics":                    producer,
+		"GET /v1/topics/{topic}":            producer,
+		"PUT /v1/topics/{topic}":            operator,
+		"PUT /v1/topics/{topic}/rate-limit": operator,
 
 		// MCP (package mcpserver): every role reaches the endpoint, so an
 		// unauthenticated request is refused before its body is read; each

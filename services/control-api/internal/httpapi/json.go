@@ -100,6 +100,7 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	}
 	spec.Tags = j.Tags
 	spec.ReplaceKey = j.ReplaceKey
+	spec.RateKey = j.RateKey
 	if spec.ReplaceMode, err = replaceModeToWire(join(prefix, "replace_mode"), j.ReplaceMode); err != nil {
 		return nil, err
 	}

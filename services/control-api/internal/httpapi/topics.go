@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/pulsequeue/pulse/pkg/pulsehttp"
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
@@ -20,6 +22,7 @@ type TopicService interface {
 	ListTopics(ctx context.Context, req *pulsev1.ListTopicsRequest) (*pulsev1.ListTopicsResponse, error)
 	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
 	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
+	SetRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit) (*pulsev1.TopicInfo, error)
 }
 
 // RegisterTopics mounts the topic routes (docs/topics.md) on mux.
@@ -28,6 +31,7 @@ func (h *Handler) RegisterTopics(mux Mux, svc TopicService) {
 	h.mount(mux, "GET /v1/topics", h.route(t.list))
 	h.mount(mux, "GET /v1/topics/{topic}", h.route(t.get))
 	h.mount(mux, "PUT /v1/topics/{topic}", h.route(t.setLimit))
+	h.mount(mux, "PUT /v1/topics/{topic}/rate-limit", h.route(t.setRateLimit))
 }
 
 type topicRoutes struct {
@@ -80,6 +84,50 @@ func (t *topicRoutes) setLimit(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, topicToJSON(ti))
 }
 
+// setRateLimit reads {"rate_limit": N, "rate_interval": "1s", "rate_key":
+// "none"} or {"rate_limit": null}; rate_limit must be there, so an empty
+// body or {} is refused rather than read as "clear the limit".
+func (t *topicRoutes) setRateLimit(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, topicLimitBodyLimit, "body", "")
+	if err != nil {
+		return err
+	}
+	var in pulsehttp.RateLimit
+	if err := decodeStorable(body, "", &in); err != nil {
+		return err
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return apierr.Invalid("body", "is not valid JSON: %v", err)
+	}
+	if _, ok := present["rate_limit"]; !ok {
+		return apierr.Invalid("rate_limit", "is required: starts per interval from 1 to %d, or null to clear the rate limit", pulsetype.MaxRateLimit)
+	}
+	var rl *pulsetype.RateLimit
+	if in.RateLimit != nil {
+		if *in.RateLimit < 1 || *in.RateLimit > pulsetype.MaxRateLimit {
+			return apierr.Invalid("rate_limit", "is %d; it must be between 1 and %d starts per interval", *in.RateLimit, pulsetype.MaxRateLimit)
+		}
+		if in.RateInterval == "" {
+			return apierr.Invalid("rate_interval", "is required: a duration like 1s or 1m, from %s to %s", pulsetype.MinRateInterval, pulsetype.MaxRateInterval)
+		}
+		every, err := time.ParseDuration(in.RateInterval)
+		if err != nil {
+			return apierr.Invalid("rate_interval", "is %q, not a duration like 1s or 1m", in.RateInterval)
+		}
+		key := in.RateKey
+		if key == "" {
+			key = pulsetype.RateKeyNone
+		}
+		rl = &pulsetype.RateLimit{Limit: int(*in.RateLimit), Interval: every, Key: key}
+	}
+	ti, err := t.svc.SetRateLimit(r.Context(), r.PathValue("topic"), rl)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, topicToJSON(ti))
+}
+
 func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
 	out := pulsehttp.Topic{
 		Topic: t.GetTopic(), Pending: t.GetPending(), Running: t.GetRunning(), Retrying: t.GetRetrying(),
@@ -94,6 +142,10 @@ func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
 	if t.MaxRunning != nil {
 		n := t.GetMaxRunning()
 		out.MaxRunning = &n
+	}
+	if rl := t.GetRateLimit(); rl != nil {
+		n := int64(rl.GetLimit())
+		out.RateLimit = &pulsehttp.RateLimit{RateLimit: &n, RateInterval: rl.GetInterval().AsDuration().String(), RateKey: rl.GetKey()}
 	}
 	return out
 }

@@ -12,7 +12,45 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/topic.proto.
  */
 export const file_pulse_v1_topic: GenFile = /*@__PURE__*/
-  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEi+AIKCVRvcGljSW5mbxINCgV0b3BpYxgBIAEoCRIPCgdwZW5kaW5nGAIgASgDEg8KB3J1bm5pbmcYAyABKAMSEAoIcmV0cnlpbmcYBCABKAMSFQoNZGVhZF9sZXR0ZXJlZBgFIAEoAxIbChNjb21wbGV0ZWRfbGFzdF9ob3VyGAYgASgDEhgKEGZhaWxlZF9sYXN0X2hvdXIYByABKAMSNQoSb2xkZXN0X3BlbmRpbmdfYWdlGAggASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhgKC21heF9ydW5uaW5nGAkgASgFSACIAQESDgoGcGF1c2VkGAogASgIEhkKEWNvbm5lY3RlZF93b3JrZXJzGAsgASgFEhgKEGxpbWl0X3VwZGF0ZWRfYnkYDCABKAkSNAoQbGltaXRfdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX21heF9ydW5uaW5nIhMKEUxpc3RUb3BpY3NSZXF1ZXN0IjkKEkxpc3RUb3BpY3NSZXNwb25zZRIjCgZ0b3BpY3MYASADKAsyEy5wdWxzZS52MS5Ub3BpY0luZm8iTwoUU2V0VG9waWNMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSGAoLbWF4X3J1bm5pbmcYAiABKAVIAIgBAUIOCgxfbWF4X3J1bm5pbmciOwoVU2V0VG9waWNMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvMqkBCgxUb3BpY1NlcnZpY2USRwoKTGlzdFRvcGljcxIbLnB1bHNlLnYxLkxpc3RUb3BpY3NSZXF1ZXN0GhwucHVsc2UudjEuTGlzdFRvcGljc1Jlc3BvbnNlElAKDVNldFRvcGljTGltaXQSHi5wdWxzZS52MS5TZXRUb3BpY0xpbWl0UmVxdWVzdBofLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXNwb25zZUI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEiVAoJUmF0ZUxpbWl0Eg0KBWxpbWl0GAEgASgFEisKCGludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2tleRgDIAEoCSKhAwoJVG9waWNJbmZvEg0KBXRvcGljGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSDwoHcnVubmluZxgDIAEoAxIQCghyZXRyeWluZxgEIAEoAxIVCg1kZWFkX2xldHRlcmVkGAUgASgDEhsKE2NvbXBsZXRlZF9sYXN0X2hvdXIYBiABKAMSGAoQZmFpbGVkX2xhc3RfaG91chgHIAEoAxI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoLbWF4X3J1bm5pbmcYCSABKAVIAIgBARIOCgZwYXVzZWQYCiABKAgSGQoRY29ubmVjdGVkX3dvcmtlcnMYCyABKAUSGAoQbGltaXRfdXBkYXRlZF9ieRgMIAEoCRI0ChBsaW1pdF91cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgpyYXRlX2xpbWl0GA4gASgLMhMucHVsc2UudjEuUmF0ZUxpbWl0Qg4KDF9tYXhfcnVubmluZyITChFMaXN0VG9waWNzUmVxdWVzdCI5ChJMaXN0VG9waWNzUmVzcG9uc2USIwoGdG9waWNzGAEgAygLMhMucHVsc2UudjEuVG9waWNJbmZvIk8KFFNldFRvcGljTGltaXRSZXF1ZXN0Eg0KBXRvcGljGAEgASgJEhgKC21heF9ydW5uaW5nGAIgASgFSACIAQFCDgoMX21heF9ydW5uaW5nIjsKFVNldFRvcGljTGltaXRSZXNwb25zZRIiCgV0b3BpYxgBIAEoCzITLnB1bHNlLnYxLlRvcGljSW5mbyJSChhTZXRUb3BpY1JhdGVMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSJwoKcmF0ZV9saW1pdBgCIAEoCzITLnB1bHNlLnYxLlJhdGVMaW1pdCI/ChlTZXRUb3BpY1JhdGVMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvMocCCgxUb3BpY1NlcnZpY2USRwoKTGlzdFRvcGljcxIbLnB1bHNlLnYxLkxpc3RUb3BpY3NSZXF1ZXN0GhwucHVsc2UudjEuTGlzdFRvcGljc1Jlc3BvbnNlElAKDVNldFRvcGljTGltaXQSHi5wdWxzZS52MS5TZXRUb3BpY0xpbWl0UmVxdWVzdBofLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXNwb25zZRJcChFTZXRUb3BpY1JhdGVMaW1pdBIiLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVxdWVzdBojLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVzcG9uc2VCNFoyZ2l0aHViLmNvbS9wdWxzZXF1ZXVlL3B1bHNlL3BrZy9wdWxzZXBiL3YxO3B1bHNldjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * RateLimit is a topic's limit on starts: at most limit in any interval,
+ * counted per key.
+ *
+ * @generated from message pulse.v1.RateLimit
+ */
+export type RateLimit = Message<"pulse.v1.RateLimit"> & {
+  /**
+   * 1..10000 starts per interval.
+   *
+   * @generated from field: int32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * 1ms..24h, whole microseconds.
+   *
+   * @generated from field: google.protobuf.Duration interval = 2;
+   */
+  interval?: Duration | undefined;
+
+  /**
+   * What the limit counts by: "none" (the topic as a whole), "job" (each
+   * job's rate_key) or "args:<field>" (a top-level args field, taken at
+   * submit into the job's rate_key).
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message pulse.v1.RateLimit.
+ * Use `create(RateLimitSchema)` to create a new message.
+ */
+export const RateLimitSchema: GenMessage<RateLimit> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 0);
 
 /**
  * TopicInfo is one topic's live numbers.
@@ -97,6 +135,13 @@ export type TopicInfo = Message<"pulse.v1.TopicInfo"> & {
    * @generated from field: google.protobuf.Timestamp limit_updated_at = 13;
    */
   limitUpdatedAt?: Timestamp | undefined;
+
+  /**
+   * The topic's rate limit; unset when it has none.
+   *
+   * @generated from field: pulse.v1.RateLimit rate_limit = 14;
+   */
+  rateLimit?: RateLimit | undefined;
 };
 
 /**
@@ -104,7 +149,7 @@ export type TopicInfo = Message<"pulse.v1.TopicInfo"> & {
  * Use `create(TopicInfoSchema)` to create a new message.
  */
 export const TopicInfoSchema: GenMessage<TopicInfo> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_topic, 0);
+  messageDesc(file_pulse_v1_topic, 1);
 
 /**
  * @generated from message pulse.v1.ListTopicsRequest
@@ -117,7 +162,7 @@ export type ListTopicsRequest = Message<"pulse.v1.ListTopicsRequest"> & {
  * Use `create(ListTopicsRequestSchema)` to create a new message.
  */
 export const ListTopicsRequestSchema: GenMessage<ListTopicsRequest> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_topic, 1);
+  messageDesc(file_pulse_v1_topic, 2);
 
 /**
  * @generated from message pulse.v1.ListTopicsResponse
@@ -134,7 +179,7 @@ export type ListTopicsResponse = Message<"pulse.v1.ListTopicsResponse"> & {
  * Use `create(ListTopicsResponseSchema)` to create a new message.
  */
 export const ListTopicsResponseSchema: GenMessage<ListTopicsResponse> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_topic, 2);
+  messageDesc(file_pulse_v1_topic, 3);
 
 /**
  * @generated from message pulse.v1.SetTopicLimitRequest
@@ -159,7 +204,7 @@ export type SetTopicLimitRequest = Message<"pulse.v1.SetTopicLimitRequest"> & {
  * Use `create(SetTopicLimitRequestSchema)` to create a new message.
  */
 export const SetTopicLimitRequestSchema: GenMessage<SetTopicLimitRequest> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_topic, 3);
+  messageDesc(file_pulse_v1_topic, 4);
 
 /**
  * @generated from message pulse.v1.SetTopicLimitResponse
@@ -176,7 +221,48 @@ export type SetTopicLimitResponse = Message<"pulse.v1.SetTopicLimitResponse"> & 
  * Use `create(SetTopicLimitResponseSchema)` to create a new message.
  */
 export const SetTopicLimitResponseSchema: GenMessage<SetTopicLimitResponse> = /*@__PURE__*/
-  messageDesc(file_pulse_v1_topic, 4);
+  messageDesc(file_pulse_v1_topic, 5);
+
+/**
+ * @generated from message pulse.v1.SetTopicRateLimitRequest
+ */
+export type SetTopicRateLimitRequest = Message<"pulse.v1.SetTopicRateLimitRequest"> & {
+  /**
+   * @generated from field: string topic = 1;
+   */
+  topic: string;
+
+  /**
+   * Unset clears the rate limit.
+   *
+   * @generated from field: pulse.v1.RateLimit rate_limit = 2;
+   */
+  rateLimit?: RateLimit | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicRateLimitRequest.
+ * Use `create(SetTopicRateLimitRequestSchema)` to create a new message.
+ */
+export const SetTopicRateLimitRequestSchema: GenMessage<SetTopicRateLimitRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 6);
+
+/**
+ * @generated from message pulse.v1.SetTopicRateLimitResponse
+ */
+export type SetTopicRateLimitResponse = Message<"pulse.v1.SetTopicRateLimitResponse"> & {
+  /**
+   * @generated from field: pulse.v1.TopicInfo topic = 1;
+   */
+  topic?: TopicInfo | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicRateLimitResponse.
+ * Use `create(SetTopicRateLimitResponseSchema)` to create a new message.
+ */
+export const SetTopicRateLimitResponseSchema: GenMessage<SetTopicRateLimitResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 7);
 
 /**
  * TopicService lists topics and sets their fleet-wide concurrency limits,
@@ -208,6 +294,19 @@ export const TopicService: GenService<{
     methodKind: "unary";
     input: typeof SetTopicLimitRequestSchema;
     output: typeof SetTopicLimitResponseSchema;
+  },
+  /**
+   * SetTopicRateLimit sets or clears (rate_limit unset) a topic's rate
+   * limit: at most limit starts per interval, fleet-wide, per key as key
+   * says (docs/flow-control.md). It takes effect for the next claim on
+   * every replica.
+   *
+   * @generated from rpc pulse.v1.TopicService.SetTopicRateLimit
+   */
+  setTopicRateLimit: {
+    methodKind: "unary";
+    input: typeof SetTopicRateLimitRequestSchema;
+    output: typeof SetTopicRateLimitResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_topic, 0);
