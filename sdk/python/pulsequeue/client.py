@@ -79,7 +79,8 @@ class JobRequest:
     started, enqueuing changes that job instead of adding one, as
     replace_mode says: "replace" (the default: args and run time),
     "keep_earlier_run_at" or "keep_first"; not with idempotency_key or
-    unique_for)."""
+    unique_for); rate_key (the key a topic rate-limited per job key counts
+    the start under, 1..255 bytes, docs/flow-control.md)."""
 
     topic: str
     args: Any = None
@@ -94,6 +95,7 @@ class JobRequest:
     tags: Sequence[str] | None = None
     replace_key: str | None = None
     replace_mode: str | None = None
+    rate_key: str | None = None
 
     def spec(self) -> job_pb2.JobSpec:
         """The wire form of the job, after the checks the Go SDK makes; a
@@ -147,6 +149,11 @@ class JobRequest:
             if mode is None:
                 raise ConfigError(f"pulse: replace mode {self.replace_mode!r} is not replace, keep_earlier_run_at or keep_first")
             spec.replace_key, spec.replace_mode = self.replace_key, mode
+        if self.rate_key is not None:
+            if not self.rate_key:
+                raise ConfigError("pulse: rate key is empty")
+            check_idempotency_key(self.rate_key, what="rate key")
+            spec.rate_key = self.rate_key
         return spec
 
 

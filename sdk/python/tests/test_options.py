@@ -89,6 +89,13 @@ class JobOptionsTest(unittest.TestCase):
                 with self.assertRaisesRegex(pulse.ConfigError, what):
                     JobRequest("t", tags=bad).spec()
 
+    def test_rate_key(self):
+        self.assertEqual(JobRequest("t", rate_key="tenant:acme").spec().rate_key, "tenant:acme")
+        for kw, what in [({"rate_key": "k" * 256}, "256 bytes"), ({"rate_key": "a\x00"}, "NUL"), ({"rate_key": ""}, "empty")]:
+            with self.subTest(kw=kw):
+                with self.assertRaisesRegex(pulse.ConfigError, what):
+                    JobRequest("t", **kw).spec()
+
     def test_replace_key(self):
         spec = JobRequest("t", replace_key="doc-7").spec()
         self.assertEqual((spec.replace_key, spec.replace_mode), ("doc-7", job_pb2.REPLACE_MODE_REPLACE))

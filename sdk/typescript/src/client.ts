@@ -85,6 +85,8 @@ export interface EnqueueOptions {
    */
   replaceKey?: string;
   replaceMode?: "replace" | "keep_earlier_run_at" | "keep_first";
+  /** The key a topic rate-limited per job key counts this start under (1..255 bytes; docs/flow-control.md). */
+  rateKey?: string;
 }
 
 /** One job for enqueueMany. */
@@ -351,6 +353,13 @@ export function buildJobSpec(topic: string, args: unknown, o: EnqueueOptions = {
     }
     spec.replaceKey = o.replaceKey;
     spec.replaceMode = mode;
+  }
+  if (o.rateKey !== undefined) {
+    if (!o.rateKey) {
+      throw new Error("pulse: rateKey is empty");
+    }
+    checkIdempotencyKey(o.rateKey, "rateKey");
+    spec.rateKey = o.rateKey;
   }
   return spec;
 }

@@ -53,6 +53,9 @@ test("bad options are refused naming the option", () => {
     ["long replace key", () => buildJobSpec("t", {}, { replaceKey: "k".repeat(256) }), /replaceKey is 256 bytes/],
     ["replace mode without key", () => buildJobSpec("t", {}, { replaceMode: "keep_first" }), /needs a replaceKey/],
     ["unknown replace mode", () => buildJobSpec("t", {}, { replaceKey: "k", replaceMode: "x" as "replace" }), /not replace/],
+    ["NUL rate key", () => buildJobSpec("t", {}, { rateKey: "a\u0000" }), /rateKey contains a NUL/],
+    ["long rate key", () => buildJobSpec("t", {}, { rateKey: "k".repeat(256) }), /rateKey is 256 bytes/],
+    ["empty rate key", () => buildJobSpec("t", {}, { rateKey: "" }), /rateKey is empty/],
     ["args that are not JSON", () => buildJobSpec("t", () => 1), /does not encode to JSON/],
     ["cyclic args", () => { const a: Record<string, unknown> = {}; a.a = a; return buildJobSpec("t", a); }, /encode args for t/],
   ];
@@ -66,6 +69,10 @@ test("replaceKey and replaceMode reach the spec", () => {
   assert.equal(spec.replaceKey, "doc-7");
   assert.equal(spec.replaceMode, ReplaceMode.KEEP_EARLIER_RUN_AT);
   assert.equal(buildJobSpec("t", {}, { replaceKey: "doc-7" }).replaceMode, ReplaceMode.REPLACE);
+});
+
+test("rateKey reaches the spec", () => {
+  assert.equal(buildJobSpec("t", {}, { rateKey: "tenant:acme" }).rateKey, "tenant:acme");
 });
 
 test("credentials are refused over plaintext beyond loopback", () => {

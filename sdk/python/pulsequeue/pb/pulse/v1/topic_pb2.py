@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulse/v1/topic.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x02\n\tTopicInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x03\x12\x0f\n\x07running\x18\x03 \x01(\x03\x12\x10\n\x08retrying\x18\x04 \x01(\x03\x12\x15\n\rdead_lettered\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ompleted_last_hour\x18\x06 \x01(\x03\x12\x18\n\x10\x66\x61iled_last_hour\x18\x07 \x01(\x03\x12\x35\n\x12oldest_pending_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x0bmax_running\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06paused\x18\n \x01(\x08\x12\x19\n\x11\x63onnected_workers\x18\x0b \x01(\x05\x12\x18\n\x10limit_updated_by\x18\x0c \x01(\t\x12\x34\n\x10limit_updated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0e\n\x0c_max_running\"\x13\n\x11ListTopicsRequest\"9\n\x12ListTopicsResponse\x12#\n\x06topics\x18\x01 \x03(\x0b\x32\x13.pulse.v1.TopicInfo\"O\n\x14SetTopicLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x18\n\x0bmax_running\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0e\n\x0c_max_running\";\n\x15SetTopicLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo2\xa9\x01\n\x0cTopicService\x12G\n\nListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulse/v1/topic.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n\tRateLimit\x12\r\n\x05limit\x18\x01 \x01(\x05\x12+\n\x08interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03key\x18\x03 \x01(\t\"\xa1\x03\n\tTopicInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x03\x12\x0f\n\x07running\x18\x03 \x01(\x03\x12\x10\n\x08retrying\x18\x04 \x01(\x03\x12\x15\n\rdead_lettered\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ompleted_last_hour\x18\x06 \x01(\x03\x12\x18\n\x10\x66\x61iled_last_hour\x18\x07 \x01(\x03\x12\x35\n\x12oldest_pending_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x0bmax_running\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06paused\x18\n \x01(\x08\x12\x19\n\x11\x63onnected_workers\x18\x0b \x01(\x05\x12\x18\n\x10limit_updated_by\x18\x0c \x01(\t\x12\x34\n\x10limit_updated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\nrate_limit\x18\x0e \x01(\x0b\x32\x13.pulse.v1.RateLimitB\x0e\n\x0c_max_running\"\x13\n\x11ListTopicsRequest\"9\n\x12ListTopicsResponse\x12#\n\x06topics\x18\x01 \x03(\x0b\x32\x13.pulse.v1.TopicInfo\"O\n\x14SetTopicLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x18\n\x0bmax_running\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0e\n\x0c_max_running\";\n\x15SetTopicLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo\"R\n\x18SetTopicRateLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\'\n\nrate_limit\x18\x02 \x01(\x0b\x32\x13.pulse.v1.RateLimit\"?\n\x19SetTopicRateLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo2\x87\x02\n\x0cTopicService\x12G\n\nListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponse\x12\\\n\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulse.v1.topic_pb2', globals())
@@ -23,16 +23,22 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1'
-  _TOPICINFO._serialized_start=100
-  _TOPICINFO._serialized_end=476
-  _LISTTOPICSREQUEST._serialized_start=478
-  _LISTTOPICSREQUEST._serialized_end=497
-  _LISTTOPICSRESPONSE._serialized_start=499
-  _LISTTOPICSRESPONSE._serialized_end=556
-  _SETTOPICLIMITREQUEST._serialized_start=558
-  _SETTOPICLIMITREQUEST._serialized_end=637
-  _SETTOPICLIMITRESPONSE._serialized_start=639
-  _SETTOPICLIMITRESPONSE._serialized_end=698
-  _TOPICSERVICE._serialized_start=701
-  _TOPICSERVICE._serialized_end=870
+  _RATELIMIT._serialized_start=99
+  _RATELIMIT._serialized_end=183
+  _TOPICINFO._serialized_start=186
+  _TOPICINFO._serialized_end=603
+  _LISTTOPICSREQUEST._serialized_start=605
+  _LISTTOPICSREQUEST._serialized_end=624
+  _LISTTOPICSRESPONSE._serialized_start=626
+  _LISTTOPICSRESPONSE._serialized_end=683
+  _SETTOPICLIMITREQUEST._serialized_start=685
+  _SETTOPICLIMITREQUEST._serialized_end=764
+  _SETTOPICLIMITRESPONSE._serialized_start=766
+  _SETTOPICLIMITRESPONSE._serialized_end=825
+  _SETTOPICRATELIMITREQUEST._serialized_start=827
+  _SETTOPICRATELIMITREQUEST._serialized_end=909
+  _SETTOPICRATELIMITRESPONSE._serialized_start=911
+  _SETTOPICRATELIMITRESPONSE._serialized_end=974
+  _TOPICSERVICE._serialized_start=977
+  _TOPICSERVICE._serialized_end=1240
 # @@protoc_insertion_point(module_scope)
