@@ -17,7 +17,7 @@ import (
 func submitGraph(t *testing.T, topic string) []string {
 	t.Helper()
 	body := `{"jobs":[{"topic":"` + topic + `"},{"topic":"` + topic + `.next","depends_on":["$0"]}]}`
-	req, err := http.NewRequestWithContext(t.Context(), "POST", server+"/v1/jobs:batch", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, server+"/v1/jobs:batch", bytes.NewReader([]byte(body)))
 	require.NoError(t, err)
 	req.SetBasicAuth("prod", "pw")
 	resp, err := http.DefaultClient.Do(req)

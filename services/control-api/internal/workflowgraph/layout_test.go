@@ -2,6 +2,7 @@ package workflowgraph
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,9 +117,9 @@ func TestDeepGraphsAreCappedInLayers(t *testing.T) {
 	var g []Node
 	var edges []Edge
 	for i := range 100 {
-		g = append(g, Node{ID: fmt.Sprint(i), Status: "PENDING"})
+		g = append(g, Node{ID: strconv.Itoa(i), Status: "PENDING"})
 		if i > 0 {
-			edges = append(edges, Edge{fmt.Sprint(i - 1), fmt.Sprint(i)})
+			edges = append(edges, Edge{strconv.Itoa(i - 1), strconv.Itoa(i)})
 		}
 	}
 	l := Lay(g, edges, Limits{MaxLayers: 10})
