@@ -32,13 +32,13 @@ func graphJobs(topic string, n int, deps map[int][]int) []pulsetype.NewJob {
 	return jobs
 }
 
-// claimAll claims up to want jobs of topic as worker and fails the test
+// claimExactly claims jobs of topic as worker "w" and fails the test
 // unless it gets exactly the ids given (in any order).
-func claimExactly(t *testing.T, store *jobstore.Store, topic, worker string, want ...uuid.UUID) []pulsetype.Claimed {
+func claimExactly(t *testing.T, store *jobstore.Store, topic string, want ...uuid.UUID) []pulsetype.Claimed {
 	t.Helper()
 	slots := make([]string, len(want)+1)
 	for i := range slots {
-		slots[i] = worker
+		slots[i] = "w"
 	}
 	claimed, err := store.Claim(ctx, []string{topic}, slots, time.Minute)
 	require.NoError(t, err)
@@ -76,13 +76,13 @@ func TestInsertGraphDiamond(t *testing.T) {
 	require.EqualValues(t, 2, d.BlockedBy)
 	require.Equal(t, jobs[0].ID, *d.WorkflowID)
 
-	a := claimExactly(t, store, "diamond", "w", jobs[0].ID)
+	a := claimExactly(t, store, "diamond", jobs[0].ID)
 	completeWith(t, store, "w", a[0], `"a"`)
-	bc := claimExactly(t, store, "diamond", "w", jobs[1].ID, jobs[2].ID)
+	bc := claimExactly(t, store, "diamond", jobs[1].ID, jobs[2].ID)
 	for _, c := range bc {
 		completeWith(t, store, "w", c, strconv.Quote(c.ID.String()[:8]))
 	}
-	dd := claimExactly(t, store, "diamond", "w", jobs[3].ID)
+	dd := claimExactly(t, store, "diamond", jobs[3].ID)
 
 	ref := pulsetype.AttemptRef{ID: dd[0].ID, Attempt: dd[0].Attempt}
 	parents, ok, err := store.ParentResults(ctx, "w", ref)
@@ -216,7 +216,7 @@ func TestFanInAndFanOut(t *testing.T) {
 			settles++
 		}
 		settled := time.Since(start)
-		claimExactly(t, store, "fanin", "w", jobs[n].ID)
+		claimExactly(t, store, "fanin", jobs[n].ID)
 		t.Logf("fan-in of %d parents: submit %v; %d parents claimed and settled in %d reports of up to %d in %v (%v per parent); the child then claimable",
 			n, submitted.Round(time.Millisecond), n, settles, batch, settled.Round(time.Millisecond), (settled / time.Duration(n)).Round(time.Microsecond))
 	})
@@ -232,7 +232,7 @@ func TestFanInAndFanOut(t *testing.T) {
 		require.NoError(t, err)
 		submitted := time.Since(start)
 
-		parent := claimExactly(t, store, "fanout", "w", jobs[0].ID)
+		parent := claimExactly(t, store, "fanout", jobs[0].ID)
 		start = time.Now()
 		completeWith(t, store, "w", parent[0], `{}`)
 		settled := time.Since(start)

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -110,7 +110,7 @@ func PolicyFromWire(p pulsev1.ParentFailurePolicy) pulsetype.ParentFailurePolicy
 	case pulsev1.ParentFailurePolicy_PARENT_FAILURE_POLICY_RUN:
 		return pulsetype.OnParentFailureRun
 	}
-	return pulsetype.ParentFailurePolicy(fmt.Sprint(int32(p)))
+	return pulsetype.ParentFailurePolicy(strconv.Itoa(int(p)))
 }
 
 // RetryToWire is a job's own backoff in its wire form, nil when it
