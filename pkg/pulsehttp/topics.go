@@ -51,3 +51,36 @@ type TopicList struct {
 type TopicLimit struct {
 	MaxRunning *int64 `json:"max_running"`
 }
+
+// TopicBreaker is a topic's circuit breaker (GET /v1/breakers, and the
+// answer of PUT /v1/topics/{topic}/breaker). Window and Cooldown are Go
+// durations; State is closed, open or half_open.
+type TopicBreaker struct {
+	Topic        string     `json:"topic"`
+	FailureRatio float64    `json:"failure_ratio"`
+	Window       string     `json:"window"`
+	MinVolume    int32      `json:"min_volume"`
+	Cooldown     string     `json:"cooldown"`
+	State        string     `json:"state"`
+	OpenedAt     *time.Time `json:"opened_at"`
+	OpenUntil    *time.Time `json:"open_until"`
+	Opens        int64      `json:"opens"`
+	UpdatedBy    string     `json:"updated_by"`
+	UpdatedAt    *time.Time `json:"updated_at"`
+}
+
+// TopicBreakerList answers GET /v1/breakers, by topic.
+type TopicBreakerList struct {
+	Breakers []TopicBreaker `json:"breakers"`
+}
+
+// TopicBreakerSettings is the body of PUT /v1/topics/{topic}/breaker:
+// every field is required. Window (whole minutes, 1m..24h) and Cooldown
+// (1s..24h) are Go durations; FailureRatio is above 0 and at most 1;
+// MinVolume 1..1000000.
+type TopicBreakerSettings struct {
+	FailureRatio *float64 `json:"failure_ratio"`
+	Window       string   `json:"window"`
+	MinVolume    *int64   `json:"min_volume"`
+	Cooldown     string   `json:"cooldown"`
+}

@@ -51,6 +51,7 @@ attempts completed and failed in the last hour. See docs/topics.md.`,
 	}
 	cmd.AddCommand(newTopicLimitCmd(e))
 	cmd.AddCommand(newTopicRateLimitCmd(e))
+	cmd.AddCommand(newTopicBreakerCmd(e), newTopicBreakersCmd(e))
 	return cmd
 }
 
@@ -181,4 +182,102 @@ next claim on every gateway; starts already made in the window count.`,
 	}
 	cmd.Flags().StringVar(&key, "key", "none", "what the limit counts by: none, job or args:FIELD")
 	return cmd
+}
+
+func newTopicBreakerCmd(e *env) *cobra.Command {
+	var ratio float64
+	var minVolume int64
+	var window, cooldown time.Duration
+	var clear bool
+	cmd := &cobra.Command{
+		Use:   "breaker TOPIC",
+		Short: "Set or clear a topic's circuit breaker (operator)",
+		Long: `Set TOPIC's circuit breaker: when, of at least --min-volume attempts settled
+within --window (whole minutes, 1m-24h), the failed share reaches
+--failure-ratio (above 0, at most 1), the breaker pauses the topic (actor
+breaker) for --cooldown (1s-24h); then it lets one attempt at a time through:
+a completion closes it, a failure opens it again. Resuming the topic
+(pulse dispatch resume --topic) overrides it. --clear removes the breaker,
+resuming its pause first. See docs/flow-control.md.`,
+		Example: `  pulse topics breaker payments.charge --failure-ratio 0.5 --window 1m --min-volume 20 --cooldown 30s
+  pulse topics breaker payments.charge --clear`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/v1/topics/" + url.PathEscape(args[0]) + "/breaker"
+			if clear {
+				for _, f := range []string{"failure-ratio", "window", "min-volume", "cooldown"} {
+					if cmd.Flags().Changed(f) {
+						return usageErrorf("--clear takes no --%s", f)
+					}
+				}
+				if _, err := e.call(cmd, "DELETE", path, nil, nil); err != nil {
+					return err
+				}
+				return e.emit([]byte(`{"cleared":true}`), func(w io.Writer) error {
+					fmt.Fprintf(w, "topic %s: no breaker\n", args[0])
+					return nil
+				})
+			}
+			for _, f := range []string{"failure-ratio", "window", "min-volume", "cooldown"} {
+				if !cmd.Flags().Changed(f) {
+					return usageErrorf("--%s is required (or --clear)", f)
+				}
+			}
+			body := pulsehttp.TopicBreakerSettings{FailureRatio: &ratio, MinVolume: &minVolume,
+				Window: window.String(), Cooldown: cooldown.String()}
+			raw, err := e.call(cmd, "PUT", path, nil, body)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var b pulsehttp.TopicBreaker
+				if err := decode(raw, &b); err != nil {
+					return err
+				}
+				printBreakers(w, []pulsehttp.TopicBreaker{b})
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&ratio, "failure-ratio", 0, "open at this failed share of the window's attempts, above 0 and at most 1")
+	f.DurationVar(&window, "window", 0, "the attempts judged: those settled within this, whole minutes, 1m-24h")
+	f.Int64Var(&minVolume, "min-volume", 0, "judge only when the window holds at least this many attempts, 1-1000000")
+	f.DurationVar(&cooldown, "cooldown", 0, "how long the breaker keeps the topic paused, 1s-24h")
+	f.BoolVar(&clear, "clear", false, "remove the topic's breaker")
+	return cmd
+}
+
+func newTopicBreakersCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "breakers",
+		Short: "List every topic's circuit breaker and its state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := e.call(cmd, "GET", "/v1/breakers", nil, nil)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var r pulsehttp.TopicBreakerList
+				if err := decode(raw, &r); err != nil {
+					return err
+				}
+				printBreakers(w, r.Breakers)
+				return nil
+			})
+		},
+	}
+}
+
+func printBreakers(w io.Writer, bs []pulsehttp.TopicBreaker) {
+	fmt.Fprintln(w, "TOPIC\tSTATE\tRATIO\tWINDOW\tMIN\tCOOLDOWN\tOPENS\tOPEN UNTIL\tSET BY")
+	for _, b := range bs {
+		until := "-"
+		if b.OpenUntil != nil && b.State == "open" {
+			until = ts(b.OpenUntil)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%g\t%s\t%d\t%s\t%d\t%s\t%s\n", b.Topic, b.State, b.FailureRatio, b.Window, b.MinVolume,
+			b.Cooldown, b.Opens, until, dash(b.UpdatedBy))
+	}
 }

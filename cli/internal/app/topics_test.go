@@ -110,3 +110,26 @@ func TestTopicsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// pulse topics breaker sets, shows and clears a topic's breaker; a missing
+// setting is a usage error, a bad one the server's error naming the field.
+func TestTopicBreakerCommands(t *testing.T) {
+	t.Parallel()
+	out := ok(t, ops("topics", "breaker", "cli.brk", "--failure-ratio", "0.5", "--window", "2m", "--min-volume", "20", "--cooldown", "30s")...)
+	require.Regexp(t, `cli\.brk +closed +0\.5 +2m0s +20 +30s +0 +- +ops`, out)
+	out = ok(t, prod("topics", "breakers")...)
+	require.Regexp(t, `cli\.brk +closed`, out)
+
+	r := pulse(t, "", ops("topics", "breaker", "cli.brk", "--failure-ratio", "0.5")...)
+	require.Equal(t, ExitUsage, r.code, r.stderr)
+	require.Contains(t, failLine(t, r), "--window")
+	r = pulse(t, "", ops("topics", "breaker", "cli.brk", "--failure-ratio", "2", "--window", "1m", "--min-volume", "1", "--cooldown", "1s")...)
+	require.Contains(t, failLine(t, r), "failure_ratio")
+	r = pulse(t, "", prod("topics", "breaker", "cli.brk", "--clear")...)
+	require.NotEqual(t, 0, r.code)
+
+	out = ok(t, ops("topics", "breaker", "cli.brk", "--clear")...)
+	require.Contains(t, out, "topic cli.brk: no breaker")
+	r = pulse(t, "", ops("topics", "breaker", "cli.brk", "--clear")...)
+	require.Contains(t, failLine(t, r), "not found")
+}

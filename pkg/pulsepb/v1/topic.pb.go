@@ -522,6 +522,431 @@ func (x *SetTopicRateLimitResponse) GetTopic() *TopicInfo {
 	return nil
 }
 
+// TopicBreaker is a topic's circuit breaker: it opens (pauses the topic
+// as actor "breaker" until the cooldown ends) when, of at least
+// min_volume attempts settled within window, the failed share reaches
+// failure_ratio; then it lets one attempt at a time through (half_open)
+// until the first outcome closes or reopens it.
+type TopicBreaker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Above 0, at most 1.
+	FailureRatio float64 `protobuf:"fixed64,2,opt,name=failure_ratio,json=failureRatio,proto3" json:"failure_ratio,omitempty"`
+	// Whole minutes, 1m..24h.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// 1..1000000.
+	MinVolume int32 `protobuf:"varint,4,opt,name=min_volume,json=minVolume,proto3" json:"min_volume,omitempty"`
+	// 1s..24h.
+	Cooldown *durationpb.Duration `protobuf:"bytes,5,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	// closed, open or half_open (set by the reaper).
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// When it last opened, and when that opening's pause ends.
+	OpenedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
+	OpenUntil *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=open_until,json=openUntil,proto3" json:"open_until,omitempty"`
+	// How many times it opened.
+	Opens         int64                  `protobuf:"varint,9,opt,name=opens,proto3" json:"opens,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,10,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicBreaker) Reset() {
+	*x = TopicBreaker{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicBreaker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicBreaker) ProtoMessage() {}
+
+func (x *TopicBreaker) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicBreaker.ProtoReflect.Descriptor instead.
+func (*TopicBreaker) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TopicBreaker) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TopicBreaker) GetFailureRatio() float64 {
+	if x != nil {
+		return x.FailureRatio
+	}
+	return 0
+}
+
+func (x *TopicBreaker) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *TopicBreaker) GetMinVolume() int32 {
+	if x != nil {
+		return x.MinVolume
+	}
+	return 0
+}
+
+func (x *TopicBreaker) GetCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+func (x *TopicBreaker) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TopicBreaker) GetOpenedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenedAt
+	}
+	return nil
+}
+
+func (x *TopicBreaker) GetOpenUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenUntil
+	}
+	return nil
+}
+
+func (x *TopicBreaker) GetOpens() int64 {
+	if x != nil {
+		return x.Opens
+	}
+	return 0
+}
+
+func (x *TopicBreaker) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *TopicBreaker) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type ListTopicBreakersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicBreakersRequest) Reset() {
+	*x = ListTopicBreakersRequest{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicBreakersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicBreakersRequest) ProtoMessage() {}
+
+func (x *ListTopicBreakersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicBreakersRequest.ProtoReflect.Descriptor instead.
+func (*ListTopicBreakersRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{9}
+}
+
+type ListTopicBreakersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Breakers      []*TopicBreaker        `protobuf:"bytes,1,rep,name=breakers,proto3" json:"breakers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicBreakersResponse) Reset() {
+	*x = ListTopicBreakersResponse{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicBreakersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicBreakersResponse) ProtoMessage() {}
+
+func (x *ListTopicBreakersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicBreakersResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicBreakersResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListTopicBreakersResponse) GetBreakers() []*TopicBreaker {
+	if x != nil {
+		return x.Breakers
+	}
+	return nil
+}
+
+type SetTopicBreakerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	FailureRatio  float64                `protobuf:"fixed64,2,opt,name=failure_ratio,json=failureRatio,proto3" json:"failure_ratio,omitempty"`
+	Window        *durationpb.Duration   `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	MinVolume     int32                  `protobuf:"varint,4,opt,name=min_volume,json=minVolume,proto3" json:"min_volume,omitempty"`
+	Cooldown      *durationpb.Duration   `protobuf:"bytes,5,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicBreakerRequest) Reset() {
+	*x = SetTopicBreakerRequest{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicBreakerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicBreakerRequest) ProtoMessage() {}
+
+func (x *SetTopicBreakerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicBreakerRequest.ProtoReflect.Descriptor instead.
+func (*SetTopicBreakerRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetTopicBreakerRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SetTopicBreakerRequest) GetFailureRatio() float64 {
+	if x != nil {
+		return x.FailureRatio
+	}
+	return 0
+}
+
+func (x *SetTopicBreakerRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *SetTopicBreakerRequest) GetMinVolume() int32 {
+	if x != nil {
+		return x.MinVolume
+	}
+	return 0
+}
+
+func (x *SetTopicBreakerRequest) GetCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+type SetTopicBreakerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Breaker       *TopicBreaker          `protobuf:"bytes,1,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicBreakerResponse) Reset() {
+	*x = SetTopicBreakerResponse{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicBreakerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicBreakerResponse) ProtoMessage() {}
+
+func (x *SetTopicBreakerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicBreakerResponse.ProtoReflect.Descriptor instead.
+func (*SetTopicBreakerResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetTopicBreakerResponse) GetBreaker() *TopicBreaker {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
+type ClearTopicBreakerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearTopicBreakerRequest) Reset() {
+	*x = ClearTopicBreakerRequest{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearTopicBreakerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearTopicBreakerRequest) ProtoMessage() {}
+
+func (x *ClearTopicBreakerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearTopicBreakerRequest.ProtoReflect.Descriptor instead.
+func (*ClearTopicBreakerRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ClearTopicBreakerRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type ClearTopicBreakerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the topic had no breaker.
+	Cleared       bool `protobuf:"varint,1,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearTopicBreakerResponse) Reset() {
+	*x = ClearTopicBreakerResponse{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearTopicBreakerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearTopicBreakerResponse) ProtoMessage() {}
+
+func (x *ClearTopicBreakerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearTopicBreakerResponse.ProtoReflect.Descriptor instead.
+func (*ClearTopicBreakerResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ClearTopicBreakerResponse) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
 var File_pulse_v1_topic_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_topic_proto_rawDesc = "" +
@@ -565,12 +990,48 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18\x02 \x01(\v2\x13.pulse.v1.RateLimitR\trateLimit\"F\n" +
 	"\x19SetTopicRateLimitResponse\x12)\n" +
-	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic2\x87\x02\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic\"\xcc\x03\n" +
+	"\fTopicBreaker\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
+	"\rfailure_ratio\x18\x02 \x01(\x01R\ffailureRatio\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x1d\n" +
+	"\n" +
+	"min_volume\x18\x04 \x01(\x05R\tminVolume\x125\n" +
+	"\bcooldown\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x127\n" +
+	"\topened_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x129\n" +
+	"\n" +
+	"open_until\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\topenUntil\x12\x14\n" +
+	"\x05opens\x18\t \x01(\x03R\x05opens\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\n" +
+	" \x01(\tR\tupdatedBy\x129\n" +
+	"\n" +
+	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x1a\n" +
+	"\x18ListTopicBreakersRequest\"O\n" +
+	"\x19ListTopicBreakersResponse\x122\n" +
+	"\bbreakers\x18\x01 \x03(\v2\x16.pulse.v1.TopicBreakerR\bbreakers\"\xdc\x01\n" +
+	"\x16SetTopicBreakerRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12#\n" +
+	"\rfailure_ratio\x18\x02 \x01(\x01R\ffailureRatio\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x1d\n" +
+	"\n" +
+	"min_volume\x18\x04 \x01(\x05R\tminVolume\x125\n" +
+	"\bcooldown\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\"K\n" +
+	"\x17SetTopicBreakerResponse\x120\n" +
+	"\abreaker\x18\x01 \x01(\v2\x16.pulse.v1.TopicBreakerR\abreaker\"0\n" +
+	"\x18ClearTopicBreakerRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"5\n" +
+	"\x19ClearTopicBreakerResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared2\x9b\x04\n" +
 	"\fTopicService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n" +
 	"\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponse\x12\\\n" +
-	"\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponse\x12\\\n" +
+	"\x11ListTopicBreakers\x12\".pulse.v1.ListTopicBreakersRequest\x1a#.pulse.v1.ListTopicBreakersResponse\x12V\n" +
+	"\x0fSetTopicBreaker\x12 .pulse.v1.SetTopicBreakerRequest\x1a!.pulse.v1.SetTopicBreakerResponse\x12\\\n" +
+	"\x11ClearTopicBreaker\x12\".pulse.v1.ClearTopicBreakerRequest\x1a#.pulse.v1.ClearTopicBreakerResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_topic_proto_rawDescOnce sync.Once
@@ -584,7 +1045,7 @@ func file_pulse_v1_topic_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_topic_proto_rawDescData
 }
 
-var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_pulse_v1_topic_proto_goTypes = []any{
 	(*RateLimit)(nil),                 // 0: pulse.v1.RateLimit
 	(*TopicInfo)(nil),                 // 1: pulse.v1.TopicInfo
@@ -594,29 +1055,51 @@ var file_pulse_v1_topic_proto_goTypes = []any{
 	(*SetTopicLimitResponse)(nil),     // 5: pulse.v1.SetTopicLimitResponse
 	(*SetTopicRateLimitRequest)(nil),  // 6: pulse.v1.SetTopicRateLimitRequest
 	(*SetTopicRateLimitResponse)(nil), // 7: pulse.v1.SetTopicRateLimitResponse
-	(*durationpb.Duration)(nil),       // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 9: google.protobuf.Timestamp
+	(*TopicBreaker)(nil),              // 8: pulse.v1.TopicBreaker
+	(*ListTopicBreakersRequest)(nil),  // 9: pulse.v1.ListTopicBreakersRequest
+	(*ListTopicBreakersResponse)(nil), // 10: pulse.v1.ListTopicBreakersResponse
+	(*SetTopicBreakerRequest)(nil),    // 11: pulse.v1.SetTopicBreakerRequest
+	(*SetTopicBreakerResponse)(nil),   // 12: pulse.v1.SetTopicBreakerResponse
+	(*ClearTopicBreakerRequest)(nil),  // 13: pulse.v1.ClearTopicBreakerRequest
+	(*ClearTopicBreakerResponse)(nil), // 14: pulse.v1.ClearTopicBreakerResponse
+	(*durationpb.Duration)(nil),       // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
 }
 var file_pulse_v1_topic_proto_depIdxs = []int32{
-	8,  // 0: pulse.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	8,  // 1: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
-	9,  // 2: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
+	15, // 0: pulse.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	15, // 1: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
+	16, // 2: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: pulse.v1.TopicInfo.rate_limit:type_name -> pulse.v1.RateLimit
 	1,  // 4: pulse.v1.ListTopicsResponse.topics:type_name -> pulse.v1.TopicInfo
 	1,  // 5: pulse.v1.SetTopicLimitResponse.topic:type_name -> pulse.v1.TopicInfo
 	0,  // 6: pulse.v1.SetTopicRateLimitRequest.rate_limit:type_name -> pulse.v1.RateLimit
 	1,  // 7: pulse.v1.SetTopicRateLimitResponse.topic:type_name -> pulse.v1.TopicInfo
-	2,  // 8: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
-	4,  // 9: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
-	6,  // 10: pulse.v1.TopicService.SetTopicRateLimit:input_type -> pulse.v1.SetTopicRateLimitRequest
-	3,  // 11: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
-	5,  // 12: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
-	7,  // 13: pulse.v1.TopicService.SetTopicRateLimit:output_type -> pulse.v1.SetTopicRateLimitResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 8: pulse.v1.TopicBreaker.window:type_name -> google.protobuf.Duration
+	15, // 9: pulse.v1.TopicBreaker.cooldown:type_name -> google.protobuf.Duration
+	16, // 10: pulse.v1.TopicBreaker.opened_at:type_name -> google.protobuf.Timestamp
+	16, // 11: pulse.v1.TopicBreaker.open_until:type_name -> google.protobuf.Timestamp
+	16, // 12: pulse.v1.TopicBreaker.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 13: pulse.v1.ListTopicBreakersResponse.breakers:type_name -> pulse.v1.TopicBreaker
+	15, // 14: pulse.v1.SetTopicBreakerRequest.window:type_name -> google.protobuf.Duration
+	15, // 15: pulse.v1.SetTopicBreakerRequest.cooldown:type_name -> google.protobuf.Duration
+	8,  // 16: pulse.v1.SetTopicBreakerResponse.breaker:type_name -> pulse.v1.TopicBreaker
+	2,  // 17: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
+	4,  // 18: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
+	6,  // 19: pulse.v1.TopicService.SetTopicRateLimit:input_type -> pulse.v1.SetTopicRateLimitRequest
+	9,  // 20: pulse.v1.TopicService.ListTopicBreakers:input_type -> pulse.v1.ListTopicBreakersRequest
+	11, // 21: pulse.v1.TopicService.SetTopicBreaker:input_type -> pulse.v1.SetTopicBreakerRequest
+	13, // 22: pulse.v1.TopicService.ClearTopicBreaker:input_type -> pulse.v1.ClearTopicBreakerRequest
+	3,  // 23: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
+	5,  // 24: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
+	7,  // 25: pulse.v1.TopicService.SetTopicRateLimit:output_type -> pulse.v1.SetTopicRateLimitResponse
+	10, // 26: pulse.v1.TopicService.ListTopicBreakers:output_type -> pulse.v1.ListTopicBreakersResponse
+	12, // 27: pulse.v1.TopicService.SetTopicBreaker:output_type -> pulse.v1.SetTopicBreakerResponse
+	14, // 28: pulse.v1.TopicService.ClearTopicBreaker:output_type -> pulse.v1.ClearTopicBreakerResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_topic_proto_init() }
@@ -632,7 +1115,7 @@ func file_pulse_v1_topic_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_topic_proto_rawDesc), len(file_pulse_v1_topic_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

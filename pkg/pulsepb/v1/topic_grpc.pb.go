@@ -22,6 +22,9 @@ const (
 	TopicService_ListTopics_FullMethodName        = "/pulse.v1.TopicService/ListTopics"
 	TopicService_SetTopicLimit_FullMethodName     = "/pulse.v1.TopicService/SetTopicLimit"
 	TopicService_SetTopicRateLimit_FullMethodName = "/pulse.v1.TopicService/SetTopicRateLimit"
+	TopicService_ListTopicBreakers_FullMethodName = "/pulse.v1.TopicService/ListTopicBreakers"
+	TopicService_SetTopicBreaker_FullMethodName   = "/pulse.v1.TopicService/SetTopicBreaker"
+	TopicService_ClearTopicBreaker_FullMethodName = "/pulse.v1.TopicService/ClearTopicBreaker"
 )
 
 // TopicServiceClient is the client API for TopicService service.
@@ -44,6 +47,15 @@ type TopicServiceClient interface {
 	// says (docs/flow-control.md). It takes effect for the next claim on
 	// every replica.
 	SetTopicRateLimit(ctx context.Context, in *SetTopicRateLimitRequest, opts ...grpc.CallOption) (*SetTopicRateLimitResponse, error)
+	// ListTopicBreakers returns every topic's circuit breaker: its settings
+	// and where it stands (docs/flow-control.md, circuit breaker).
+	ListTopicBreakers(ctx context.Context, in *ListTopicBreakersRequest, opts ...grpc.CallOption) (*ListTopicBreakersResponse, error)
+	// SetTopicBreaker sets a topic's circuit breaker; a new one starts
+	// closed, counting from now, a changed one keeps its state.
+	SetTopicBreaker(ctx context.Context, in *SetTopicBreakerRequest, opts ...grpc.CallOption) (*SetTopicBreakerResponse, error)
+	// ClearTopicBreaker removes a topic's breaker; an open one resumes its
+	// pause and restores the topic's limit first.
+	ClearTopicBreaker(ctx context.Context, in *ClearTopicBreakerRequest, opts ...grpc.CallOption) (*ClearTopicBreakerResponse, error)
 }
 
 type topicServiceClient struct {
@@ -84,6 +96,36 @@ func (c *topicServiceClient) SetTopicRateLimit(ctx context.Context, in *SetTopic
 	return out, nil
 }
 
+func (c *topicServiceClient) ListTopicBreakers(ctx context.Context, in *ListTopicBreakersRequest, opts ...grpc.CallOption) (*ListTopicBreakersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTopicBreakersResponse)
+	err := c.cc.Invoke(ctx, TopicService_ListTopicBreakers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topicServiceClient) SetTopicBreaker(ctx context.Context, in *SetTopicBreakerRequest, opts ...grpc.CallOption) (*SetTopicBreakerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTopicBreakerResponse)
+	err := c.cc.Invoke(ctx, TopicService_SetTopicBreaker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topicServiceClient) ClearTopicBreaker(ctx context.Context, in *ClearTopicBreakerRequest, opts ...grpc.CallOption) (*ClearTopicBreakerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearTopicBreakerResponse)
+	err := c.cc.Invoke(ctx, TopicService_ClearTopicBreaker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopicServiceServer is the server API for TopicService service.
 // All implementations must embed UnimplementedTopicServiceServer
 // for forward compatibility.
@@ -104,6 +146,15 @@ type TopicServiceServer interface {
 	// says (docs/flow-control.md). It takes effect for the next claim on
 	// every replica.
 	SetTopicRateLimit(context.Context, *SetTopicRateLimitRequest) (*SetTopicRateLimitResponse, error)
+	// ListTopicBreakers returns every topic's circuit breaker: its settings
+	// and where it stands (docs/flow-control.md, circuit breaker).
+	ListTopicBreakers(context.Context, *ListTopicBreakersRequest) (*ListTopicBreakersResponse, error)
+	// SetTopicBreaker sets a topic's circuit breaker; a new one starts
+	// closed, counting from now, a changed one keeps its state.
+	SetTopicBreaker(context.Context, *SetTopicBreakerRequest) (*SetTopicBreakerResponse, error)
+	// ClearTopicBreaker removes a topic's breaker; an open one resumes its
+	// pause and restores the topic's limit first.
+	ClearTopicBreaker(context.Context, *ClearTopicBreakerRequest) (*ClearTopicBreakerResponse, error)
 	mustEmbedUnimplementedTopicServiceServer()
 }
 
@@ -122,6 +173,15 @@ func (UnimplementedTopicServiceServer) SetTopicLimit(context.Context, *SetTopicL
 }
 func (UnimplementedTopicServiceServer) SetTopicRateLimit(context.Context, *SetTopicRateLimitRequest) (*SetTopicRateLimitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetTopicRateLimit not implemented")
+}
+func (UnimplementedTopicServiceServer) ListTopicBreakers(context.Context, *ListTopicBreakersRequest) (*ListTopicBreakersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTopicBreakers not implemented")
+}
+func (UnimplementedTopicServiceServer) SetTopicBreaker(context.Context, *SetTopicBreakerRequest) (*SetTopicBreakerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTopicBreaker not implemented")
+}
+func (UnimplementedTopicServiceServer) ClearTopicBreaker(context.Context, *ClearTopicBreakerRequest) (*ClearTopicBreakerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClearTopicBreaker not implemented")
 }
 func (UnimplementedTopicServiceServer) mustEmbedUnimplementedTopicServiceServer() {}
 func (UnimplementedTopicServiceServer) testEmbeddedByValue()                      {}
@@ -198,6 +258,60 @@ func _TopicService_SetTopicRateLimit_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopicService_ListTopicBreakers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTopicBreakersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicServiceServer).ListTopicBreakers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopicService_ListTopicBreakers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicServiceServer).ListTopicBreakers(ctx, req.(*ListTopicBreakersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopicService_SetTopicBreaker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTopicBreakerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicServiceServer).SetTopicBreaker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopicService_SetTopicBreaker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicServiceServer).SetTopicBreaker(ctx, req.(*SetTopicBreakerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopicService_ClearTopicBreaker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearTopicBreakerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicServiceServer).ClearTopicBreaker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopicService_ClearTopicBreaker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicServiceServer).ClearTopicBreaker(ctx, req.(*ClearTopicBreakerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopicService_ServiceDesc is the grpc.ServiceDesc for TopicService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -216,6 +330,18 @@ var TopicService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTopicRateLimit",
 			Handler:    _TopicService_SetTopicRateLimit_Handler,
+		},
+		{
+			MethodName: "ListTopicBreakers",
+			Handler:    _TopicService_ListTopicBreakers_Handler,
+		},
+		{
+			MethodName: "SetTopicBreaker",
+			Handler:    _TopicService_SetTopicBreaker_Handler,
+		},
+		{
+			MethodName: "ClearTopicBreaker",
+			Handler:    _TopicService_ClearTopicBreaker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -310,13 +310,13 @@ func evaluateBreaker(ctx context.Context, tx pgx.Tx, topic string) (*BreakerTran
 		case !scope.Paused && (scope.Actor == SystemActor || scope.Actor == BreakerActor):
 			return tr(BreakerHalfOpen, "the cooldown ended"), halfOpen(ctx, tx, topic)
 		default:
-			why := fmt.Sprintf("%s changed the topic's pause", scope.Actor)
+			why := scope.Actor + " changed the topic's pause"
 			return tr(BreakerClosed, why), closeBreaker(ctx, tx, b)
 		}
 	case BreakerHalfOpen:
 		switch {
 		case scope.Paused:
-			why := fmt.Sprintf("%s paused the topic", scope.Actor)
+			why := scope.Actor + " paused the topic"
 			return tr(BreakerClosed, why), closeBreaker(ctx, tx, b)
 		case b.failed > 0:
 			why := fmt.Sprintf("breaker: the half-open trial failed (%d of %d attempts since the cooldown)", b.failed, b.failed+b.completed)

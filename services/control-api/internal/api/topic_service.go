@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -20,6 +21,9 @@ type TopicStore interface {
 	Topic(ctx context.Context, topic string) (jobstore.TopicInfo, error)
 	SetTopicLimit(ctx context.Context, topic string, maxRunning *int, actor string) (jobstore.TopicInfo, error)
 	SetTopicRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit, actor string) (jobstore.TopicInfo, error)
+	Breakers(ctx context.Context) ([]jobstore.Breaker, error)
+	SetTopicBreaker(ctx context.Context, topic string, c jobstore.BreakerConfig, actor string) (jobstore.Breaker, error)
+	ClearTopicBreaker(ctx context.Context, topic, actor string) (bool, error)
 }
 
 // TopicService implements pulsev1.TopicServiceServer: topics' live numbers
@@ -177,4 +181,87 @@ func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
 		out.RateLimit = &pulsev1.RateLimit{Limit: int32(rl.Limit), Interval: durationpb.New(rl.Interval), Key: rl.Key}
 	}
 	return out
+}
+
+// ListTopicBreakers returns every topic's circuit breaker.
+func (s *TopicService) ListTopicBreakers(ctx context.Context, _ *pulsev1.ListTopicBreakersRequest) (*pulsev1.ListTopicBreakersResponse, error) {
+	bs, err := s.store.Breakers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &pulsev1.ListTopicBreakersResponse{Breakers: make([]*pulsev1.TopicBreaker, len(bs))}
+	for i, b := range bs {
+		out.Breakers[i] = BreakerToWire(b)
+	}
+	return out, nil
+}
+
+// SetTopicBreaker sets a topic's circuit breaker, as the caller. Every
+// setting is required; errors name the field.
+func (s *TopicService) SetTopicBreaker(ctx context.Context, req *pulsev1.SetTopicBreakerRequest) (*pulsev1.SetTopicBreakerResponse, error) {
+	if err := jobspec.ValidateTopic("topic", req.GetTopic()); err != nil {
+		return nil, err
+	}
+	var c jobstore.BreakerConfig
+	c.FailureRatio, c.MinVolume = req.GetFailureRatio(), int(req.GetMinVolume())
+	var err error
+	if c.Window, err = requiredDuration("window", req.GetWindow()); err != nil {
+		return nil, err
+	}
+	if c.Cooldown, err = requiredDuration("cooldown", req.GetCooldown()); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
+	b, err := s.store.SetTopicBreaker(ctx, req.GetTopic(), c, actor)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("topic breaker set", "topic", b.Topic, "failure_ratio", c.FailureRatio, "window", c.Window,
+		"min_volume", c.MinVolume, "cooldown", c.Cooldown, "actor", actor)
+	return &pulsev1.SetTopicBreakerResponse{Breaker: BreakerToWire(b)}, nil
+}
+
+// ClearTopicBreaker removes a topic's breaker, as the caller.
+func (s *TopicService) ClearTopicBreaker(ctx context.Context, req *pulsev1.ClearTopicBreakerRequest) (*pulsev1.ClearTopicBreakerResponse, error) {
+	if err := jobspec.ValidateTopic("topic", req.GetTopic()); err != nil {
+		return nil, err
+	}
+	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
+	ok, err := s.store.ClearTopicBreaker(ctx, req.GetTopic(), actor)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		s.logger.Info("topic breaker cleared", "topic", req.GetTopic(), "actor", actor)
+	}
+	return &pulsev1.ClearTopicBreakerResponse{Cleared: ok}, nil
+}
+
+// requiredDuration reads a duration that must be given.
+func requiredDuration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, apierr.Invalid(field, "is required")
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, apierr.Invalid(field, "%v", err)
+	}
+	return d.AsDuration(), nil
+}
+
+// BreakerToWire converts a topic's breaker to its wire form.
+func BreakerToWire(b jobstore.Breaker) *pulsev1.TopicBreaker {
+	return &pulsev1.TopicBreaker{
+		Topic: b.Topic, FailureRatio: b.FailureRatio, Window: durationpb.New(b.Window), MinVolume: int32(b.MinVolume),
+		Cooldown: durationpb.New(b.Cooldown), State: string(b.State), OpenedAt: timestampOrNil(b.OpenedAt),
+		OpenUntil: timestampOrNil(b.OpenUntil), Opens: b.Opens, UpdatedBy: b.UpdatedBy, UpdatedAt: timestampOrNil(&b.UpdatedAt),
+	}
 }

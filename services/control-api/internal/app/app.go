@@ -50,8 +50,9 @@ const Service = "control-api"
 // jobs_claim_idx without blocked jobs (VersionJobDependencies); a submit
 // writes jobs.rate_key and topics read and set rate limits
 // (VersionRateLimits); the workflow view reads through the workflow
-// indexes (VersionWorkflowView).
-const MinSchemaVersion = migrations.VersionWorkflowView
+// indexes (VersionWorkflowView); topics read and set circuit breakers
+// (VersionTopicBreakers).
+const MinSchemaVersion = migrations.VersionTopicBreakers
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

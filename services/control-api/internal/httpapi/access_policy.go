@@ -51,6 +51,10 @@ func AccessPolicy() auth.Policy {
 		"GET /v1/topics/{topic}":            producer,
 		"PUT /v1/topics/{topic}":            operator,
 		"PUT /v1/topics/{topic}/rate-limit": operator,
+		// Breakers: producers and operators read, operators set and clear.
+		"GET /v1/breakers":                  producer,
+		"PUT /v1/topics/{topic}/breaker":    operator,
+		"DELETE /v1/topics/{topic}/breaker": operator,
 
 		// MCP (package mcpserver): every role reaches the endpoint, so an
 		// unauthenticated request is refused before its body is read; each

@@ -10,6 +10,7 @@ import (
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 
 	"github.com/pulsequeue/pulse/services/control-api/internal/api"
 )
@@ -23,6 +24,9 @@ type TopicService interface {
 	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
 	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
 	SetRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit) (*pulsev1.TopicInfo, error)
+	ListTopicBreakers(ctx context.Context, req *pulsev1.ListTopicBreakersRequest) (*pulsev1.ListTopicBreakersResponse, error)
+	SetTopicBreaker(ctx context.Context, req *pulsev1.SetTopicBreakerRequest) (*pulsev1.SetTopicBreakerResponse, error)
+	ClearTopicBreaker(ctx context.Context, req *pulsev1.ClearTopicBreakerRequest) (*pulsev1.ClearTopicBreakerResponse, error)
 }
 
 // RegisterTopics mounts the topic routes (docs/topics.md) on mux.
@@ -32,6 +36,9 @@ func (h *Handler) RegisterTopics(mux Mux, svc TopicService) {
 	h.mount(mux, "GET /v1/topics/{topic}", h.route(t.get))
 	h.mount(mux, "PUT /v1/topics/{topic}", h.route(t.setLimit))
 	h.mount(mux, "PUT /v1/topics/{topic}/rate-limit", h.route(t.setRateLimit))
+	h.mount(mux, "GET /v1/breakers", h.route(t.listBreakers))
+	h.mount(mux, "PUT /v1/topics/{topic}/breaker", h.route(t.setBreaker))
+	h.mount(mux, "DELETE /v1/topics/{topic}/breaker", h.route(t.clearBreaker))
 }
 
 type topicRoutes struct {
@@ -148,4 +155,76 @@ func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
 		out.RateLimit = &pulsehttp.RateLimit{RateLimit: &n, RateInterval: rl.GetInterval().AsDuration().String(), RateKey: rl.GetKey()}
 	}
 	return out
+}
+
+func (t *topicRoutes) listBreakers(w http.ResponseWriter, r *http.Request) error {
+	resp, err := t.svc.ListTopicBreakers(r.Context(), &pulsev1.ListTopicBreakersRequest{})
+	if err != nil {
+		return err
+	}
+	out := pulsehttp.TopicBreakerList{Breakers: make([]pulsehttp.TopicBreaker, len(resp.GetBreakers()))}
+	for i, b := range resp.GetBreakers() {
+		out.Breakers[i] = breakerToJSON(b)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// setBreaker reads {"failure_ratio", "window", "min_volume", "cooldown"},
+// every one required.
+func (t *topicRoutes) setBreaker(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, topicLimitBodyLimit, "body", "")
+	if err != nil {
+		return err
+	}
+	var in pulsehttp.TopicBreakerSettings
+	if err := decodeStorable(body, "", &in); err != nil {
+		return err
+	}
+	req := &pulsev1.SetTopicBreakerRequest{Topic: r.PathValue("topic")}
+	switch {
+	case in.FailureRatio == nil:
+		return apierr.Invalid("failure_ratio", "is required: above 0 and at most 1, such as 0.5")
+	case in.MinVolume == nil:
+		return apierr.Invalid("min_volume", "is required: the fewest settled attempts the ratio is judged on, such as 20")
+	case in.Window == "":
+		return apierr.Invalid("window", "is required: whole minutes such as 1m or 5m")
+	case in.Cooldown == "":
+		return apierr.Invalid("cooldown", "is required: a duration such as 30s or 5m")
+	case *in.MinVolume < 1 || *in.MinVolume > jobstore.MaxBreakerMinVolume:
+		return apierr.Invalid("min_volume", "is %d; it must be between 1 and %d", *in.MinVolume, jobstore.MaxBreakerMinVolume)
+	}
+	req.FailureRatio, req.MinVolume = *in.FailureRatio, int32(*in.MinVolume)
+	if req.Window, err = parseDuration("window", in.Window, "1m or 5m"); err != nil {
+		return err
+	}
+	if req.Cooldown, err = parseDuration("cooldown", in.Cooldown, "30s or 5m"); err != nil {
+		return err
+	}
+	resp, err := t.svc.SetTopicBreaker(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, breakerToJSON(resp.GetBreaker()))
+}
+
+// clearBreaker answers 204, or 404 when the topic has no breaker.
+func (t *topicRoutes) clearBreaker(w http.ResponseWriter, r *http.Request) error {
+	resp, err := t.svc.ClearTopicBreaker(r.Context(), &pulsev1.ClearTopicBreakerRequest{Topic: r.PathValue("topic")})
+	if err != nil {
+		return err
+	}
+	if !resp.GetCleared() {
+		return apierr.NotFound("breaker of topic", r.PathValue("topic"))
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func breakerToJSON(b *pulsev1.TopicBreaker) pulsehttp.TopicBreaker {
+	return pulsehttp.TopicBreaker{
+		Topic: b.GetTopic(), FailureRatio: b.GetFailureRatio(), Window: b.GetWindow().AsDuration().String(),
+		MinVolume: b.GetMinVolume(), Cooldown: b.GetCooldown().AsDuration().String(), State: b.GetState(),
+		OpenedAt: api.TimeFromWire(b.GetOpenedAt()), OpenUntil: api.TimeFromWire(b.GetOpenUntil()), Opens: b.GetOpens(),
+		UpdatedBy: b.GetUpdatedBy(), UpdatedAt: api.TimeFromWire(b.GetUpdatedAt()),
+	}
 }

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/topic.proto.
  */
 export const file_pulse_v1_topic: GenFile = /*@__PURE__*/
-  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEiVAoJUmF0ZUxpbWl0Eg0KBWxpbWl0GAEgASgFEisKCGludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2tleRgDIAEoCSKhAwoJVG9waWNJbmZvEg0KBXRvcGljGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSDwoHcnVubmluZxgDIAEoAxIQCghyZXRyeWluZxgEIAEoAxIVCg1kZWFkX2xldHRlcmVkGAUgASgDEhsKE2NvbXBsZXRlZF9sYXN0X2hvdXIYBiABKAMSGAoQZmFpbGVkX2xhc3RfaG91chgHIAEoAxI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoLbWF4X3J1bm5pbmcYCSABKAVIAIgBARIOCgZwYXVzZWQYCiABKAgSGQoRY29ubmVjdGVkX3dvcmtlcnMYCyABKAUSGAoQbGltaXRfdXBkYXRlZF9ieRgMIAEoCRI0ChBsaW1pdF91cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgpyYXRlX2xpbWl0GA4gASgLMhMucHVsc2UudjEuUmF0ZUxpbWl0Qg4KDF9tYXhfcnVubmluZyITChFMaXN0VG9waWNzUmVxdWVzdCI5ChJMaXN0VG9waWNzUmVzcG9uc2USIwoGdG9waWNzGAEgAygLMhMucHVsc2UudjEuVG9waWNJbmZvIk8KFFNldFRvcGljTGltaXRSZXF1ZXN0Eg0KBXRvcGljGAEgASgJEhgKC21heF9ydW5uaW5nGAIgASgFSACIAQFCDgoMX21heF9ydW5uaW5nIjsKFVNldFRvcGljTGltaXRSZXNwb25zZRIiCgV0b3BpYxgBIAEoCzITLnB1bHNlLnYxLlRvcGljSW5mbyJSChhTZXRUb3BpY1JhdGVMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSJwoKcmF0ZV9saW1pdBgCIAEoCzITLnB1bHNlLnYxLlJhdGVMaW1pdCI/ChlTZXRUb3BpY1JhdGVMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvMocCCgxUb3BpY1NlcnZpY2USRwoKTGlzdFRvcGljcxIbLnB1bHNlLnYxLkxpc3RUb3BpY3NSZXF1ZXN0GhwucHVsc2UudjEuTGlzdFRvcGljc1Jlc3BvbnNlElAKDVNldFRvcGljTGltaXQSHi5wdWxzZS52MS5TZXRUb3BpY0xpbWl0UmVxdWVzdBofLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXNwb25zZRJcChFTZXRUb3BpY1JhdGVMaW1pdBIiLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVxdWVzdBojLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVzcG9uc2VCNFoyZ2l0aHViLmNvbS9wdWxzZXF1ZXVlL3B1bHNlL3BrZy9wdWxzZXBiL3YxO3B1bHNldjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEiVAoJUmF0ZUxpbWl0Eg0KBWxpbWl0GAEgASgFEisKCGludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2tleRgDIAEoCSKhAwoJVG9waWNJbmZvEg0KBXRvcGljGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSDwoHcnVubmluZxgDIAEoAxIQCghyZXRyeWluZxgEIAEoAxIVCg1kZWFkX2xldHRlcmVkGAUgASgDEhsKE2NvbXBsZXRlZF9sYXN0X2hvdXIYBiABKAMSGAoQZmFpbGVkX2xhc3RfaG91chgHIAEoAxI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoLbWF4X3J1bm5pbmcYCSABKAVIAIgBARIOCgZwYXVzZWQYCiABKAgSGQoRY29ubmVjdGVkX3dvcmtlcnMYCyABKAUSGAoQbGltaXRfdXBkYXRlZF9ieRgMIAEoCRI0ChBsaW1pdF91cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgpyYXRlX2xpbWl0GA4gASgLMhMucHVsc2UudjEuUmF0ZUxpbWl0Qg4KDF9tYXhfcnVubmluZyITChFMaXN0VG9waWNzUmVxdWVzdCI5ChJMaXN0VG9waWNzUmVzcG9uc2USIwoGdG9waWNzGAEgAygLMhMucHVsc2UudjEuVG9waWNJbmZvIk8KFFNldFRvcGljTGltaXRSZXF1ZXN0Eg0KBXRvcGljGAEgASgJEhgKC21heF9ydW5uaW5nGAIgASgFSACIAQFCDgoMX21heF9ydW5uaW5nIjsKFVNldFRvcGljTGltaXRSZXNwb25zZRIiCgV0b3BpYxgBIAEoCzITLnB1bHNlLnYxLlRvcGljSW5mbyJSChhTZXRUb3BpY1JhdGVMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSJwoKcmF0ZV9saW1pdBgCIAEoCzITLnB1bHNlLnYxLlJhdGVMaW1pdCI/ChlTZXRUb3BpY1JhdGVMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvIuECCgxUb3BpY0JyZWFrZXISDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVzdGF0ZRgGIAEoCRItCglvcGVuZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCm9wZW5fdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBW9wZW5zGAkgASgDEhIKCnVwZGF0ZWRfYnkYCiABKAkSLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiGgoYTGlzdFRvcGljQnJlYWtlcnNSZXF1ZXN0IkUKGUxpc3RUb3BpY0JyZWFrZXJzUmVzcG9uc2USKAoIYnJlYWtlcnMYASADKAsyFi5wdWxzZS52MS5Ub3BpY0JyZWFrZXIiqgEKFlNldFRvcGljQnJlYWtlclJlcXVlc3QSDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJCChdTZXRUb3BpY0JyZWFrZXJSZXNwb25zZRInCgdicmVha2VyGAEgASgLMhYucHVsc2UudjEuVG9waWNCcmVha2VyIikKGENsZWFyVG9waWNCcmVha2VyUmVxdWVzdBINCgV0b3BpYxgBIAEoCSIsChlDbGVhclRvcGljQnJlYWtlclJlc3BvbnNlEg8KB2NsZWFyZWQYASABKAgymwQKDFRvcGljU2VydmljZRJHCgpMaXN0VG9waWNzEhsucHVsc2UudjEuTGlzdFRvcGljc1JlcXVlc3QaHC5wdWxzZS52MS5MaXN0VG9waWNzUmVzcG9uc2USUAoNU2V0VG9waWNMaW1pdBIeLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXF1ZXN0Gh8ucHVsc2UudjEuU2V0VG9waWNMaW1pdFJlc3BvbnNlElwKEVNldFRvcGljUmF0ZUxpbWl0EiIucHVsc2UudjEuU2V0VG9waWNSYXRlTGltaXRSZXF1ZXN0GiMucHVsc2UudjEuU2V0VG9waWNSYXRlTGltaXRSZXNwb25zZRJcChFMaXN0VG9waWNCcmVha2VycxIiLnB1bHNlLnYxLkxpc3RUb3BpY0JyZWFrZXJzUmVxdWVzdBojLnB1bHNlLnYxLkxpc3RUb3BpY0JyZWFrZXJzUmVzcG9uc2USVgoPU2V0VG9waWNCcmVha2VyEiAucHVsc2UudjEuU2V0VG9waWNCcmVha2VyUmVxdWVzdBohLnB1bHNlLnYxLlNldFRvcGljQnJlYWtlclJlc3BvbnNlElwKEUNsZWFyVG9waWNCcmVha2VyEiIucHVsc2UudjEuQ2xlYXJUb3BpY0JyZWFrZXJSZXF1ZXN0GiMucHVsc2UudjEuQ2xlYXJUb3BpY0JyZWFrZXJSZXNwb25zZUI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RateLimit is a topic's limit on starts: at most limit in any interval,
@@ -265,6 +265,213 @@ export const SetTopicRateLimitResponseSchema: GenMessage<SetTopicRateLimitRespon
   messageDesc(file_pulse_v1_topic, 7);
 
 /**
+ * TopicBreaker is a topic's circuit breaker: it opens (pauses the topic
+ * as actor "breaker" until the cooldown ends) when, of at least
+ * min_volume attempts settled within window, the failed share reaches
+ * failure_ratio; then it lets one attempt at a time through (half_open)
+ * until the first outcome closes or reopens it.
+ *
+ * @generated from message pulse.v1.TopicBreaker
+ */
+export type TopicBreaker = Message<"pulse.v1.TopicBreaker"> & {
+  /**
+   * @generated from field: string topic = 1;
+   */
+  topic: string;
+
+  /**
+   * Above 0, at most 1.
+   *
+   * @generated from field: double failure_ratio = 2;
+   */
+  failureRatio: number;
+
+  /**
+   * Whole minutes, 1m..24h.
+   *
+   * @generated from field: google.protobuf.Duration window = 3;
+   */
+  window?: Duration | undefined;
+
+  /**
+   * 1..1000000.
+   *
+   * @generated from field: int32 min_volume = 4;
+   */
+  minVolume: number;
+
+  /**
+   * 1s..24h.
+   *
+   * @generated from field: google.protobuf.Duration cooldown = 5;
+   */
+  cooldown?: Duration | undefined;
+
+  /**
+   * closed, open or half_open (set by the reaper).
+   *
+   * @generated from field: string state = 6;
+   */
+  state: string;
+
+  /**
+   * When it last opened, and when that opening's pause ends.
+   *
+   * @generated from field: google.protobuf.Timestamp opened_at = 7;
+   */
+  openedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp open_until = 8;
+   */
+  openUntil?: Timestamp | undefined;
+
+  /**
+   * How many times it opened.
+   *
+   * @generated from field: int64 opens = 9;
+   */
+  opens: bigint;
+
+  /**
+   * @generated from field: string updated_by = 10;
+   */
+  updatedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 11;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.TopicBreaker.
+ * Use `create(TopicBreakerSchema)` to create a new message.
+ */
+export const TopicBreakerSchema: GenMessage<TopicBreaker> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 8);
+
+/**
+ * @generated from message pulse.v1.ListTopicBreakersRequest
+ */
+export type ListTopicBreakersRequest = Message<"pulse.v1.ListTopicBreakersRequest"> & {
+};
+
+/**
+ * Describes the message pulse.v1.ListTopicBreakersRequest.
+ * Use `create(ListTopicBreakersRequestSchema)` to create a new message.
+ */
+export const ListTopicBreakersRequestSchema: GenMessage<ListTopicBreakersRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 9);
+
+/**
+ * @generated from message pulse.v1.ListTopicBreakersResponse
+ */
+export type ListTopicBreakersResponse = Message<"pulse.v1.ListTopicBreakersResponse"> & {
+  /**
+   * @generated from field: repeated pulse.v1.TopicBreaker breakers = 1;
+   */
+  breakers: TopicBreaker[];
+};
+
+/**
+ * Describes the message pulse.v1.ListTopicBreakersResponse.
+ * Use `create(ListTopicBreakersResponseSchema)` to create a new message.
+ */
+export const ListTopicBreakersResponseSchema: GenMessage<ListTopicBreakersResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 10);
+
+/**
+ * @generated from message pulse.v1.SetTopicBreakerRequest
+ */
+export type SetTopicBreakerRequest = Message<"pulse.v1.SetTopicBreakerRequest"> & {
+  /**
+   * @generated from field: string topic = 1;
+   */
+  topic: string;
+
+  /**
+   * @generated from field: double failure_ratio = 2;
+   */
+  failureRatio: number;
+
+  /**
+   * @generated from field: google.protobuf.Duration window = 3;
+   */
+  window?: Duration | undefined;
+
+  /**
+   * @generated from field: int32 min_volume = 4;
+   */
+  minVolume: number;
+
+  /**
+   * @generated from field: google.protobuf.Duration cooldown = 5;
+   */
+  cooldown?: Duration | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicBreakerRequest.
+ * Use `create(SetTopicBreakerRequestSchema)` to create a new message.
+ */
+export const SetTopicBreakerRequestSchema: GenMessage<SetTopicBreakerRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 11);
+
+/**
+ * @generated from message pulse.v1.SetTopicBreakerResponse
+ */
+export type SetTopicBreakerResponse = Message<"pulse.v1.SetTopicBreakerResponse"> & {
+  /**
+   * @generated from field: pulse.v1.TopicBreaker breaker = 1;
+   */
+  breaker?: TopicBreaker | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicBreakerResponse.
+ * Use `create(SetTopicBreakerResponseSchema)` to create a new message.
+ */
+export const SetTopicBreakerResponseSchema: GenMessage<SetTopicBreakerResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 12);
+
+/**
+ * @generated from message pulse.v1.ClearTopicBreakerRequest
+ */
+export type ClearTopicBreakerRequest = Message<"pulse.v1.ClearTopicBreakerRequest"> & {
+  /**
+   * @generated from field: string topic = 1;
+   */
+  topic: string;
+};
+
+/**
+ * Describes the message pulse.v1.ClearTopicBreakerRequest.
+ * Use `create(ClearTopicBreakerRequestSchema)` to create a new message.
+ */
+export const ClearTopicBreakerRequestSchema: GenMessage<ClearTopicBreakerRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 13);
+
+/**
+ * @generated from message pulse.v1.ClearTopicBreakerResponse
+ */
+export type ClearTopicBreakerResponse = Message<"pulse.v1.ClearTopicBreakerResponse"> & {
+  /**
+   * False when the topic had no breaker.
+   *
+   * @generated from field: bool cleared = 1;
+   */
+  cleared: boolean;
+};
+
+/**
+ * Describes the message pulse.v1.ClearTopicBreakerResponse.
+ * Use `create(ClearTopicBreakerResponseSchema)` to create a new message.
+ */
+export const ClearTopicBreakerResponseSchema: GenMessage<ClearTopicBreakerResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 14);
+
+/**
  * TopicService lists topics and sets their fleet-wide concurrency limits,
  * served by control-api. A limit is enforced by the claim statement on
  * every gateway replica: RUNNING jobs of a limited topic never exceed its
@@ -307,6 +514,39 @@ export const TopicService: GenService<{
     methodKind: "unary";
     input: typeof SetTopicRateLimitRequestSchema;
     output: typeof SetTopicRateLimitResponseSchema;
+  },
+  /**
+   * ListTopicBreakers returns every topic's circuit breaker: its settings
+   * and where it stands (docs/flow-control.md, circuit breaker).
+   *
+   * @generated from rpc pulse.v1.TopicService.ListTopicBreakers
+   */
+  listTopicBreakers: {
+    methodKind: "unary";
+    input: typeof ListTopicBreakersRequestSchema;
+    output: typeof ListTopicBreakersResponseSchema;
+  },
+  /**
+   * SetTopicBreaker sets a topic's circuit breaker; a new one starts
+   * closed, counting from now, a changed one keeps its state.
+   *
+   * @generated from rpc pulse.v1.TopicService.SetTopicBreaker
+   */
+  setTopicBreaker: {
+    methodKind: "unary";
+    input: typeof SetTopicBreakerRequestSchema;
+    output: typeof SetTopicBreakerResponseSchema;
+  },
+  /**
+   * ClearTopicBreaker removes a topic's breaker; an open one resumes its
+   * pause and restores the topic's limit first.
+   *
+   * @generated from rpc pulse.v1.TopicService.ClearTopicBreaker
+   */
+  clearTopicBreaker: {
+    methodKind: "unary";
+    input: typeof ClearTopicBreakerRequestSchema;
+    output: typeof ClearTopicBreakerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_topic, 0);
