@@ -1,6 +1,11 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -8,6 +13,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
+	"github.com/pulsequeue/pulse/pkg/server/auth"
+
+	"github.com/pulsequeue/pulse/services/control-api/internal/api"
+	"github.com/pulsequeue/pulse/services/control-api/internal/apitest"
 )
 
 // The workflow calls over gRPC: a diamond submitted in one SubmitJobs
@@ -97,4 +106,59 @@ func TestWorkflowCalls(t *testing.T) {
 		require.Less(t, len(seen), 10)
 	}
 	require.Equal(t, []string{"wf.x", "wf.x", "wf.a"}, seen)
+}
+
+// A workflow's cancel and retry are logged with the operator who did
+// them, the workflow and how many jobs they touched; a refused one logs
+// nothing.
+func TestWorkflowActionsAreLoggedWithTheActor(t *testing.T) {
+	t.Parallel()
+	b := apitest.New(t, apitest.Options{})
+	var buf syncBuffer
+	svc := api.NewControlService(b.Store, b.Coalescer, api.Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	ctx := auth.WithIdentity(t.Context(), auth.Identity{Name: "alice", Role: auth.RoleOperator})
+	resp, err := svc.SubmitJobs(ctx, &pulsev1.SubmitJobsRequest{Jobs: []*pulsev1.JobSpec{
+		{Topic: "wf.log"}, {Topic: "wf.log", DependsOn: []*pulsev1.Dependency{{Job: "$0"}}},
+	}})
+	require.NoError(t, err)
+	id := resp.GetResults()[0].GetId()
+	_, err = svc.CancelWorkflow(ctx, &pulsev1.CancelWorkflowRequest{Id: id})
+	require.NoError(t, err)
+	_, err = svc.CancelWorkflow(ctx, &pulsev1.CancelWorkflowRequest{Id: id})
+	require.Error(t, err)
+	_, err = svc.RetryWorkflow(ctx, &pulsev1.RetryWorkflowRequest{Id: id})
+	require.NoError(t, err)
+
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, 2, buf.String())
+	require.Equal(t, "workflow canceled", lines[0]["msg"])
+	require.Equal(t, "workflow retried", lines[1]["msg"])
+	for _, m := range lines {
+		require.Equal(t, "alice", m["actor"])
+		require.Equal(t, id, m["workflow_id"])
+		require.InDelta(t, 2, m["jobs"], 0)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
