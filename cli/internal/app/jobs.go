@@ -152,7 +152,7 @@ func printJob(w io.Writer, j job) {
 			if p := wt.PausedBy; p != nil {
 				why = fmt.Sprintf("paused (scope %s, %s) by %s since %s: %s", p.Scope, p.Mode, p.Actor, ts(p.PausedAt), p.Reason)
 			}
-		case "scheduled", "retry_backoff", "snoozed", "breaker_open":
+		case "scheduled", "retry_backoff", "snoozed", "breaker_open", "rate_limited":
 			why = fmt.Sprintf("%s until %s", wt.Reason, ts(wt.NotBefore))
 		case "queued":
 			more := ""

@@ -42,6 +42,10 @@ const (
 	// Its topic's circuit breaker opened: the breaker paused the topic
 	// (paused_by) until not_before, the end of its cooldown.
 	JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN JobWaitReason = 20
+	// Due, but its topic's rate limit (for its rate key) has no room left
+	// in the window: it may start at not_before, when the window frees a
+	// start (docs/flow-control.md).
+	JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED JobWaitReason = 30
 )
 
 // Enum value maps for JobWaitReason.
@@ -55,6 +59,7 @@ var (
 		5:  "JOB_WAIT_REASON_NO_WORKER",
 		6:  "JOB_WAIT_REASON_SNOOZED",
 		20: "JOB_WAIT_REASON_BREAKER_OPEN",
+		30: "JOB_WAIT_REASON_RATE_LIMITED",
 	}
 	JobWaitReason_value = map[string]int32{
 		"JOB_WAIT_REASON_UNSPECIFIED":   0,
@@ -65,6 +70,7 @@ var (
 		"JOB_WAIT_REASON_NO_WORKER":     5,
 		"JOB_WAIT_REASON_SNOOZED":       6,
 		"JOB_WAIT_REASON_BREAKER_OPEN":  20,
+		"JOB_WAIT_REASON_RATE_LIMITED":  30,
 	}
 )
 
@@ -1027,7 +1033,7 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x13omit_unfinished_job\x18\x03 \x01(\bR\x11omitUnfinishedJob\"N\n" +
 	"\x0fWaitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
-	"\bfinished\x18\x02 \x01(\bR\bfinished*\x88\x02\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished*\xaa\x02\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
@@ -1036,7 +1042,8 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n" +
 	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n" +
 	"\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n" +
-	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x142\xad\x06\n" +
+	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x12 \n" +
+	"\x1cJOB_WAIT_REASON_RATE_LIMITED\x10\x1e2\xad\x06\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +

@@ -2,6 +2,7 @@ package jobstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,10 @@ const (
 	// until NotBefore. Only a snooze makes a PENDING job with snoozes
 	// (an operator retry resets them).
 	WaitSnoozed WaitReason = "snoozed"
+	// WaitRateLimited: due, but its topic's rate limit has no room left
+	// for its key in the window (ADR-0051); NotBefore is when the window
+	// next frees a start of that key.
+	WaitRateLimited WaitReason = "rate_limited"
 	// WaitNoWorker: due, but no connected worker serves its topic
 	// (worker_presence); WorkerLastSeen says when one last did.
 	WaitNoWorker WaitReason = "no_worker"
@@ -122,6 +127,14 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 	case w.NotBefore != nil:
 		w.Reason = WaitScheduled
 	default:
+		until, limited, err := s.rateLimitedJob(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		if limited {
+			w.Reason, w.NotBefore = WaitRateLimited, &until
+			return w, nil
+		}
 		served, lastSeen, err := s.TopicPresence(ctx, job.Topic)
 		if err != nil {
 			return nil, err
@@ -133,4 +146,37 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 		}
 	}
 	return w, nil
+}
+
+// jobRateLimitSQL reads whether job $2's key has room under topic $1's
+// rate limit: the key's starts in the window, the limit, and when the
+// window frees the key's next start (its oldest start in the window plus
+// the interval). No row: the topic has no rate limit.
+const jobRateLimitSQL = `
+WITH k AS (
+    SELECT l.rate_limit, l.rate_interval,
+           CASE WHEN l.rate_key = 'none' THEN '' ELSE COALESCE((SELECT rate_key FROM jobs WHERE id = $2), '') END AS key
+    FROM topic_limits AS l WHERE l.topic = $1 AND l.rate_limit IS NOT NULL
+)
+SELECT count(g.started_at) >= k.rate_limit, min(g.started_at) + k.rate_interval
+FROM k LEFT JOIN topic_rate_log AS g
+  ON g.topic = $1 AND g.key = k.key AND g.started_at > statement_timestamp() - k.rate_interval
+GROUP BY k.rate_limit, k.rate_interval`
+
+// rateLimitedJob reports whether job waits for its topic's rate limit,
+// and until when.
+func (s *Store) rateLimitedJob(ctx context.Context, job *Job) (time.Time, bool, error) {
+	var full bool
+	var until *time.Time
+	err := s.pool.QueryRow(ctx, jobRateLimitSQL, job.Topic, job.ID).Scan(&full, &until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, interpretError("explain wait", err)
+	}
+	if !full || until == nil {
+		return time.Time{}, false, nil
+	}
+	return *until, true, nil
 }

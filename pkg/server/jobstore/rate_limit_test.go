@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
@@ -337,4 +338,36 @@ func windowsOverLimit(t *testing.T, b *testBundle, topic string, limit int, ever
 	}
 	require.NoError(t, rows.Err())
 	return over
+}
+
+// A due job whose key has no room says rate_limited until the window
+// frees a start of its key; a job of another key with room does not.
+func TestRateLimitExplainsTheWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	setRate(t, b, 1, time.Hour, pulsetype.RateKeyJob)
+	insertKeyed(t, b, "rl", "spent", "", 2)
+	got := claimTopics(t, b, []string{"rl"}, 1)
+	require.Len(t, got, 1)
+	insertKeyed(t, b, "rl", "fresh", "", 1)
+
+	var spent, fresh uuid.UUID
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM jobs WHERE rate_key = 'spent' AND status = 'PENDING'`).Scan(&spent))
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM jobs WHERE rate_key = 'fresh'`).Scan(&fresh))
+	var started time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT started_at FROM jobs WHERE id = $1`, got[0].ID).Scan(&started))
+
+	j, err := b.store.Get(ctx, spent)
+	require.NoError(t, err)
+	w, err := b.store.ExplainWait(ctx, j)
+	require.NoError(t, err)
+	require.Equal(t, jobstore.WaitRateLimited, w.Reason)
+	require.NotNil(t, w.NotBefore)
+	require.True(t, w.NotBefore.Equal(started.Add(time.Hour)), "%s, started %s", w.NotBefore, started)
+
+	j, err = b.store.Get(ctx, fresh)
+	require.NoError(t, err)
+	w, err = b.store.ExplainWait(ctx, j)
+	require.NoError(t, err)
+	require.NotEqual(t, jobstore.WaitRateLimited, w.Reason, "the other key has room")
 }

@@ -16,6 +16,7 @@ var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
 	jobstore.WaitNoWorker:     pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
 	jobstore.WaitSnoozed:      pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED,
 	jobstore.WaitBreakerOpen:  pulsev1.JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN,
+	jobstore.WaitRateLimited:  pulsev1.JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED,
 }
 
 // WaitToWire converts why a job is not running; nil stays nil.

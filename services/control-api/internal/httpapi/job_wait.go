@@ -15,6 +15,8 @@ type jobWithWaitJSON = pulsehttp.JobWithWait
 // waitJSON says why a job waits: "paused" (by whom, since when, why,
 // until when), "scheduled" / "retry_backoff" / "snoozed" (until not_before),
 // "breaker_open" (its topic's circuit breaker paused it until not_before),
+// "rate_limited" (its topic's rate limit has no room for its key until
+// not_before),
 // "no_worker" (no connected worker serves its topic; worker_last_seen says
 // when one last did, null if never), or "queued" behind `ahead` jobs of its
 // topic.

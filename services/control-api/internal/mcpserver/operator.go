@@ -391,6 +391,12 @@ func explain(job pulsehttp.Job, w *pulsehttp.Wait) string {
 			when = "at " + w.NotBefore.UTC().Format("2006-01-02T15:04:05Z")
 		}
 		return fmt.Sprintf("job %s waits because the circuit breaker of topic %s is open%s; it lets a trial through %s", job.ID, job.Topic, reason, when)
+	case "rate_limited":
+		when := "when its window frees a start"
+		if w.NotBefore != nil {
+			when = "at " + w.NotBefore.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		return fmt.Sprintf("job %s waits because topic %s is at its rate limit for the job's key; it may start %s", job.ID, job.Topic, when)
 	case "scheduled", "retry_backoff", "snoozed":
 		when := "later"
 		if w.NotBefore != nil {

@@ -387,6 +387,9 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 			reason = " (" + p.GetReason() + ")"
 		}
 		return fmt.Sprintf("Its topic's circuit breaker is open%s: it lets a trial through at %s (%s).", reason, absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED:
+		t := api.TimeFromWire(wait.GetNotBefore())
+		return fmt.Sprintf("Rate limited: its topic's rate limit has no room for its key until %s (%s).", absTime(t), relTime(t, now))
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Snoozed by its handler until %s (%s); no attempt spent.", absTime(t), relTime(t, now))

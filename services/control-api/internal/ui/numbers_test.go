@@ -114,6 +114,17 @@ func TestDashboardNumbers(t *testing.T) {
 		require.NotContains(t, body, `name="max_running"`, "a producer sees the limit, not the form")
 	})
 
+	t.Run("ShowsATopicsRateLimit", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		tb.insert(t, pulsetype.NewJob{Topic: "mail"})
+		_, err := tb.Store.SetTopicRateLimit(t.Context(), "api", &pulsetype.RateLimit{Limit: 10, Interval: time.Second, Key: "args:tenant"}, "alice")
+		require.NoError(t, err)
+		_, body := tb.browser(t, producerAuth).get("/ui/")
+		require.Contains(t, row(t, body, "api"), `data-rate>10 / 1s per args.tenant<`)
+		require.Contains(t, row(t, body, "mail"), `data-rate>none<`)
+	})
+
 	t.Run("SetsAndClearsALimitAndNamesABadValue", func(t *testing.T) {
 		t.Parallel()
 		tb := setup(t)

@@ -38,6 +38,9 @@ type topicRow struct {
 	Workers int32
 	// LimitBy says who set the limit and when, for its tooltip.
 	LimitBy string
+	// Rate is the topic's rate limit, "10 / 1s" and "per job key" or
+	// "per args.tenant" when it counts per key; empty when it has none.
+	Rate string
 }
 
 type topicsView struct {
@@ -71,6 +74,15 @@ func (d *Dashboard) topicsOf(r *http.Request) *topicsView {
 			row.LimitBy = "set by " + t.GetLimitUpdatedBy()
 			if at := t.GetLimitUpdatedAt(); at != nil {
 				row.LimitBy += " at " + at.AsTime().UTC().Format("2006-01-02 15:04:05 UTC")
+			}
+		}
+		if rl := t.GetRateLimit(); rl != nil {
+			row.Rate = fmt.Sprintf("%d / %s", rl.GetLimit(), rl.GetInterval().AsDuration())
+			switch key := rl.GetKey(); {
+			case key == "job":
+				row.Rate += " per job key"
+			case strings.HasPrefix(key, "args:"):
+				row.Rate += " per args." + strings.TrimPrefix(key, "args:")
 			}
 		}
 		v.Topics = append(v.Topics, row)
