@@ -371,3 +371,30 @@ func TestRateLimitExplainsTheWait(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, jobstore.WaitRateLimited, w.Reason, "the other key has room")
 }
+
+// A rate-limited topic leaves the claim of unlimited topics as it was:
+// the same plan, node for node, before and after another topic gets a
+// rate limit and a log. The limited claim of the rate-limited topic walks
+// indexes too: no sequential scan (enable_seqscan=off prices one at 1e10).
+func TestRateLimitLeavesTheUnlimitedPlanAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insertJobs(t, b, "open", 5, 50)
+	insertKeyed(t, b, "rl", "k", "", 50)
+	args := []any{[]string{"open"}, 100, slots("w", 100), "30 seconds"}
+	before := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimSQL, args...)
+
+	setRate(t, b, 5, time.Hour, pulsetype.RateKeyJob)
+	require.Len(t, claimTopics(t, b, []string{"rl"}, 10), 5)
+	after := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimSQL, args...)
+	require.Equal(t, before.nodes(), after.nodes(), "the unlimited claim's plan changed:\n%s\n%s", before.text, after.text)
+	after.requireWalksIndex(t, "CTE picked", "")
+
+	limited := explain(t, b, jobstore.PinnedPlanSQL, jobstore.ClaimLimitedSQL,
+		[]any{[]string{"rl", "open"}, 100, slots("w", 100), "30 seconds"}...)
+	for _, n := range limited.nodes() {
+		require.NotContains(t, n, "Seq Scan", limited.text)
+	}
+	require.Less(t, limited.cost, 1e9)
+	limited.requireWalksIndex(t, "CTE open_head", "")
+}
