@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
@@ -423,9 +424,28 @@ func (s *Store) RetryWorkflow(ctx context.Context, id uuid.UUID) (int64, *Workfl
 		"cannot retry workflow %s: it is %s and has no dead-lettered or canceled job")
 }
 
+// workflowActionTries is how many times a workflow's cancel or retry runs
+// when Postgres aborts it to break a deadlock: its statement locks the
+// workflow's jobs in id order, but a concurrent settle's release trigger
+// locks a parent's children in its own order, so the two can deadlock;
+// the aborted statement rolled back whole, and running it again is safe.
+const workflowActionTries = 3
+
+// deadlockDetected is Postgres's SQLSTATE for a statement aborted to
+// break a deadlock.
+const deadlockDetected = "40P01"
+
 func (s *Store) workflowAction(ctx context.Context, op, stmt string, id uuid.UUID, refusal string) (int64, *Workflow, error) {
 	var n, notified int64
-	if err := s.pool.QueryRow(ctx, stmt, id).Scan(&n, &notified); err != nil {
+	var err error
+	for range workflowActionTries {
+		err = s.pool.QueryRow(ctx, stmt, id).Scan(&n, &notified)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != deadlockDetected {
+			break
+		}
+	}
+	if err != nil {
 		return 0, nil, interpretError(op, err)
 	}
 	w, err := s.GetWorkflow(ctx, id)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -307,4 +308,50 @@ func TestWorkflowReadsAreIndexBacked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A workflow's cancel that Postgres aborts to break a deadlock (here with
+// a transaction locking the workflow's last job, then its first) runs
+// again and cancels the workflow.
+func TestCancelWorkflowSurvivesADeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool)
+	ids := rawGraph(t, pool, "wf.deadlock", 3, []edge{{0, 1, "cancel"}, {1, 2, "cancel"}})
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The transaction waits long before looking for a deadlock, so the
+	// cancel's backend finds it and the cancel is the side aborted.
+	_, err = tx.Exec(ctx, `SET LOCAL deadlock_timeout = '10min'`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, ids[2])
+	require.NoError(t, err)
+
+	type result struct {
+		n   int64
+		err error
+	}
+	canceled := make(chan result, 1)
+	go func() {
+		n, _, err := store.CancelWorkflow(ctx, ids[0])
+		canceled <- result{n, err}
+	}()
+	// The cancel holds the first job and waits for the last.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%WITH locked AS%')`).Scan(&waiting))
+		return waiting
+	}, time.Minute, 10*time.Millisecond)
+	// Now the transaction wants the first job: a deadlock, which Postgres
+	// breaks by aborting the cancel; the transaction gets its lock, and
+	// the cancel runs again once it commits.
+	_, err = tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, ids[0])
+	require.NoError(t, err, "the cancel, not the transaction, was aborted")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-canceled
+	require.NoError(t, r.err)
+	require.EqualValues(t, 3, r.n)
 }
