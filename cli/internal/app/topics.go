@@ -188,7 +188,7 @@ func newTopicBreakerCmd(e *env) *cobra.Command {
 	var ratio float64
 	var minVolume int64
 	var window, cooldown time.Duration
-	var clear bool
+	var clearIt bool
 	cmd := &cobra.Command{
 		Use:   "breaker TOPIC",
 		Short: "Set or clear a topic's circuit breaker (operator)",
@@ -204,7 +204,7 @@ resuming its pause first. See docs/flow-control.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := "/v1/topics/" + url.PathEscape(args[0]) + "/breaker"
-			if clear {
+			if clearIt {
 				for _, f := range []string{"failure-ratio", "window", "min-volume", "cooldown"} {
 					if cmd.Flags().Changed(f) {
 						return usageErrorf("--clear takes no --%s", f)
@@ -244,7 +244,7 @@ resuming its pause first. See docs/flow-control.md.`,
 	f.DurationVar(&window, "window", 0, "the attempts judged: those settled within this, whole minutes, 1m-24h")
 	f.Int64Var(&minVolume, "min-volume", 0, "judge only when the window holds at least this many attempts, 1-1000000")
 	f.DurationVar(&cooldown, "cooldown", 0, "how long the breaker keeps the topic paused, 1s-24h")
-	f.BoolVar(&clear, "clear", false, "remove the topic's breaker")
+	f.BoolVar(&clearIt, "clear", false, "remove the topic's breaker")
 	return cmd
 }
 
