@@ -65,6 +65,17 @@ func TestWorkflowPageInABrowser(t *testing.T) {
 			f.count(`id = ANY($1::uuid[]) AND status = 'COMPLETED'`, []string{a, c}) == 2
 	}, time.Minute, 20*time.Millisecond)
 
+	// The SDK reads the same status the page draws.
+	wf, err := client.Workflow(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, pulse.WorkflowFailed, wf.Status)
+	require.NotNil(t, wf.FailedStep)
+	require.Equal(t, b, wf.FailedStep.ID)
+	require.Equal(t, hostileError, wf.FailedStep.Error)
+	require.Equal(t, pulse.WorkflowCounts{Completed: 2, DeadLettered: 1, Canceled: 1, Total: 4}, wf.Counts)
+	_, _, err = client.CancelWorkflow(ctx, a)
+	require.ErrorContains(t, err, "cannot cancel workflow", "nothing is live")
+
 	browser := startBrowser(t, ctx, chromium)
 	page := f.ControlHTTP + "/ui/workflows/" + a
 	op := browser.tab(t, "alice", "alice-pw")
@@ -113,6 +124,11 @@ func TestWorkflowPageInABrowser(t *testing.T) {
 	require.False(t, shipStarted.Before(chargeDone), "ship started only after the retried charge completed")
 	op.open(page)
 	require.Equal(t, "done", op.text("#workflow-status"))
+	wf, err = client.Workflow(ctx, a)
+	require.NoError(t, err)
+	require.Equal(t, pulse.WorkflowDone, wf.Status)
+	require.Nil(t, wf.FailedStep)
+	require.NotNil(t, wf.FinishedAt)
 	require.Equal(t, 4, op.count(`#workflow-graph a.wf-node[data-status="COMPLETED"]`))
 	require.Equal(t, 0, op.count("#workflow-retry, #workflow-cancel"))
 
