@@ -67,6 +67,7 @@ func TestAccessPolicy(t *testing.T) {
 			{"GET", "/v1/topics", producer},
 			{"GET", "/v1/topics/email.send", producer},
 			{"PUT", "/v1/topics/email.send", operator},
+			{"PUT", "/v1/topics/email.send/rate-limit", operator},
 			// MCP: every role reaches the endpoint, each tool checks its own.
 			{"POST", "/mcp", auth.Require(auth.RoleProducer, auth.RoleWorker)},
 			{"GET", "/mcp", auth.Require(auth.RoleProducer, auth.RoleWorker)},
