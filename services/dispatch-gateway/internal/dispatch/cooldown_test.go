@@ -37,6 +37,9 @@ type queueClaimer struct {
 	// returns.
 	rescanCost time.Duration
 	rescanErr  error
+	// afterEmpty makes ClaimAfter find nothing: what is left sorts
+	// before the cursor (a released child, a retried job).
+	afterEmpty bool
 }
 
 type claimedFrom struct {
@@ -49,6 +52,12 @@ func (q *queueClaimer) Claim(_ context.Context, _, slots []string, _ time.Durati
 }
 
 func (q *queueClaimer) ClaimAfter(_ context.Context, _, slots []string, _ time.Duration, after jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	q.mu.Lock()
+	empty := q.afterEmpty
+	q.mu.Unlock()
+	if empty {
+		return q.take(nil, claimedFrom{"after", after}), nil
+	}
 	return q.take(slots, claimedFrom{"after", after}), nil
 }
 

@@ -601,7 +601,10 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claime
 // may all sort before it); a short one keeps it, so a queue that keeps up
 // with its producers (every claim short) still claims around its cursor
 // instead of walking from the head over every job claimed since the
-// oldest open snapshot. A rescan sets the interval to the next: the
+// oldest open snapshot. A claim after the cursor that takes nothing is
+// followed at once by a rescan while rescans are cheap (the interval is
+// the configured one), since whatever woke the group may sort before the
+// cursor. A rescan sets the interval to the next: the
 // configured one, or RescanCostFactor times what it took when that is
 // more, at most MaxRescanGap; a rescan that fails keeps the cursor and
 // doubles the interval. Any other failure drops the cursor, and so does a
@@ -619,6 +622,15 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 		from = ClaimFromCursor
 	}
 	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
+	if from == ClaimFromCursor && err == nil && len(claimed) == 0 && cur.rescanGap <= d.cfg.ClaimRescanInterval {
+		// Nothing follows the cursor, yet the group was woken, and its
+		// rescans are cheap: what woke it may sort before the cursor (a
+		// child its parent's settle released, a retried job), so look
+		// there now rather than at the next wake after the interval.
+		now = time.Now()
+		from, cur.scannedAt = ClaimRescan, now
+		claimed, err = d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
+	}
 	switch {
 	case d.cfg.ClaimRescanInterval <= 0:
 		delete(d.cursors, g.Key)

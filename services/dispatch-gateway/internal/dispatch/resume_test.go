@@ -86,6 +86,44 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 		})
 	})
 
+	t.Run("AWakeThatFindsNothingAfterTheCursorRescansAtOnceWhileRescansAreCheap", func(t *testing.T) {
+		for _, slow := range []bool{false, true} {
+			synctest.Test(t, func(t *testing.T) {
+				q := &queueClaimer{backlog: 1000}
+				d, w := start(t, q, rescan)
+				d.JobsReady()
+				synctest.Wait()
+				if slow { // one slow rescan: the next waits 20 × 50 ms
+					q.mu.Lock()
+					q.rescanCost = 50 * time.Millisecond
+					q.mu.Unlock()
+					time.Sleep(rescan)
+					finish(d, w)
+					time.Sleep(q.rescanCost + time.Millisecond)
+					synctest.Wait()
+				}
+				require.Len(t, w.TakeOutbox(), 10)
+				d.Registry().Credit(w, 10)
+				synctest.Wait() // resumes after the cursor
+				require.Len(t, w.TakeOutbox(), 10)
+				d.Registry().Credit(w, 10)
+				q.mu.Lock()
+				q.afterEmpty = true // what is left sorts before the cursor
+				q.mu.Unlock()
+				synctest.Wait()
+				got := froms(q)
+				if slow {
+					require.Equal(t, []string{"head", "before", "after", "after"}, got,
+						"rescans are slow: the group waits for its interval")
+				} else {
+					require.Equal(t, []string{"head", "after", "after", "before"}, got,
+						"nothing after the cursor: a rescan at once")
+					require.Len(t, w.TakeOutbox(), 10, "the rescan found them")
+				}
+			})
+		}
+	})
+
 	t.Run("AClaimFromTheHeadThatTookNothingLeavesNoCursor", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{}
