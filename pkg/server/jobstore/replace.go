@@ -16,7 +16,7 @@ import (
 // shared insert of one job plus its replace_key, ON CONFLICT on
 // jobs_replace_pending_idx, the key's one PENDING never-started job of the
 // topic. On a conflict the job's args and run_at change in place as the
-// mode ($18) says, with replaced + 1 (the identity guard's one exception,
+// mode says, with replaced + 1 (the identity guard's one exception,
 // which the schema records in job_replacements); keep_first changes
 // nothing and answers no row. The statement answers the id of the job that
 // stands for the submit: the minted id ($1) when it inserted, the pending
@@ -29,23 +29,27 @@ import (
 // inserts a new job) or waits for the submit's row lock and then claims
 // the job with the new args (SKIP LOCKED skips it until the submit
 // commits): never both, never half.
-var replaceSQL = `
+var replaceSQL = strings.NewReplacer("$KEY", fmt.Sprintf("$%d", replaceParams+1), "$MODE", fmt.Sprintf("$%d", replaceParams+2)).Replace(`
 WITH up AS (` + strings.TrimSuffix(insertInto, ")") + `, replace_key)` + insertValues + `, r.rkey
-FROM ` + scalarSource + `, (SELECT $17::text AS rkey) AS r
+FROM ` + scalarSource + `, (SELECT $KEY::text AS rkey) AS r
 ON CONFLICT (topic, replace_key)
     WHERE replace_key IS NOT NULL AND status = 'PENDING' AND attempts = 0 AND started_at IS NULL
 DO UPDATE SET
     args = EXCLUDED.args,
-    next_run_at = CASE WHEN $18::text = 'keep_earlier_run_at'
+    next_run_at = CASE WHEN $MODE::text = 'keep_earlier_run_at'
                        THEN LEAST(jobs.next_run_at, EXCLUDED.next_run_at)
                        ELSE EXCLUDED.next_run_at END,
     replaced = jobs.replaced + 1
-    WHERE $18::text <> 'keep_first'
+    WHERE $MODE::text <> 'keep_first'
 RETURNING id, topic, next_run_at
 )
 SELECT up.id::text || CASE WHEN up.id <> $1::uuid AND up.next_run_at <= now()
                            THEN left(pg_notify('pulse_jobs_ready', up.topic)::text, 0) ELSE '' END
-FROM up`
+FROM up`)
+
+// replaceParams is how many parameters the shared one-job row source
+// takes: the replace key and mode follow them.
+var replaceParams = len(insertOneParams(pulsetype.NewJob{}))
 
 // replaceHolderSQL finds the key's pending, never-started job.
 const replaceHolderSQL = `
