@@ -34,7 +34,11 @@ type Enqueued struct {
 	IdempotencyKey string
 	Timeout        time.Duration
 	UniqueFor      time.Duration
-	SubmittedAt    time.Time
+	// ReplaceKey and ReplaceMode: pulse.ReplacePending's (every recorded
+	// job is pending and never started, so a submit of its key replaces it).
+	ReplaceKey  string
+	ReplaceMode pulsev1.ReplaceMode
+	SubmittedAt time.Time
 }
 
 // Control is an in-process control-api on a loopback port that accepts
@@ -44,7 +48,9 @@ type Enqueued struct {
 // durations; args a JSON object) and refuses a bad job with
 // InvalidArgument naming the field, as control-api does; it applies
 // idempotency keys (a key seen before answers the first job as a
-// duplicate) and unique periods (same topic and args within the period).
+// duplicate), unique periods (same topic and args within the period) and
+// replace keys (a recorded job of the topic and key takes the new args and
+// run time as the mode says, and answers as replaced).
 // GetJob answers an enqueued job as PENDING; List, Cancel and Retry are
 // not implemented.
 type Control struct {
@@ -177,7 +183,18 @@ func (c *Control) GetJob(_ context.Context, req *pulsev1.GetJobRequest) (*pulsev
 
 // accept stores j unless a live key or unique period answers it.
 func (c *Control) accept(j Enqueued) *pulsev1.SubmitResult {
-	for _, old := range c.jobs {
+	for i, old := range c.jobs {
+		if j.ReplaceKey != "" && old.ReplaceKey == j.ReplaceKey && old.Topic == j.Topic {
+			if j.ReplaceMode == pulsev1.ReplaceMode_REPLACE_MODE_KEEP_FIRST {
+				return &pulsev1.SubmitResult{Id: old.ID, Duplicate: true}
+			}
+			c.jobs[i].Args = j.Args
+			if j.ReplaceMode != pulsev1.ReplaceMode_REPLACE_MODE_KEEP_EARLIER_RUN_AT ||
+				(!old.RunAt.IsZero() && (j.RunAt.IsZero() || j.RunAt.Before(old.RunAt))) {
+				c.jobs[i].RunAt = j.RunAt
+			}
+			return &pulsev1.SubmitResult{Id: old.ID, Duplicate: true, Replaced: true}
+		}
 		if j.IdempotencyKey != "" && old.IdempotencyKey == j.IdempotencyKey {
 			return &pulsev1.SubmitResult{Id: old.ID, Duplicate: true}
 		}
@@ -249,6 +266,14 @@ func checkSpec(prefix string, spec *pulsev1.JobSpec) (Enqueued, error) {
 	if d := spec.GetUniqueFor(); d != nil {
 		if j.UniqueFor = d.AsDuration(); j.UniqueFor < pulsetype.MinUniqueFor || j.UniqueFor > pulsetype.MaxUniqueFor {
 			return Enqueued{}, invalid("unique_for", "is %s; it must be between %s and %s", j.UniqueFor, pulsetype.MinUniqueFor, pulsetype.MaxUniqueFor)
+		}
+	}
+	if j.ReplaceKey, j.ReplaceMode = spec.GetReplaceKey(), spec.GetReplaceMode(); j.ReplaceKey != "" {
+		if len(j.ReplaceKey) > pulsetype.MaxReplaceKeyBytes {
+			return Enqueued{}, invalid("replace_key", "is %d bytes; the limit is %d", len(j.ReplaceKey), pulsetype.MaxReplaceKeyBytes)
+		}
+		if j.IdempotencyKey != "" || j.UniqueFor > 0 {
+			return Enqueued{}, invalid("replace_key", "cannot be combined with idempotency_key or unique_for")
 		}
 	}
 	return j, nil

@@ -97,6 +97,18 @@ func TestControlRecordsWhatTheClientEnqueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pulse.Submitted{ID: u1.ID, Duplicate: true}, u2)
 
+	// A replace key replaces the recorded job's args (and run time); with
+	// KeepFirst it is kept.
+	r1, err := client.Enqueue(ctx, "search.reindex", json.RawMessage(`{"rev":1}`), pulse.ReplacePending("doc-7", pulse.Replace))
+	require.NoError(t, err)
+	r2, err := client.Enqueue(ctx, "search.reindex", json.RawMessage(`{"rev":2}`), pulse.ReplacePending("doc-7", pulse.Replace))
+	require.NoError(t, err)
+	require.Equal(t, pulse.Submitted{ID: r1.ID, Duplicate: true, Replaced: true}, r2)
+	r3, err := client.Enqueue(ctx, "search.reindex", json.RawMessage(`{"rev":3}`), pulse.ReplacePending("doc-7", pulse.KeepFirst))
+	require.NoError(t, err)
+	require.Equal(t, pulse.Submitted{ID: r1.ID, Duplicate: true}, r3)
+	ctl.RequireEnqueued(t, "search.reindex", json.RawMessage(`{"rev":2}`))
+
 	// A batch goes in whole; GetJob answers an enqueued job.
 	subs, err := client.EnqueueMany(ctx, []pulse.JobRequest{{Topic: "a", Args: nil}, {Topic: "b", Args: []byte(`{"x":1}`)}})
 	require.NoError(t, err)
