@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
+	"strings"
 
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/buildinfo"
@@ -188,13 +190,17 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	// operator's Basic credentials.
 	admin.Use(auth.CrossOrigin(dashboard.WriteAuthError))
 	admin.SetTLS(sec.HTTPTLS())
-	jsonAPI.Register(admin)
-	jsonAPI.RegisterDispatch(admin, dispatchSvc)
-	jsonAPI.RegisterSchedules(admin, scheduleSvc)
-	jsonAPI.RegisterBulk(admin, bulkSvc)
-	jsonAPI.RegisterTopics(admin, topicSvc)
-	jsonAPI.RegisterWorkflows(admin, svc)
-	dashboard.Register(admin)
+	routes := &policedMux{mux: admin, policy: policy}
+	jsonAPI.Register(routes)
+	jsonAPI.RegisterDispatch(routes, dispatchSvc)
+	jsonAPI.RegisterSchedules(routes, scheduleSvc)
+	jsonAPI.RegisterBulk(routes, bulkSvc)
+	jsonAPI.RegisterTopics(routes, topicSvc)
+	jsonAPI.RegisterWorkflows(routes, svc)
+	dashboard.Register(routes)
+	if len(routes.unlisted) > 0 {
+		return fmt.Errorf("routes without an entry of their own in the access policy (they would answer with the /v1/ fallback's roles): %s", strings.Join(routes.unlisted, ", "))
+	}
 	// MCP: the same services as the JSON API, and for agent workers the
 	// gateway's claim, heartbeat and report statements (on the main pool:
 	// the claim sets its own statement timeout).
@@ -248,6 +254,24 @@ type splitStore struct {
 
 func (s splitStore) Insert(ctx context.Context, jobs []pulsetype.NewJob) ([]pulsetype.Inserted, error) {
 	return s.writes.Insert(ctx, jobs)
+}
+
+// policedMux mounts routes on mux and keeps the patterns that policy does
+// not name exactly: auth.HTTPPolicy matches a request against the
+// policy's own patterns, so a route missing from it would fall under the
+// closest one — the /v1/ fallback, which admits producers — instead of
+// being refused. build refuses to start with any.
+type policedMux struct {
+	mux      httpapi.Mux
+	policy   auth.Policy
+	unlisted []string
+}
+
+func (m *policedMux) Handle(pattern string, h http.Handler) {
+	if _, ok := m.policy[pattern]; !ok {
+		m.unlisted = append(m.unlisted, pattern)
+	}
+	m.mux.Handle(pattern, h)
 }
 
 // AccessPolicy is who may call each route of the HTTP port: the JSON API's
