@@ -72,7 +72,13 @@ const (
 	// breaker loop) and control-api (breaker settings, a job's wait)
 	// require it.
 	VersionTopicBreakers int64 = 17
+	// VersionConcurrencyKeys adds per-key concurrency and sequences
+	// (ADR-0054): jobs.concurrency_key, sequence_key and sequence_pos,
+	// topic_limits' max_running_per_key and sequence_on_failure, the
+	// rotation's topic_key_cursors (00018) and the keyed claim's indexes
+	// (00019). The gateway's claim and control-api's submit require it.
+	VersionConcurrencyKeys int64 = 19
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionTopicBreakers
+const Latest = VersionConcurrencyKeys

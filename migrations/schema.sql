@@ -252,6 +252,61 @@ END
 $$;
 
 --
+-- Name: jobs_guard_keys(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_keys() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    col text := CASE
+        WHEN NEW.concurrency_key IS DISTINCT FROM OLD.concurrency_key THEN 'concurrency_key'
+        WHEN NEW.sequence_key IS DISTINCT FROM OLD.sequence_key THEN 'sequence_key'
+        ELSE 'sequence_pos'
+    END;
+BEGIN
+    RAISE EXCEPTION 'job identity is immutable: % of job % cannot change', col, OLD.id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_identity_immutable', COLUMN = col;
+END
+$$;
+
+--
+-- Name: jobs_guard_keys_birth(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_guard_keys_birth() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad text := CASE
+        WHEN NEW.concurrency_key IS NOT NULL AND (NEW.concurrency_key = '' OR octet_length(NEW.concurrency_key) > 255)
+            THEN 'jobs_concurrency_key_format'
+        WHEN NEW.sequence_key IS NOT NULL AND (NEW.sequence_key = '' OR octet_length(NEW.sequence_key) > 255)
+            THEN 'jobs_sequence_key_format'
+        WHEN NEW.sequence_key IS NULL AND NEW.sequence_pos IS NOT NULL
+            THEN 'jobs_sequence_pos_assigned'
+    END;
+BEGIN
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"', TG_TABLE_NAME, bad
+            USING ERRCODE = 'check_violation', CONSTRAINT = bad, TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
+    END IF;
+    IF NEW.sequence_key IS NOT NULL THEN
+        PERFORM 1 FROM topic_limits WHERE topic = NEW.topic AND sequence_on_failure IS NOT NULL FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'new row for relation "%" violates check constraint "%": topic % has no sequence policy', TG_TABLE_NAME, 'jobs_sequence_key_topic', NEW.topic
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_sequence_key_topic', TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
+        END IF;
+        -- 1886743668 ("pult"): the sequence lock space, beside the topic
+        -- limits' (jobstore.TopicLimitLockSpace).
+        PERFORM pg_advisory_xact_lock(1886743668, hashtext(NEW.topic || ' ' || NEW.sequence_key));
+        NEW.sequence_pos := nextval('jobs_sequence_pos_seq');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+--
 -- Name: jobs_guard_progress(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -895,6 +950,9 @@ CREATE TABLE public.jobs (
     replace_key text,
     replaced integer DEFAULT 0 NOT NULL,
     rate_key text,
+    concurrency_key text,
+    sequence_key text,
+    sequence_pos bigint,
     CONSTRAINT jobs_attempts_within_max CHECK (((attempts >= 0) AND ((snoozes >= 0) AND (snoozes <= attempts)) AND ((attempts - snoozes) <= max_attempts))),
     CONSTRAINT jobs_blocked_not_runnable CHECK (((blocked_by >= 0) AND ((blocked_by = 0) OR (status = ANY (ARRAY['PENDING'::text, 'CANCELED'::text]))))),
     CONSTRAINT jobs_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
@@ -913,6 +971,17 @@ CREATE TABLE public.jobs (
     CONSTRAINT jobs_timestamps_finite CHECK ((isfinite(submitted_at) AND isfinite(next_run_at) AND ((lease_until IS NULL) OR isfinite(lease_until)) AND ((started_at IS NULL) OR isfinite(started_at)) AND ((finished_at IS NULL) OR isfinite(finished_at)))),
     CONSTRAINT jobs_timestamps_ordered CHECK ((((started_at IS NULL) OR (started_at >= submitted_at)) AND ((finished_at IS NULL) OR (finished_at >= submitted_at))))
 );
+
+--
+-- Name: jobs_sequence_pos_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.jobs_sequence_pos_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
 
 --
 -- Name: retry_policy; Type: TABLE; Schema: public; Owner: -
@@ -999,6 +1068,15 @@ CREATE TABLE public.topic_breakers (
 );
 
 --
+-- Name: topic_key_cursors; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.topic_key_cursors (
+    topic text NOT NULL,
+    last_lane text NOT NULL
+);
+
+--
 -- Name: topic_limits; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1010,12 +1088,17 @@ CREATE TABLE public.topic_limits (
     rate_limit integer,
     rate_interval interval,
     rate_key text,
-    CONSTRAINT topic_limits_has_a_limit CHECK (((max_running IS NOT NULL) OR (rate_limit IS NOT NULL))),
+    max_running_per_key integer,
+    sequence_on_failure text,
+    CONSTRAINT topic_limits_has_a_limit CHECK (((max_running IS NOT NULL) OR (rate_limit IS NOT NULL) OR (max_running_per_key IS NOT NULL) OR (sequence_on_failure IS NOT NULL))),
+    CONSTRAINT topic_limits_keys_or_rate CHECK (((rate_limit IS NULL) OR ((max_running_per_key IS NULL) AND (sequence_on_failure IS NULL)))),
+    CONSTRAINT topic_limits_max_running_per_key_range CHECK (((max_running_per_key >= 1) AND (max_running_per_key <= 1000000))),
     CONSTRAINT topic_limits_max_running_range CHECK (((max_running >= 0) AND (max_running <= 1000000))),
     CONSTRAINT topic_limits_rate_complete CHECK ((((rate_limit IS NULL) AND (rate_interval IS NULL) AND (rate_key IS NULL)) OR ((rate_limit IS NOT NULL) AND (rate_interval IS NOT NULL) AND (rate_key IS NOT NULL)))),
     CONSTRAINT topic_limits_rate_interval_range CHECK (((rate_interval >= '00:00:00.001'::interval) AND (rate_interval <= '1 day'::interval))),
     CONSTRAINT topic_limits_rate_key_source CHECK (((rate_key = ANY (ARRAY['none'::text, 'job'::text])) OR ((rate_key ~~ 'args:%'::text) AND ((length(rate_key) >= 6) AND (length(rate_key) <= 133))))),
     CONSTRAINT topic_limits_rate_limit_range CHECK (((rate_limit >= 1) AND (rate_limit <= 10000))),
+    CONSTRAINT topic_limits_sequence_on_failure_known CHECK ((sequence_on_failure = ANY (ARRAY['block'::text, 'continue'::text]))),
     CONSTRAINT topic_limits_topic_format CHECK (((length(topic) <= 128) AND (topic ~ '^[A-Za-z0-9][A-Za-z0-9._:-]*$'::text))),
     CONSTRAINT topic_limits_updated_by_present CHECK ((updated_by <> ''::text))
 );
@@ -1133,6 +1216,13 @@ ALTER TABLE ONLY public.topic_breakers
     ADD CONSTRAINT topic_breakers_pkey PRIMARY KEY (topic);
 
 --
+-- Name: topic_key_cursors topic_key_cursors_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.topic_key_cursors
+    ADD CONSTRAINT topic_key_cursors_pkey PRIMARY KEY (topic);
+
+--
 -- Name: topic_limits topic_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1178,6 +1268,18 @@ CREATE INDEX job_uniques_job_id_idx ON public.job_uniques USING btree (job_id);
 CREATE INDEX jobs_claim_idx ON public.jobs USING btree (priority DESC, submitted_at, id) WHERE ((status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text])) AND (blocked_by = 0));
 
 --
+-- Name: jobs_concurrency_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_concurrency_due_idx ON public.jobs USING btree (topic, concurrency_key COLLATE "C", priority DESC, submitted_at, id) WHERE ((status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text])) AND (blocked_by = 0) AND (concurrency_key IS NOT NULL));
+
+--
+-- Name: jobs_concurrency_running_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_concurrency_running_idx ON public.jobs USING btree (topic, concurrency_key COLLATE "C") WHERE ((status = 'RUNNING'::text) AND (concurrency_key IS NOT NULL));
+
+--
 -- Name: jobs_dead_lettered_topic_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1212,6 +1314,12 @@ CREATE UNIQUE INDEX jobs_replace_pending_idx ON public.jobs USING btree (topic, 
 --
 
 CREATE INDEX jobs_schedule_idx ON public.jobs USING btree (schedule_id, submitted_at DESC, id) WHERE (schedule_id IS NOT NULL);
+
+--
+-- Name: jobs_sequence_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX jobs_sequence_idx ON public.jobs USING btree (topic, sequence_key COLLATE "C", sequence_pos) WHERE ((sequence_key IS NOT NULL) AND (status = ANY (ARRAY['PENDING'::text, 'RETRYING'::text, 'RUNNING'::text, 'DEAD_LETTERED'::text])));
 
 --
 -- Name: jobs_tags_idx; Type: INDEX; Schema: public; Owner: -
@@ -1349,6 +1457,18 @@ CREATE TRIGGER jobs_guard_errors AFTER UPDATE OF errors ON public.jobs FOR EACH 
 --
 
 CREATE TRIGGER jobs_guard_identity AFTER UPDATE OF id, topic, args, submitted_at, idempotency_key, schedule_id, retry_base, retry_max, retry_fixed, timeout, replace_key, replaced ON public.jobs FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.topic IS DISTINCT FROM new.topic) OR ((((old.args)::text IS DISTINCT FROM (new.args)::text) OR (old.replaced IS DISTINCT FROM new.replaced)) AND (NOT ((old.status = 'PENDING'::text) AND (new.status = 'PENDING'::text) AND (old.attempts = 0) AND (new.attempts = 0) AND (old.started_at IS NULL) AND (new.started_at IS NULL) AND (new.replaced = (old.replaced + 1))))) OR (old.submitted_at IS DISTINCT FROM new.submitted_at) OR (old.idempotency_key IS DISTINCT FROM new.idempotency_key) OR (old.schedule_id IS DISTINCT FROM new.schedule_id) OR (old.retry_base IS DISTINCT FROM new.retry_base) OR (old.retry_max IS DISTINCT FROM new.retry_max) OR (old.retry_fixed IS DISTINCT FROM new.retry_fixed) OR (old.timeout IS DISTINCT FROM new.timeout) OR (old.replace_key IS DISTINCT FROM new.replace_key))) EXECUTE FUNCTION public.jobs_guard_identity();
+
+--
+-- Name: jobs jobs_guard_keys; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_keys AFTER UPDATE OF concurrency_key, sequence_key, sequence_pos ON public.jobs FOR EACH ROW WHEN (((old.concurrency_key IS DISTINCT FROM new.concurrency_key) OR (old.sequence_key IS DISTINCT FROM new.sequence_key) OR (old.sequence_pos IS DISTINCT FROM new.sequence_pos))) EXECUTE FUNCTION public.jobs_guard_keys();
+
+--
+-- Name: jobs jobs_guard_keys_birth; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_guard_keys_birth BEFORE INSERT ON public.jobs FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) OR (new.sequence_key IS NOT NULL) OR (new.sequence_pos IS NOT NULL))) EXECUTE FUNCTION public.jobs_guard_keys_birth();
 
 --
 -- Name: jobs jobs_guard_progress; Type: TRIGGER; Schema: public; Owner: -

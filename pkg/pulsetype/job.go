@@ -50,6 +50,16 @@ type NewJob struct {
 	DependsOn []Dependency
 	// WorkflowID names the graph the job was submitted in; zero: none.
 	WorkflowID uuid.UUID
+	// ConcurrencyKey is the key a topic's max_running_per_key counts the
+	// job's RUNNING under, and the lane the claim rotates over for
+	// fairness (1..MaxFlowKeyBytes of valid UTF-8; empty: none).
+	// Immutable.
+	ConcurrencyKey string
+	// SequenceKey makes the job start only after every job of its topic
+	// submitted earlier with the same key has finished, one at a time
+	// (1..MaxFlowKeyBytes of valid UTF-8; empty: none). Its topic needs a
+	// sequence policy. Immutable.
+	SequenceKey string
 }
 
 // ReplaceMode is what a submit with a ReplaceKey does to the key's pending

@@ -142,6 +142,23 @@ const (
 	// MaxRateKeyFieldChars is the longest args field name a topic's rate
 	// key may be taken from (topic_limits_rate_key_source).
 	MaxRateKeyFieldChars = 128
+
+	// MaxFlowKeyBytes is the longest concurrency or sequence key, in
+	// bytes (jobs_concurrency_key_format, jobs_sequence_key_format).
+	MaxFlowKeyBytes = 255
+	// MaxRunningPerKey is the largest max_running_per_key
+	// (topic_limits_max_running_per_key_range, 1..MaxRunningPerKey).
+	MaxRunningPerKey = 1_000_000
+)
+
+// Sequence policies: what a sequence's dead-lettered head does
+// (topic_limits.sequence_on_failure, ADR-0054).
+const (
+	// SequenceBlock holds the sequence's later jobs until the head is
+	// retried.
+	SequenceBlock = "block"
+	// SequenceContinue moves on past a dead-lettered head.
+	SequenceContinue = "continue"
 )
 
 var topicRE = regexp.MustCompile(TopicPattern)

@@ -179,7 +179,7 @@ func TestBinary(t *testing.T) {
 			"PULSE_HTTP_ADDR=127.0.0.1:0", "PULSE_GRPC_ADDR=127.0.0.1:0", "PULSE_AUTH=none",
 		})
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionTopicBreakers))
+		require.Contains(t, res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionConcurrencyKeys))
 	})
 
 	t.Run("BadConfigurationExitsNamingTheVariable", func(t *testing.T) {

@@ -40,6 +40,6 @@ func TestSchedulerProcess(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
 		require.NotEqual(t, 0, res.Code)
-		require.Contains(t, res.Stdout+res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionRateLimits))
+		require.Contains(t, res.Stdout+res.Stderr, fmt.Sprintf("needs version %d or newer", migrations.VersionConcurrencyKeys))
 	})
 }

@@ -176,7 +176,8 @@ RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
 // the previous claimer of the topic on any gateway.
 var claimLimitedSQL = `
 WITH limited AS MATERIALIZED (
-    SELECT topic, max_running, rate_limit, rate_interval, rate_key FROM topic_limits WHERE topic = ANY($1::text[])
+    SELECT topic, max_running, rate_limit, rate_interval, rate_key, max_running_per_key, sequence_on_failure
+    FROM topic_limits WHERE topic = ANY($1::text[])
 ), open_head AS (
     SELECT id, priority, submitted_at FROM jobs
     WHERE status IN ('PENDING', 'RETRYING') AND blocked_by = 0
@@ -201,16 +202,17 @@ WITH limited AS MATERIALIZED (
         LIMIT ` + runningRoom("l") + `
         FOR UPDATE SKIP LOCKED
     ) AS h
-    WHERE l.rate_limit IS NULL
+    WHERE l.rate_limit IS NULL AND l.max_running_per_key IS NULL AND l.sequence_on_failure IS NULL
       AND NOT EXISTS (SELECT 1 FROM dispatch_control WHERE scope = '` + GlobalScope + `' AND paused)
       AND l.topic <> ALL (ARRAY(SELECT scope FROM dispatch_control WHERE paused))
-), ` + rateHeadSQL + `, picked AS (
-    SELECT id FROM (SELECT id, priority, submitted_at FROM open_head
-                    UNION ALL SELECT id, priority, submitted_at FROM limited_head
-                    UNION ALL SELECT id, priority, submitted_at FROM rate_head) AS head
+), ` + rateHeadSQL + `, ` + keyHeadSQL + `, picked_all AS (
+    SELECT id, topic, ord FROM (SELECT id, priority, submitted_at, NULL::text AS topic, NULL::bigint AS ord FROM open_head
+                    UNION ALL SELECT id, priority, submitted_at, NULL, NULL FROM limited_head
+                    UNION ALL SELECT id, priority, submitted_at, NULL, NULL FROM rate_head
+                    UNION ALL SELECT id, priority, submitted_at, topic, ord FROM key_head) AS head
     ORDER BY priority DESC, submitted_at, id
     LIMIT $2
-), ` + rateLogSQL + `, slotted AS (
+), ` + keyPickedSQL + `, ` + rateLogSQL + `, ` + keyCursorSQL + `, slotted AS (
     SELECT id, row_number() OVER () AS slot FROM picked
 )
 ` + strings.Replace(claimUpdateSQL, "GREATEST(now(), j.submitted_at)", "GREATEST(statement_timestamp(), j.submitted_at)", 1)

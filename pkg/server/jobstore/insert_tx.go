@@ -28,7 +28,7 @@ const scalarSource = `
         NULL::uuid AS schedule_id, $8::text AS tp, $9::text AS ts,
         $10::bigint AS tmo, $11::bigint AS uniq,
         $12::bigint AS rbase, $13::bigint AS rmax, $14::bigint AS rfixed, $15::text AS tags,
-        $16::text AS ratekey, 1::bigint AS ord) AS t`
+        $16::text AS ratekey, $17::text AS ckey, $18::text AS skey, 1::bigint AS ord) AS t`
 
 // insertOneSQL inserts one job; ON CONFLICT DO NOTHING covers its id and
 // a live idempotency key, as insertSQL does for a batch.
@@ -113,7 +113,7 @@ func insertOneParams(job pulsetype.NewJob) []any {
 	return []any{job.ID.String(), job.Topic, string(job.Args), job.Priority, job.MaxAttempts, runAt,
 		job.IdempotencyKey, job.TraceParent, job.TraceState, job.Timeout.Microseconds(), job.UniqueFor.Microseconds(),
 		job.Retry.Base.Microseconds(), job.Retry.Max.Microseconds(), job.Retry.Fixed.Microseconds(), strings.Join(job.Tags, ","),
-		job.RateKey}
+		job.RateKey, job.ConcurrencyKey, job.SequenceKey}
 }
 
 // holder runs a holder lookup: the id it finds, if any.

@@ -208,6 +208,14 @@ func constraintField(name string) string {
 		return "rate_key"
 	case "topic_limits_rate_limit_range", "topic_limits_rate_complete", "topic_limits_has_a_limit":
 		return "rate_limit"
+	case "jobs_concurrency_key_format":
+		return "concurrency_key"
+	case "jobs_sequence_key_format", "jobs_sequence_key_topic", "jobs_sequence_pos_assigned":
+		return "sequence_key"
+	case "topic_limits_max_running_per_key_range", "topic_limits_keys_or_rate":
+		return "max_running_per_key"
+	case "topic_limits_sequence_on_failure_known":
+		return "sequence_on_failure"
 	case "topic_limits_rate_interval_range":
 		return "rate_interval"
 	case "topic_limits_updated_by_present":

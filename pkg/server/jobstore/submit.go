@@ -28,7 +28,8 @@ RETURNING id`
 const insertInto = `
 INSERT INTO jobs (id, topic, args, priority, max_attempts, next_run_at,
                   idempotency_key, schedule_id, traceparent, tracestate, timeout,
-                  retry_base, retry_max, retry_fixed, tags, rate_key)`
+                  retry_base, retry_max, retry_fixed, tags, rate_key,
+                  concurrency_key, sequence_key)`
 
 const insertValues = `
 SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
@@ -37,7 +38,8 @@ SELECT id, topic, args::jsonb, priority, max_attempts, COALESCE(run_at, now()),
        NULLIF(rbase, 0) * interval '1 microsecond', NULLIF(rmax, 0) * interval '1 microsecond',
        NULLIF(rfixed, 0) * interval '1 microsecond',
        string_to_array(NULLIF(tags, ''), ','),
-       ` + rateKeyValue
+       ` + rateKeyValue + `,
+       NULLIF(ckey, ''), NULLIF(skey, '')`
 
 // rateKeyValue is a new job's rate_key (ADR-0051): the one the producer
 // gave (ratekey), or else, when its topic's rate limit takes the key from an
@@ -59,9 +61,9 @@ const arraySource = `
 unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
        $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],
        $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[],
-       $17::text[])
+       $17::text[], $18::text[], $19::text[])
      WITH ORDINALITY AS t(id, topic, args, priority, max_attempts, run_at, idem, schedule_id, tp, ts, tmo, uniq,
-                          rbase, rmax, rfixed, tags, ratekey, ord)`
+                          rbase, rmax, rfixed, tags, ratekey, ckey, skey, ord)`
 
 // insertRowsSQL is the batch insert without conflict handling: the fast
 // path of a batch that can conflict only on a repeated job id (Insert).
@@ -256,6 +258,8 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 	rfixeds := make([]int64, n)
 	tags := make([]string, n)
 	rkeys := make([]string, n)
+	ckeys := make([]string, n)
+	skeys := make([]string, n)
 	for i := range jobs {
 		j := &jobs[i]
 		ids[i], topics[i], args[i] = j.ID, j.Topic, string(j.Args)
@@ -269,8 +273,9 @@ func insertParams(jobs []pulsetype.NewJob) []any {
 		rbases[i], rmaxes[i], rfixeds[i] = j.Retry.Base.Microseconds(), j.Retry.Max.Microseconds(), j.Retry.Fixed.Microseconds()
 		tags[i] = strings.Join(j.Tags, ",")
 		rkeys[i] = j.RateKey
+		ckeys[i], skeys[i] = j.ConcurrencyKey, j.SequenceKey
 	}
-	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds, tags, rkeys}
+	return []any{ids, topics, args, prios, maxes, runAts, keys, scheds, tps, tss, tmos, uniqs, rbases, rmaxes, rfixeds, tags, rkeys, ckeys, skeys}
 }
 
 // insertRows runs the batch's write and reports, per job, whether this
@@ -580,6 +585,12 @@ func storableRow(job pulsetype.NewJob) error {
 		return err
 	}
 	if err := storable.Text("rate_key", job.RateKey); err != nil {
+		return err
+	}
+	if err := storable.Text("concurrency_key", job.ConcurrencyKey); err != nil {
+		return err
+	}
+	if err := storable.Text("sequence_key", job.SequenceKey); err != nil {
 		return err
 	}
 	return storable.Text("tracestate", job.TraceState)

@@ -34,6 +34,13 @@ type TopicInfo struct {
 	// RateLimit is the topic's fleet-wide limit on starts per interval
 	// (ADR-0051); nil: none.
 	RateLimit *pulsetype.RateLimit
+	// MaxRunningPerKey is the fleet-wide limit on RUNNING jobs per
+	// concurrency key (ADR-0054); nil: none.
+	MaxRunningPerKey *int
+	// SequenceOnFailure is the topic's sequence policy
+	// (pulsetype.SequenceBlock or SequenceContinue); empty: the topic
+	// takes no sequenced jobs.
+	SequenceOnFailure string
 	// Who set the limit and when; empty and nil without a limit.
 	LimitUpdatedBy string
 	LimitUpdatedAt *time.Time
@@ -88,7 +95,8 @@ WITH queued AS (
     GROUP BY topic
 ), limits AS (
     SELECT topic, max_running, updated_by, updated_at, rate_limit,
-           (extract(epoch FROM rate_interval) * 1000000)::bigint AS rate_interval_us, rate_key
+           (extract(epoch FROM rate_interval) * 1000000)::bigint AS rate_interval_us, rate_key,
+           max_running_per_key, sequence_on_failure
     FROM topic_limits
     WHERE $1::text IS NULL OR topic = $1
 ), paused AS (
@@ -110,7 +118,8 @@ SELECT n.topic,
        l.max_running, COALESCE(l.updated_by, ''), l.updated_at,
        EXISTS (SELECT 1 FROM paused WHERE scope IN ('` + GlobalScope + `', n.topic)),
        COALESCE(w.n, 0)::int,
-       l.rate_limit, l.rate_interval_us, l.rate_key
+       l.rate_limit, l.rate_interval_us, l.rate_key,
+       l.max_running_per_key, COALESCE(l.sequence_on_failure, '')
 FROM names AS n
 LEFT JOIN queued AS q USING (topic)
 LEFT JOIN running AS r USING (topic)
@@ -163,14 +172,19 @@ func (s *Store) topics(ctx context.Context, topic *string) ([]TopicInfo, error) 
 		var limit, rate *int32
 		var rateMicros *int64
 		var rateKey *string
+		var perKey *int32
 		if err := rows.Scan(&t.Topic, &t.Pending, &t.Running, &t.Retrying, &t.DeadLettered,
 			&t.CompletedLastHour, &t.FailedLastHour, &oldestMicros, &limit, &t.LimitUpdatedBy, &t.LimitUpdatedAt,
-			&t.Paused, &t.ConnectedWorkers, &rate, &rateMicros, &rateKey); err != nil {
+			&t.Paused, &t.ConnectedWorkers, &rate, &rateMicros, &rateKey, &perKey, &t.SequenceOnFailure); err != nil {
 			return nil, interpretError("read topics", err)
 		}
 		if rate != nil && rateMicros != nil && rateKey != nil {
 			t.RateLimit = &pulsetype.RateLimit{Limit: int(*rate), Interval: time.Duration(*rateMicros) * time.Microsecond,
 				Key: *rateKey}
+		}
+		if perKey != nil {
+			n := int(*perKey)
+			t.MaxRunningPerKey = &n
 		}
 		if oldestMicros != nil {
 			age := time.Duration(max(*oldestMicros, 0)) * time.Microsecond
@@ -203,10 +217,12 @@ WITH old AS (
     RETURNING max_running
 ), cleared AS (
     UPDATE topic_limits SET max_running = NULL, updated_by = $3, updated_at = now()
-    WHERE topic = $1 AND $2::int IS NULL AND rate_limit IS NOT NULL
+    WHERE topic = $1 AND $2::int IS NULL
+      AND (rate_limit IS NOT NULL OR max_running_per_key IS NOT NULL OR sequence_on_failure IS NOT NULL)
     RETURNING max_running
 ), deleted AS (
-    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL AND rate_limit IS NULL
+    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL
+      AND rate_limit IS NULL AND max_running_per_key IS NULL AND sequence_on_failure IS NULL
     RETURNING max_running
 )
 SELECT pg_notify('` + ReadyChannel + `', $1)
@@ -289,10 +305,12 @@ WITH upserted AS (
     RETURNING topic
 ), cleared AS (
     UPDATE topic_limits SET rate_limit = NULL, rate_interval = NULL, rate_key = NULL, updated_by = $5, updated_at = now()
-    WHERE topic = $1 AND $2::int IS NULL AND max_running IS NOT NULL
+    WHERE topic = $1 AND $2::int IS NULL
+      AND (max_running IS NOT NULL OR max_running_per_key IS NOT NULL OR sequence_on_failure IS NOT NULL)
     RETURNING topic
 ), deleted AS (
-    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL AND max_running IS NULL
+    DELETE FROM topic_limits WHERE topic = $1 AND $2::int IS NULL
+      AND max_running IS NULL AND max_running_per_key IS NULL AND sequence_on_failure IS NULL
     RETURNING topic
 ), forgotten AS (
     DELETE FROM topic_rate_log WHERE topic = $1 AND $2::int IS NULL

@@ -53,8 +53,9 @@ const Service = "control-api"
 // writes jobs.rate_key and topics read and set rate limits
 // (VersionRateLimits); the workflow view reads through the workflow
 // indexes (VersionWorkflowView); topics read and set circuit breakers
-// (VersionTopicBreakers).
-const MinSchemaVersion = migrations.VersionTopicBreakers
+// (VersionTopicBreakers); a submit writes jobs.concurrency_key and sequence_key, and topics read
+// and set per-key limits (VersionConcurrencyKeys).
+const MinSchemaVersion = migrations.VersionConcurrencyKeys
 
 // Command is the control-api binary: serve (the default) and migrate.
 func Command() service.Command[config.Config] {

@@ -36,8 +36,10 @@ const Service = "dispatch-gateway"
 // reads jobs.timeout and topic_limits; a snooze needs jobs.snoozes
 // (VersionSnooze); its claim walks jobs_claim_idx without blocked jobs
 // (blocked_by = 0, VersionJobDependencies); its claim of a rate-limited
-// topic reads and writes the rate limits' sliding log (VersionRateLimits).
-const MinSchemaVersion = migrations.VersionRateLimits
+// topic reads and writes the rate limits' sliding log (VersionRateLimits);
+// its claim of a keyed topic reads the per-key limits, the keyed indexes
+// and the rotation's cursor (VersionConcurrencyKeys).
+const MinSchemaVersion = migrations.VersionConcurrencyKeys
 
 // Command is the dispatch-gateway binary.
 func Command() service.Command[config.Config] {

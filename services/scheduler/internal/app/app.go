@@ -20,10 +20,10 @@ import (
 const Service = "scheduler"
 
 // MinSchemaVersion is the oldest schema this build can run against: job
-// tags and rate keys, columns of the insert it fires schedules' jobs with
-// (VersionRateLimits); the baseline before it holds schedules and the
-// jobs they fire.
-const MinSchemaVersion = migrations.VersionRateLimits
+// tags, rate keys, concurrency and sequence keys, columns of the insert it
+// fires schedules' jobs with (VersionConcurrencyKeys); the baseline before
+// it holds schedules and the jobs they fire.
+const MinSchemaVersion = migrations.VersionConcurrencyKeys
 
 // Command is the scheduler binary.
 func Command() service.Command[config.Config] {
