@@ -255,6 +255,8 @@ func buildJobSpec(topic string, args any, opts []EnqueueOption) (*pulsev1.JobSpe
 		ReplaceKey:     cfg.replaceKey,
 		ReplaceMode:    cfg.replaceMode,
 		RateKey:        cfg.rateKey,
+		ConcurrencyKey: cfg.concurrencyKey,
+		SequenceKey:    cfg.sequenceKey,
 	}
 	if !cfg.runAt.IsZero() {
 		spec.RunAt = timestamppb.New(cfg.runAt)

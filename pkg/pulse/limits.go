@@ -53,16 +53,20 @@ func checkReplaceKey(key string) error {
 }
 
 // checkRateKey holds a rate key to what the server stores.
-func checkRateKey(key string) error {
+func checkRateKey(key string) error { return checkKey("rate key", key, MaxRateKeyBytes) }
+
+// checkKey holds a job's key (what names it) to what the server stores:
+// 1..limit bytes of valid UTF-8 without NUL.
+func checkKey(what, key string, limit int) error {
 	switch {
 	case key == "":
-		return errors.New("pulse: rate key is empty")
-	case len(key) > MaxRateKeyBytes:
-		return fmt.Errorf("pulse: rate key is %d bytes; the limit is %d", len(key), MaxRateKeyBytes)
+		return fmt.Errorf("pulse: %s is empty", what)
+	case len(key) > limit:
+		return fmt.Errorf("pulse: %s is %d bytes; the limit is %d", what, len(key), limit)
 	case !utf8.ValidString(key):
-		return errors.New("pulse: rate key is not valid UTF-8")
+		return fmt.Errorf("pulse: %s is not valid UTF-8", what)
 	case strings.IndexByte(key, 0) >= 0:
-		return errors.New("pulse: rate key contains a NUL character")
+		return fmt.Errorf("pulse: %s contains a NUL character", what)
 	}
 	return nil
 }

@@ -102,3 +102,31 @@ func TestRateKeyOption(t *testing.T) {
 		require.ErrorContains(t, err, "rate key")
 	}
 }
+
+// ConcurrencyKey puts its key on the spec; a key the server would refuse
+// fails before sending, naming the concurrency key.
+func TestConcurrencyKeyOption(t *testing.T) {
+	t.Parallel()
+	spec, err := buildJobSpec("t", nil, []EnqueueOption{ConcurrencyKey("tenant:acme")})
+	require.NoError(t, err)
+	require.Equal(t, "tenant:acme", spec.GetConcurrencyKey())
+
+	for _, key := range []string{"", strings.Repeat("k", MaxFlowKeyBytes+1), "a\x00b", "a\xffb"} {
+		_, err := buildJobSpec("t", nil, []EnqueueOption{ConcurrencyKey(key)})
+		require.ErrorContains(t, err, "concurrency key")
+	}
+}
+
+// SequenceKey puts its key on the spec; a key the server would refuse
+// fails before sending, naming the sequence key.
+func TestSequenceKeyOption(t *testing.T) {
+	t.Parallel()
+	spec, err := buildJobSpec("t", nil, []EnqueueOption{SequenceKey("order:42")})
+	require.NoError(t, err)
+	require.Equal(t, "order:42", spec.GetSequenceKey())
+
+	for _, key := range []string{"", strings.Repeat("k", MaxFlowKeyBytes+1), "a\x00b", "a\xffb"} {
+		_, err := buildJobSpec("t", nil, []EnqueueOption{SequenceKey(key)})
+		require.ErrorContains(t, err, "sequence key")
+	}
+}

@@ -297,6 +297,8 @@ type enqueueConfig struct {
 	tags           []string
 	replaceKey     string
 	rateKey        string
+	concurrencyKey string
+	sequenceKey    string
 	replaceMode    pulsev1.ReplaceMode
 	dependsOn      []*pulsev1.Dependency
 	errs           []error
@@ -327,6 +329,8 @@ const (
 	MaxReplaceKeyBytes = pulsetype.MaxReplaceKeyBytes
 	// MaxRateKeyBytes bounds [RateKey]'s key.
 	MaxRateKeyBytes = pulsetype.MaxRateKeyBytes
+	// MaxFlowKeyBytes bounds [ConcurrencyKey]'s and [SequenceKey]'s key.
+	MaxFlowKeyBytes = pulsetype.MaxFlowKeyBytes
 	// MaxTopicLength bounds a topic name; see [pulsetype.TopicPattern]
 	// for its characters.
 	MaxTopicLength = pulsetype.MaxTopicLength
@@ -454,6 +458,36 @@ func RateKey(key string) EnqueueOption {
 			return
 		}
 		c.rateKey = key
+	}
+}
+
+// ConcurrencyKey is the key the job's topic counts it under while it runs
+// when the topic has a per-key cap (max_running_per_key,
+// docs/flow-control.md): at most the cap RUNNING per key, fleet-wide, and
+// the claims serve the keys round-robin, so one key's backlog never
+// starves another key. 1..MaxFlowKeyBytes of valid UTF-8 without NUL.
+func ConcurrencyKey(key string) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkKey("concurrency key", key, MaxFlowKeyBytes); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.concurrencyKey = key
+	}
+}
+
+// SequenceKey makes the job start only after every job of its topic
+// submitted earlier with the same key has finished, one at a time, in
+// submit order (docs/flow-control.md). The topic needs a sequence policy
+// (what a dead-lettered job does to the jobs after it), or the submit is
+// refused. 1..MaxFlowKeyBytes of valid UTF-8 without NUL.
+func SequenceKey(key string) EnqueueOption {
+	return func(c *enqueueConfig) {
+		if err := checkKey("sequence key", key, MaxFlowKeyBytes); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.sequenceKey = key
 	}
 }
 

@@ -50,6 +50,14 @@ type JobSpec struct {
 	// RateKey is the key a rate-limited topic counts the job's start
 	// under (docs/flow-control.md), 1..255 bytes; absent: none.
 	RateKey string `json:"rate_key,omitempty"`
+	// ConcurrencyKey is the key a topic's per-key cap counts the job
+	// under while it runs (docs/flow-control.md), 1..255 bytes; absent:
+	// none.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// SequenceKey makes the job start only after every earlier job of its
+	// topic with the same key has finished (docs/flow-control.md),
+	// 1..255 bytes; absent: none. The topic needs a sequence policy.
+	SequenceKey string `json:"sequence_key,omitempty"`
 }
 
 // Dependency is one parent of a job: Job is a job id or "$n";

@@ -27,6 +27,12 @@ type Topic struct {
 	LimitUpdatedAt *time.Time `json:"limit_updated_at"`
 	// RateLimit is the topic's rate limit; null: none.
 	RateLimit *RateLimit `json:"rate_limit"`
+	// MaxRunningPerKey is the fleet-wide limit on RUNNING jobs of one
+	// concurrency key; null: none.
+	MaxRunningPerKey *int32 `json:"max_running_per_key"`
+	// SequenceOnFailure is the topic's sequence policy, "block" or
+	// "continue"; empty: the topic takes no sequenced jobs.
+	SequenceOnFailure string `json:"sequence_on_failure"`
 }
 
 // RateLimit is a topic's limit on starts (docs/flow-control.md): at most
@@ -50,6 +56,17 @@ type TopicList struct {
 // is the topic after the change.
 type TopicLimit struct {
 	MaxRunning *int64 `json:"max_running"`
+}
+
+// TopicKeyLimits is the body of PUT /v1/topics/{topic}/key-limits, the
+// topic's per-key limits as a whole (docs/flow-control.md):
+// max_running_per_key is 1 … 1000000 or null (no cap);
+// sequence_on_failure is "block", "continue" or "" (no sequences). At
+// least one must be present; an absent one is cleared. The answer is the
+// topic after the change.
+type TopicKeyLimits struct {
+	MaxRunningPerKey  *int64 `json:"max_running_per_key"`
+	SequenceOnFailure string `json:"sequence_on_failure"`
 }
 
 // TopicBreaker is a topic's circuit breaker (GET /v1/breakers, and the

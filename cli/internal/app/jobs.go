@@ -226,7 +226,7 @@ func newJobActionCmd(e *env, action, short string) *cobra.Command {
 }
 
 func newSubmitCmd(e *env) *cobra.Command {
-	var argsJSON, at, key, replaceKey, replaceMode, onParentFailure, rateKey string
+	var argsJSON, at, key, replaceKey, replaceMode, onParentFailure, rateKey, concurrencyKey, sequenceKey string
 	var priority, maxAttempts int
 	var timeout, uniqueFor, retryBase, retryMax, retryFixed time.Duration
 	var tags, dependsOn []string
@@ -295,6 +295,8 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 				body.DependsOn = append(body.DependsOn, pulsehttp.Dependency{Job: id, OnParentFailure: onParentFailure})
 			}
 			body.RateKey = rateKey
+			body.ConcurrencyKey = concurrencyKey
+			body.SequenceKey = sequenceKey
 			raw, err := e.call(cmd, "POST", "/v1/jobs", nil, body)
 			if err != nil {
 				return err
@@ -335,6 +337,8 @@ Prints the new job's id (json: {"id","duplicate","replaced"}).`,
 	f.StringSliceVar(&dependsOn, "depends-on", nil, "job ids this job waits for (comma-separated or repeated)")
 	f.StringVar(&onParentFailure, "on-parent-failure", "", "with --depends-on: cancel (default) or run, when a parent is dead-lettered or canceled")
 	f.StringVar(&rateKey, "rate-key", "", "the key TOPIC's rate limit counts this job under, when it is per job key (≤ 255 bytes)")
+	f.StringVar(&concurrencyKey, "concurrency-key", "", "the key TOPIC's per-key limit counts this job under while it runs (≤ 255 bytes)")
+	f.StringVar(&sequenceKey, "sequence-key", "", "start this job only after TOPIC's earlier jobs with this key finish, in submit order (≤ 255 bytes)")
 	return cmd
 }
 

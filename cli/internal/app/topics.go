@@ -21,6 +21,10 @@ const maxTopicLimit = 1_000_000
 // (pulsetype.MaxRateLimit).
 const maxRateLimit = 10_000
 
+// maxRunningPerKey is the largest per-key cap control-api takes
+// (pulsetype.MaxRunningPerKey).
+const maxRunningPerKey = 1_000_000
+
 func newTopicsCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topics",
@@ -52,6 +56,7 @@ attempts completed and failed in the last hour. See docs/topics.md.`,
 	cmd.AddCommand(newTopicLimitCmd(e))
 	cmd.AddCommand(newTopicRateLimitCmd(e))
 	cmd.AddCommand(newTopicBreakerCmd(e), newTopicBreakersCmd(e))
+	cmd.AddCommand(newTopicKeyLimitsCmd(e))
 	return cmd
 }
 
@@ -61,6 +66,14 @@ func printTopics(w io.Writer, topics []pulsehttp.Topic) {
 		limit, rate, oldest, paused := "-", "-", "-", "-"
 		if t.MaxRunning != nil {
 			limit = strconv.Itoa(int(*t.MaxRunning))
+		}
+		if t.MaxRunningPerKey != nil {
+			perKey := strconv.Itoa(int(*t.MaxRunningPerKey)) + "/key"
+			if t.MaxRunning != nil {
+				limit += " " + perKey
+			} else {
+				limit = perKey
+			}
 		}
 		if t.RateLimit != nil {
 			rate = rateText(*t.RateLimit)
@@ -280,4 +293,68 @@ func printBreakers(w io.Writer, bs []pulsehttp.TopicBreaker) {
 		fmt.Fprintf(w, "%s\t%s\t%g\t%s\t%d\t%s\t%d\t%s\t%s\n", b.Topic, b.State, b.FailureRatio, b.Window, b.MinVolume,
 			b.Cooldown, b.Opens, until, dash(b.UpdatedBy))
 	}
+}
+
+func newTopicKeyLimitsCmd(e *env) *cobra.Command {
+	var perKey, sequence string
+	cmd := &cobra.Command{
+		Use:   "key-limits TOPIC",
+		Short: "Set or clear a topic's per-key limits: running per concurrency key, and sequences (operator)",
+		Long: `Set TOPIC's per-key limits as a whole (docs/flow-control.md). --per-key N lets
+at most N jobs with one concurrency key (pulse submit --concurrency-key) run at
+once across every gateway, 1 to 1000000, and the claims serve the keys
+round-robin, so one key's backlog never starves another's. --sequence block or
+continue lets TOPIC take sequenced jobs (pulse submit --sequence-key): jobs
+with one sequence key start one at a time in submit order, and a dead-lettered
+one holds the ones after it until it is retried (block) or not (continue). A
+flag left out, or none, clears that limit. It holds from the next claim on
+every gateway. Refused on a topic with a rate limit; clearing --sequence is
+refused while sequenced jobs of TOPIC are queued or running.`,
+		Example: `  pulse topics key-limits reports.build --per-key 2
+  pulse topics key-limits orders.apply --sequence block
+  pulse topics key-limits reports.build --per-key none --sequence none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("per-key") && !cmd.Flags().Changed("sequence") {
+				return usageErrorf("--per-key or --sequence is required (none clears it)")
+			}
+			var body pulsehttp.TopicKeyLimits
+			if cmd.Flags().Changed("per-key") && !strings.EqualFold(perKey, "none") {
+				n, err := strconv.ParseInt(perKey, 10, 64)
+				if err != nil || n < 1 || n > maxRunningPerKey {
+					return usageErrorf("--per-key must be a whole number from 1 to %d, or none, not %q", maxRunningPerKey, perKey)
+				}
+				body.MaxRunningPerKey = &n
+			}
+			switch {
+			case strings.EqualFold(sequence, "none") || sequence == "":
+			case sequence == "block" || sequence == "continue":
+				body.SequenceOnFailure = sequence
+			default:
+				return usageErrorf("--sequence must be block, continue or none, not %q", sequence)
+			}
+			raw, err := e.call(cmd, "PUT", "/v1/topics/"+url.PathEscape(args[0])+"/key-limits", nil, body)
+			if err != nil {
+				return err
+			}
+			return e.emit(raw, func(w io.Writer) error {
+				var t pulsehttp.Topic
+				if err := decode(raw, &t); err != nil {
+					return err
+				}
+				capText, seq := "no per-key limit", "no sequences"
+				if t.MaxRunningPerKey != nil {
+					capText = fmt.Sprintf("at most %d running per concurrency key", *t.MaxRunningPerKey)
+				}
+				if t.SequenceOnFailure != "" {
+					seq = "sequences (" + t.SequenceOnFailure + " on failure)"
+				}
+				fmt.Fprintf(w, "topic %s: %s, %s, set by %s\n", t.Topic, capText, seq, dash(t.LimitUpdatedBy))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&perKey, "per-key", "", "at most this many running per concurrency key, 1-1000000, or none")
+	cmd.Flags().StringVar(&sequence, "sequence", "", "the sequence policy: block, continue or none")
+	return cmd
 }

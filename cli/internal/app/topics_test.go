@@ -76,6 +76,43 @@ func TestTopicsRateLimitSetListClear(t *testing.T) {
 	require.Equal(t, "topic cli.rated: no rate limit\n", out)
 }
 
+func TestTopicsKeyLimitsSetListClear(t *testing.T) {
+	t.Parallel()
+	out := ok(t, ops("topics", "key-limits", "cli.keyed", "--per-key", "2", "--sequence", "block")...)
+	require.Equal(t, "topic cli.keyed: at most 2 running per concurrency key, sequences (block on failure), set by ops\n", out)
+	ok(t, prod("submit", "cli.keyed", "--concurrency-key", "tenant-a", "--sequence-key", "order-1")...)
+
+	out = ok(t, prod("topics")...)
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "cli.keyed ") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, out)
+	require.Equal(t, []string{"cli.keyed", "1", "0", "2/key", "-"}, strings.Fields(line)[:5])
+
+	var list pulsehttp.TopicList
+	okJSON(t, &list, prod("topics")...)
+	var found bool
+	for _, tp := range list.Topics {
+		if tp.Topic == "cli.keyed" {
+			found = true
+			require.Nil(t, tp.MaxRunning)
+			require.NotNil(t, tp.MaxRunningPerKey)
+			require.Equal(t, int32(2), *tp.MaxRunningPerKey)
+			require.Equal(t, "block", tp.SequenceOnFailure)
+		}
+	}
+	require.True(t, found, "%+v", list)
+
+	// The sequence policy stays while a sequenced job is queued.
+	r := pulse(t, "", ops("topics", "key-limits", "cli.keyed", "--per-key", "none", "--sequence", "none")...)
+	require.Equal(t, ExitError, r.code, failLine(t, r))
+	out = ok(t, ops("topics", "key-limits", "cli.keyed", "--per-key", "none", "--sequence", "continue")...)
+	require.Equal(t, "topic cli.keyed: no per-key limit, sequences (continue on failure), set by ops\n", out)
+}
+
 func TestTopicsBadInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -99,6 +136,14 @@ func TestTopicsBadInput(t *testing.T) {
 		{"rate interval zero", ops("topics", "rate-limit", "cli.bad", "10/0s"), "rate_interval", ExitError},
 		{"rate bad key", ops("topics", "rate-limit", "cli.bad", "10/1s", "--key", "tenant"), "rate_key", ExitError},
 		{"producer sets a rate", prod("topics", "rate-limit", "cli.bad", "10/1s"), "operator", ExitError},
+		{"per-key zero", ops("topics", "key-limits", "cli.bad", "--per-key", "0"), "1 to 1000000", ExitUsage},
+		{"per-key huge", ops("topics", "key-limits", "cli.bad", "--per-key", "99999999999"), "1 to 1000000", ExitUsage},
+		{"key limits without a flag", ops("topics", "key-limits", "cli.bad"), "--per-key or --sequence", ExitUsage},
+		{"bad sequence policy", ops("topics", "key-limits", "cli.bad", "--sequence", "skip"), "block, continue or none", ExitUsage},
+		{"producer sets key limits", prod("topics", "key-limits", "cli.bad", "--per-key", "1"), "operator", ExitError},
+		{"concurrency key too long", prod("submit", "cli.bad", "--concurrency-key", strings.Repeat("k", 256)), "concurrency_key", ExitError},
+		{"sequence key with NUL", prod("submit", "cli.bad", "--sequence-key", "a\x00b"), "sequence_key", ExitError},
+		{"sequence key without a policy", prod("submit", "cli.bad", "--sequence-key", "s1"), "sequence", ExitError},
 		{"unknown subcommand", prod("topics", "frob"), `unknown command "frob" for "pulse topics"`, ExitUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

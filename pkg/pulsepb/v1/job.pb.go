@@ -245,6 +245,15 @@ type JobSpec struct {
 	// of UTF-8; empty: none. A topic whose limit takes the key from an args
 	// field fills it from that field when this is empty. Immutable.
 	RateKey string `protobuf:"bytes,40,opt,name=rate_key,json=rateKey,proto3" json:"rate_key,omitempty"`
+	// The key a topic's per-key cap (max_running_per_key) counts this job
+	// under while it runs, and the lane the claims rotate over for fairness
+	// (docs/flow-control.md): 1..255 bytes of UTF-8; empty: none. Immutable.
+	ConcurrencyKey string `protobuf:"bytes,41,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// Makes this job start only after every job of its topic submitted
+	// earlier with the same key has finished, one at a time
+	// (docs/flow-control.md): 1..255 bytes of UTF-8; empty: none. Its topic
+	// needs a sequence policy (sequence_on_failure). Immutable.
+	SequenceKey string `protobuf:"bytes,42,opt,name=sequence_key,json=sequenceKey,proto3" json:"sequence_key,omitempty"`
 	// The jobs this job waits for (docs/workflows.md): it is not claimable
 	// until each is finished, and a parent that fails cancels it or not by
 	// the edge's policy. Each names an existing job's id, or "$n", the n-th
@@ -378,6 +387,20 @@ func (x *JobSpec) GetReplaceMode() ReplaceMode {
 func (x *JobSpec) GetRateKey() string {
 	if x != nil {
 		return x.RateKey
+	}
+	return ""
+}
+
+func (x *JobSpec) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *JobSpec) GetSequenceKey() string {
+	if x != nil {
+		return x.SequenceKey
 	}
 	return ""
 }
@@ -874,7 +897,7 @@ var File_pulse_v1_job_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x04\n" +
+	"\x12pulse/v1/job.proto\x12\bpulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x05\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12\x1a\n" +
@@ -892,7 +915,9 @@ const file_pulse_v1_job_proto_rawDesc = "" +
 	"\vreplace_key\x18\x1e \x01(\tR\n" +
 	"replaceKey\x128\n" +
 	"\freplace_mode\x18\x1f \x01(\x0e2\x15.pulse.v1.ReplaceModeR\vreplaceMode\x12\x19\n" +
-	"\brate_key\x18( \x01(\tR\arateKey\x123\n" +
+	"\brate_key\x18( \x01(\tR\arateKey\x12'\n" +
+	"\x0fconcurrency_key\x18) \x01(\tR\x0econcurrencyKey\x12!\n" +
+	"\fsequence_key\x18* \x01(\tR\vsequenceKey\x123\n" +
 	"\n" +
 	"depends_on\x182 \x03(\v2\x14.pulse.v1.DependencyR\tdependsOn\"i\n" +
 	"\n" +

@@ -114,9 +114,15 @@ type TopicInfo struct {
 	LimitUpdatedBy string                 `protobuf:"bytes,12,opt,name=limit_updated_by,json=limitUpdatedBy,proto3" json:"limit_updated_by,omitempty"`
 	LimitUpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=limit_updated_at,json=limitUpdatedAt,proto3" json:"limit_updated_at,omitempty"`
 	// The topic's rate limit; unset when it has none.
-	RateLimit     *RateLimit `protobuf:"bytes,14,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RateLimit *RateLimit `protobuf:"bytes,14,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// The fleet-wide limit on RUNNING jobs of one concurrency key; unset
+	// when the topic has none.
+	MaxRunningPerKey *int32 `protobuf:"varint,15,opt,name=max_running_per_key,json=maxRunningPerKey,proto3,oneof" json:"max_running_per_key,omitempty"`
+	// The topic's sequence policy: "block" or "continue"; empty when the
+	// topic takes no sequenced jobs.
+	SequenceOnFailure string `protobuf:"bytes,16,opt,name=sequence_on_failure,json=sequenceOnFailure,proto3" json:"sequence_on_failure,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TopicInfo) Reset() {
@@ -245,6 +251,20 @@ func (x *TopicInfo) GetRateLimit() *RateLimit {
 		return x.RateLimit
 	}
 	return nil
+}
+
+func (x *TopicInfo) GetMaxRunningPerKey() int32 {
+	if x != nil && x.MaxRunningPerKey != nil {
+		return *x.MaxRunningPerKey
+	}
+	return 0
+}
+
+func (x *TopicInfo) GetSequenceOnFailure() string {
+	if x != nil {
+		return x.SequenceOnFailure
+	}
+	return ""
 }
 
 type ListTopicsRequest struct {
@@ -947,6 +967,115 @@ func (x *ClearTopicBreakerResponse) GetCleared() bool {
 	return false
 }
 
+type SetTopicKeyLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// 1..1000000; unset: no cap.
+	MaxRunningPerKey *int32 `protobuf:"varint,2,opt,name=max_running_per_key,json=maxRunningPerKey,proto3,oneof" json:"max_running_per_key,omitempty"`
+	// What a sequence's dead-lettered job does to the jobs after it:
+	// "block" (they wait until it is retried) or "continue"; empty: the
+	// topic takes no sequenced jobs (refused while sequenced jobs of it are
+	// queued or running).
+	SequenceOnFailure string `protobuf:"bytes,3,opt,name=sequence_on_failure,json=sequenceOnFailure,proto3" json:"sequence_on_failure,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *SetTopicKeyLimitsRequest) Reset() {
+	*x = SetTopicKeyLimitsRequest{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicKeyLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicKeyLimitsRequest) ProtoMessage() {}
+
+func (x *SetTopicKeyLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicKeyLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetTopicKeyLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetTopicKeyLimitsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SetTopicKeyLimitsRequest) GetMaxRunningPerKey() int32 {
+	if x != nil && x.MaxRunningPerKey != nil {
+		return *x.MaxRunningPerKey
+	}
+	return 0
+}
+
+func (x *SetTopicKeyLimitsRequest) GetSequenceOnFailure() string {
+	if x != nil {
+		return x.SequenceOnFailure
+	}
+	return ""
+}
+
+type SetTopicKeyLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         *TopicInfo             `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTopicKeyLimitsResponse) Reset() {
+	*x = SetTopicKeyLimitsResponse{}
+	mi := &file_pulse_v1_topic_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTopicKeyLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTopicKeyLimitsResponse) ProtoMessage() {}
+
+func (x *SetTopicKeyLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_topic_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTopicKeyLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetTopicKeyLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_topic_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetTopicKeyLimitsResponse) GetTopic() *TopicInfo {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
 var File_pulse_v1_topic_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_topic_proto_rawDesc = "" +
@@ -955,7 +1084,7 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\tRateLimit\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x125\n" +
 	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"\xd8\x04\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\xd4\x05\n" +
 	"\tTopicInfo\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apending\x18\x02 \x01(\x03R\apending\x12\x18\n" +
@@ -973,8 +1102,11 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\x10limit_updated_by\x18\f \x01(\tR\x0elimitUpdatedBy\x12D\n" +
 	"\x10limit_updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0elimitUpdatedAt\x122\n" +
 	"\n" +
-	"rate_limit\x18\x0e \x01(\v2\x13.pulse.v1.RateLimitR\trateLimitB\x0e\n" +
-	"\f_max_running\"\x13\n" +
+	"rate_limit\x18\x0e \x01(\v2\x13.pulse.v1.RateLimitR\trateLimit\x122\n" +
+	"\x13max_running_per_key\x18\x0f \x01(\x05H\x01R\x10maxRunningPerKey\x88\x01\x01\x12.\n" +
+	"\x13sequence_on_failure\x18\x10 \x01(\tR\x11sequenceOnFailureB\x0e\n" +
+	"\f_max_runningB\x16\n" +
+	"\x14_max_running_per_key\"\x13\n" +
 	"\x11ListTopicsRequest\"A\n" +
 	"\x12ListTopicsResponse\x12+\n" +
 	"\x06topics\x18\x01 \x03(\v2\x13.pulse.v1.TopicInfoR\x06topics\"b\n" +
@@ -1023,7 +1155,14 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\x18ClearTopicBreakerRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"5\n" +
 	"\x19ClearTopicBreakerResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\bR\acleared2\x9b\x04\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared\"\xac\x01\n" +
+	"\x18SetTopicKeyLimitsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x122\n" +
+	"\x13max_running_per_key\x18\x02 \x01(\x05H\x00R\x10maxRunningPerKey\x88\x01\x01\x12.\n" +
+	"\x13sequence_on_failure\x18\x03 \x01(\tR\x11sequenceOnFailureB\x16\n" +
+	"\x14_max_running_per_key\"F\n" +
+	"\x19SetTopicKeyLimitsResponse\x12)\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.pulse.v1.TopicInfoR\x05topic2\xf9\x04\n" +
 	"\fTopicService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n" +
@@ -1031,7 +1170,8 @@ const file_pulse_v1_topic_proto_rawDesc = "" +
 	"\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponse\x12\\\n" +
 	"\x11ListTopicBreakers\x12\".pulse.v1.ListTopicBreakersRequest\x1a#.pulse.v1.ListTopicBreakersResponse\x12V\n" +
 	"\x0fSetTopicBreaker\x12 .pulse.v1.SetTopicBreakerRequest\x1a!.pulse.v1.SetTopicBreakerResponse\x12\\\n" +
-	"\x11ClearTopicBreaker\x12\".pulse.v1.ClearTopicBreakerRequest\x1a#.pulse.v1.ClearTopicBreakerResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
+	"\x11ClearTopicBreaker\x12\".pulse.v1.ClearTopicBreakerRequest\x1a#.pulse.v1.ClearTopicBreakerResponse\x12\\\n" +
+	"\x11SetTopicKeyLimits\x12\".pulse.v1.SetTopicKeyLimitsRequest\x1a#.pulse.v1.SetTopicKeyLimitsResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_topic_proto_rawDescOnce sync.Once
@@ -1045,7 +1185,7 @@ func file_pulse_v1_topic_proto_rawDescGZIP() []byte {
 	return file_pulse_v1_topic_proto_rawDescData
 }
 
-var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_pulse_v1_topic_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_pulse_v1_topic_proto_goTypes = []any{
 	(*RateLimit)(nil),                 // 0: pulse.v1.RateLimit
 	(*TopicInfo)(nil),                 // 1: pulse.v1.TopicInfo
@@ -1062,44 +1202,49 @@ var file_pulse_v1_topic_proto_goTypes = []any{
 	(*SetTopicBreakerResponse)(nil),   // 12: pulse.v1.SetTopicBreakerResponse
 	(*ClearTopicBreakerRequest)(nil),  // 13: pulse.v1.ClearTopicBreakerRequest
 	(*ClearTopicBreakerResponse)(nil), // 14: pulse.v1.ClearTopicBreakerResponse
-	(*durationpb.Duration)(nil),       // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*SetTopicKeyLimitsRequest)(nil),  // 15: pulse.v1.SetTopicKeyLimitsRequest
+	(*SetTopicKeyLimitsResponse)(nil), // 16: pulse.v1.SetTopicKeyLimitsResponse
+	(*durationpb.Duration)(nil),       // 17: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
 }
 var file_pulse_v1_topic_proto_depIdxs = []int32{
-	15, // 0: pulse.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	15, // 1: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
-	16, // 2: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
+	17, // 0: pulse.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	17, // 1: pulse.v1.TopicInfo.oldest_pending_age:type_name -> google.protobuf.Duration
+	18, // 2: pulse.v1.TopicInfo.limit_updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: pulse.v1.TopicInfo.rate_limit:type_name -> pulse.v1.RateLimit
 	1,  // 4: pulse.v1.ListTopicsResponse.topics:type_name -> pulse.v1.TopicInfo
 	1,  // 5: pulse.v1.SetTopicLimitResponse.topic:type_name -> pulse.v1.TopicInfo
 	0,  // 6: pulse.v1.SetTopicRateLimitRequest.rate_limit:type_name -> pulse.v1.RateLimit
 	1,  // 7: pulse.v1.SetTopicRateLimitResponse.topic:type_name -> pulse.v1.TopicInfo
-	15, // 8: pulse.v1.TopicBreaker.window:type_name -> google.protobuf.Duration
-	15, // 9: pulse.v1.TopicBreaker.cooldown:type_name -> google.protobuf.Duration
-	16, // 10: pulse.v1.TopicBreaker.opened_at:type_name -> google.protobuf.Timestamp
-	16, // 11: pulse.v1.TopicBreaker.open_until:type_name -> google.protobuf.Timestamp
-	16, // 12: pulse.v1.TopicBreaker.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 8: pulse.v1.TopicBreaker.window:type_name -> google.protobuf.Duration
+	17, // 9: pulse.v1.TopicBreaker.cooldown:type_name -> google.protobuf.Duration
+	18, // 10: pulse.v1.TopicBreaker.opened_at:type_name -> google.protobuf.Timestamp
+	18, // 11: pulse.v1.TopicBreaker.open_until:type_name -> google.protobuf.Timestamp
+	18, // 12: pulse.v1.TopicBreaker.updated_at:type_name -> google.protobuf.Timestamp
 	8,  // 13: pulse.v1.ListTopicBreakersResponse.breakers:type_name -> pulse.v1.TopicBreaker
-	15, // 14: pulse.v1.SetTopicBreakerRequest.window:type_name -> google.protobuf.Duration
-	15, // 15: pulse.v1.SetTopicBreakerRequest.cooldown:type_name -> google.protobuf.Duration
+	17, // 14: pulse.v1.SetTopicBreakerRequest.window:type_name -> google.protobuf.Duration
+	17, // 15: pulse.v1.SetTopicBreakerRequest.cooldown:type_name -> google.protobuf.Duration
 	8,  // 16: pulse.v1.SetTopicBreakerResponse.breaker:type_name -> pulse.v1.TopicBreaker
-	2,  // 17: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
-	4,  // 18: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
-	6,  // 19: pulse.v1.TopicService.SetTopicRateLimit:input_type -> pulse.v1.SetTopicRateLimitRequest
-	9,  // 20: pulse.v1.TopicService.ListTopicBreakers:input_type -> pulse.v1.ListTopicBreakersRequest
-	11, // 21: pulse.v1.TopicService.SetTopicBreaker:input_type -> pulse.v1.SetTopicBreakerRequest
-	13, // 22: pulse.v1.TopicService.ClearTopicBreaker:input_type -> pulse.v1.ClearTopicBreakerRequest
-	3,  // 23: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
-	5,  // 24: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
-	7,  // 25: pulse.v1.TopicService.SetTopicRateLimit:output_type -> pulse.v1.SetTopicRateLimitResponse
-	10, // 26: pulse.v1.TopicService.ListTopicBreakers:output_type -> pulse.v1.ListTopicBreakersResponse
-	12, // 27: pulse.v1.TopicService.SetTopicBreaker:output_type -> pulse.v1.SetTopicBreakerResponse
-	14, // 28: pulse.v1.TopicService.ClearTopicBreaker:output_type -> pulse.v1.ClearTopicBreakerResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	1,  // 17: pulse.v1.SetTopicKeyLimitsResponse.topic:type_name -> pulse.v1.TopicInfo
+	2,  // 18: pulse.v1.TopicService.ListTopics:input_type -> pulse.v1.ListTopicsRequest
+	4,  // 19: pulse.v1.TopicService.SetTopicLimit:input_type -> pulse.v1.SetTopicLimitRequest
+	6,  // 20: pulse.v1.TopicService.SetTopicRateLimit:input_type -> pulse.v1.SetTopicRateLimitRequest
+	9,  // 21: pulse.v1.TopicService.ListTopicBreakers:input_type -> pulse.v1.ListTopicBreakersRequest
+	11, // 22: pulse.v1.TopicService.SetTopicBreaker:input_type -> pulse.v1.SetTopicBreakerRequest
+	13, // 23: pulse.v1.TopicService.ClearTopicBreaker:input_type -> pulse.v1.ClearTopicBreakerRequest
+	15, // 24: pulse.v1.TopicService.SetTopicKeyLimits:input_type -> pulse.v1.SetTopicKeyLimitsRequest
+	3,  // 25: pulse.v1.TopicService.ListTopics:output_type -> pulse.v1.ListTopicsResponse
+	5,  // 26: pulse.v1.TopicService.SetTopicLimit:output_type -> pulse.v1.SetTopicLimitResponse
+	7,  // 27: pulse.v1.TopicService.SetTopicRateLimit:output_type -> pulse.v1.SetTopicRateLimitResponse
+	10, // 28: pulse.v1.TopicService.ListTopicBreakers:output_type -> pulse.v1.ListTopicBreakersResponse
+	12, // 29: pulse.v1.TopicService.SetTopicBreaker:output_type -> pulse.v1.SetTopicBreakerResponse
+	14, // 30: pulse.v1.TopicService.ClearTopicBreaker:output_type -> pulse.v1.ClearTopicBreakerResponse
+	16, // 31: pulse.v1.TopicService.SetTopicKeyLimits:output_type -> pulse.v1.SetTopicKeyLimitsResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_topic_proto_init() }
@@ -1109,13 +1254,14 @@ func file_pulse_v1_topic_proto_init() {
 	}
 	file_pulse_v1_topic_proto_msgTypes[1].OneofWrappers = []any{}
 	file_pulse_v1_topic_proto_msgTypes[4].OneofWrappers = []any{}
+	file_pulse_v1_topic_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_topic_proto_rawDesc), len(file_pulse_v1_topic_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

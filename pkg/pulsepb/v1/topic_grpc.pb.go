@@ -25,6 +25,7 @@ const (
 	TopicService_ListTopicBreakers_FullMethodName = "/pulse.v1.TopicService/ListTopicBreakers"
 	TopicService_SetTopicBreaker_FullMethodName   = "/pulse.v1.TopicService/SetTopicBreaker"
 	TopicService_ClearTopicBreaker_FullMethodName = "/pulse.v1.TopicService/ClearTopicBreaker"
+	TopicService_SetTopicKeyLimits_FullMethodName = "/pulse.v1.TopicService/SetTopicKeyLimits"
 )
 
 // TopicServiceClient is the client API for TopicService service.
@@ -56,6 +57,13 @@ type TopicServiceClient interface {
 	// ClearTopicBreaker removes a topic's breaker; an open one resumes its
 	// pause and restores the topic's limit first.
 	ClearTopicBreaker(ctx context.Context, in *ClearTopicBreakerRequest, opts ...grpc.CallOption) (*ClearTopicBreakerResponse, error)
+	// SetTopicKeyLimits sets a topic's per-key limits as a whole: its cap
+	// on RUNNING jobs per concurrency key (unset: none), whose keys the
+	// claims serve round-robin, and its sequence policy (empty: the topic
+	// takes no sequenced jobs); both unset clears them
+	// (docs/flow-control.md). It takes effect for the next claim on every
+	// replica.
+	SetTopicKeyLimits(ctx context.Context, in *SetTopicKeyLimitsRequest, opts ...grpc.CallOption) (*SetTopicKeyLimitsResponse, error)
 }
 
 type topicServiceClient struct {
@@ -126,6 +134,16 @@ func (c *topicServiceClient) ClearTopicBreaker(ctx context.Context, in *ClearTop
 	return out, nil
 }
 
+func (c *topicServiceClient) SetTopicKeyLimits(ctx context.Context, in *SetTopicKeyLimitsRequest, opts ...grpc.CallOption) (*SetTopicKeyLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTopicKeyLimitsResponse)
+	err := c.cc.Invoke(ctx, TopicService_SetTopicKeyLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopicServiceServer is the server API for TopicService service.
 // All implementations must embed UnimplementedTopicServiceServer
 // for forward compatibility.
@@ -155,6 +173,13 @@ type TopicServiceServer interface {
 	// ClearTopicBreaker removes a topic's breaker; an open one resumes its
 	// pause and restores the topic's limit first.
 	ClearTopicBreaker(context.Context, *ClearTopicBreakerRequest) (*ClearTopicBreakerResponse, error)
+	// SetTopicKeyLimits sets a topic's per-key limits as a whole: its cap
+	// on RUNNING jobs per concurrency key (unset: none), whose keys the
+	// claims serve round-robin, and its sequence policy (empty: the topic
+	// takes no sequenced jobs); both unset clears them
+	// (docs/flow-control.md). It takes effect for the next claim on every
+	// replica.
+	SetTopicKeyLimits(context.Context, *SetTopicKeyLimitsRequest) (*SetTopicKeyLimitsResponse, error)
 	mustEmbedUnimplementedTopicServiceServer()
 }
 
@@ -182,6 +207,9 @@ func (UnimplementedTopicServiceServer) SetTopicBreaker(context.Context, *SetTopi
 }
 func (UnimplementedTopicServiceServer) ClearTopicBreaker(context.Context, *ClearTopicBreakerRequest) (*ClearTopicBreakerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ClearTopicBreaker not implemented")
+}
+func (UnimplementedTopicServiceServer) SetTopicKeyLimits(context.Context, *SetTopicKeyLimitsRequest) (*SetTopicKeyLimitsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTopicKeyLimits not implemented")
 }
 func (UnimplementedTopicServiceServer) mustEmbedUnimplementedTopicServiceServer() {}
 func (UnimplementedTopicServiceServer) testEmbeddedByValue()                      {}
@@ -312,6 +340,24 @@ func _TopicService_ClearTopicBreaker_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopicService_SetTopicKeyLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTopicKeyLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicServiceServer).SetTopicKeyLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopicService_SetTopicKeyLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicServiceServer).SetTopicKeyLimits(ctx, req.(*SetTopicKeyLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopicService_ServiceDesc is the grpc.ServiceDesc for TopicService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -342,6 +388,10 @@ var TopicService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearTopicBreaker",
 			Handler:    _TopicService_ClearTopicBreaker_Handler,
+		},
+		{
+			MethodName: "SetTopicKeyLimits",
+			Handler:    _TopicService_SetTopicKeyLimits_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

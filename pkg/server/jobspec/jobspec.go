@@ -136,6 +136,12 @@ func Validate(prefix string, spec *pulsev1.JobSpec, lim Limits) (pulsetype.NewJo
 	if job.RateKey, err = ValidateRateKey(f("rate_key"), spec.GetRateKey()); err != nil {
 		return pulsetype.NewJob{}, err
 	}
+	if job.ConcurrencyKey, err = ValidateFlowKey(f("concurrency_key"), spec.GetConcurrencyKey()); err != nil {
+		return pulsetype.NewJob{}, err
+	}
+	if job.SequenceKey, err = ValidateFlowKey(f("sequence_key"), spec.GetSequenceKey()); err != nil {
+		return pulsetype.NewJob{}, err
+	}
 	if ts := spec.GetRunAt(); ts != nil {
 		if err := ts.CheckValid(); err != nil {
 			return pulsetype.NewJob{}, apierr.Invalid(f("run_at"), "%v", err)
@@ -279,6 +285,19 @@ func formatDuration(d *durationpb.Duration) string {
 		return fmt.Sprintf("%ds", s)
 	}
 	return d.AsDuration().String()
+}
+
+// ValidateFlowKey checks a job's concurrency or sequence key: empty
+// (none), or 1..pulsetype.MaxFlowKeyBytes bytes of text Postgres can
+// store.
+func ValidateFlowKey(field, key string) (string, error) {
+	if len(key) > pulsetype.MaxFlowKeyBytes {
+		return "", apierr.Invalid(field, "is %d bytes; the limit is %d", len(key), pulsetype.MaxFlowKeyBytes)
+	}
+	if err := storable.Text(field, key); err != nil {
+		return "", err
+	}
+	return key, nil
 }
 
 // ValidateRateKey checks a job's rate key: empty (none), or

@@ -53,6 +53,12 @@ func TestValidateRefusesUnstorableKeysAndTimes(t *testing.T) {
 		{&pulsev1.JobSpec{Topic: "t", RateKey: "a\x00b"}, "job.rate_key"},
 		{&pulsev1.JobSpec{Topic: "t", RateKey: "a\xffb"}, "job.rate_key"},
 		{&pulsev1.JobSpec{Topic: "t", RateKey: strings.Repeat("k", 256)}, "job.rate_key"},
+		{&pulsev1.JobSpec{Topic: "t", ConcurrencyKey: "a\x00b"}, "job.concurrency_key"},
+		{&pulsev1.JobSpec{Topic: "t", ConcurrencyKey: "a\xffb"}, "job.concurrency_key"},
+		{&pulsev1.JobSpec{Topic: "t", ConcurrencyKey: strings.Repeat("k", 256)}, "job.concurrency_key"},
+		{&pulsev1.JobSpec{Topic: "t", SequenceKey: "a\x00b"}, "job.sequence_key"},
+		{&pulsev1.JobSpec{Topic: "t", SequenceKey: "a\xffb"}, "job.sequence_key"},
+		{&pulsev1.JobSpec{Topic: "t", SequenceKey: strings.Repeat("k", 256)}, "job.sequence_key"},
 	} {
 		_, err := jobspec.Validate("job", tc.spec, jobspec.Limits{})
 		require.ErrorIs(t, err, apierr.ErrInvalidArgument, "%v", tc.spec)

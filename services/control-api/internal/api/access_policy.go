@@ -44,6 +44,7 @@ func AccessPolicy() auth.Policy {
 		pulsev1.TopicService_ListTopics_FullMethodName:        auth.Require(auth.RoleProducer),
 		pulsev1.TopicService_SetTopicLimit_FullMethodName:     auth.Require(auth.RoleOperator),
 		pulsev1.TopicService_SetTopicRateLimit_FullMethodName: auth.Require(auth.RoleOperator),
+		pulsev1.TopicService_SetTopicKeyLimits_FullMethodName: auth.Require(auth.RoleOperator),
 		// Breakers: producers read, operators set and clear.
 		pulsev1.TopicService_ListTopicBreakers_FullMethodName: auth.Require(auth.RoleProducer),
 		pulsev1.TopicService_SetTopicBreaker_FullMethodName:   auth.Require(auth.RoleOperator),

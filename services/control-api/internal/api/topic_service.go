@@ -21,6 +21,7 @@ type TopicStore interface {
 	Topic(ctx context.Context, topic string) (jobstore.TopicInfo, error)
 	SetTopicLimit(ctx context.Context, topic string, maxRunning *int, actor string) (jobstore.TopicInfo, error)
 	SetTopicRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit, actor string) (jobstore.TopicInfo, error)
+	SetTopicKeyLimits(ctx context.Context, topic string, kl jobstore.KeyLimits, actor string) (jobstore.TopicInfo, error)
 	Breakers(ctx context.Context) ([]jobstore.Breaker, error)
 	SetTopicBreaker(ctx context.Context, topic string, c jobstore.BreakerConfig, actor string) (jobstore.Breaker, error)
 	ClearTopicBreaker(ctx context.Context, topic, actor string) (bool, error)
@@ -162,6 +163,53 @@ func (s *TopicService) SetRateLimit(ctx context.Context, topic string, rl *pulse
 	return TopicToWire(t), nil
 }
 
+// SetTopicKeyLimits sets a topic's per-key limits as a whole (both unset
+// clears them), as the caller. It returns once no claim on any gateway
+// can decide under the old limits.
+func (s *TopicService) SetTopicKeyLimits(ctx context.Context, req *pulsev1.SetTopicKeyLimitsRequest) (*pulsev1.SetTopicKeyLimitsResponse, error) {
+	var perKey *int64
+	if req.MaxRunningPerKey != nil {
+		n := int64(req.GetMaxRunningPerKey())
+		perKey = &n
+	}
+	t, err := s.SetKeyLimits(ctx, req.GetTopic(), perKey, req.GetSequenceOnFailure())
+	if err != nil {
+		return nil, err
+	}
+	return &pulsev1.SetTopicKeyLimitsResponse{Topic: t}, nil
+}
+
+// SetKeyLimits is SetTopicKeyLimits for any transport: perKey nil is no
+// cap, an empty sequenceOnFailure no sequence policy.
+func (s *TopicService) SetKeyLimits(ctx context.Context, topic string, perKey *int64, sequenceOnFailure string) (*pulsev1.TopicInfo, error) {
+	if err := jobspec.ValidateTopic("topic", topic); err != nil {
+		return nil, err
+	}
+	kl := jobstore.KeyLimits{SequenceOnFailure: sequenceOnFailure}
+	if perKey != nil {
+		if *perKey < 1 || *perKey > pulsetype.MaxRunningPerKey {
+			return nil, apierr.Invalid("max_running_per_key", "is %d; it must be between 1 and %d, or null for no cap",
+				*perKey, pulsetype.MaxRunningPerKey)
+		}
+		n := int(*perKey)
+		kl.MaxRunningPerKey = &n
+	}
+	if err := jobstore.ValidateKeyLimits(kl); err != nil {
+		return nil, err
+	}
+	actor := actorOf(ctx)
+	if err := storable.Text("actor", actor); err != nil {
+		return nil, err
+	}
+	t, err := s.store.SetTopicKeyLimits(ctx, topic, kl, actor)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("topic key limits set", "topic", topic, "max_running_per_key", kl.MaxRunningPerKey,
+		"sequence_on_failure", kl.SequenceOnFailure, "actor", actor)
+	return TopicToWire(t), nil
+}
+
 // TopicToWire converts a topic's numbers to their wire form.
 func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
 	out := &pulsev1.TopicInfo{
@@ -177,6 +225,11 @@ func TopicToWire(t jobstore.TopicInfo) *pulsev1.TopicInfo {
 		n := int32(*t.MaxRunning)
 		out.MaxRunning = &n
 	}
+	if t.MaxRunningPerKey != nil {
+		n := int32(*t.MaxRunningPerKey)
+		out.MaxRunningPerKey = &n
+	}
+	out.SequenceOnFailure = t.SequenceOnFailure
 	if rl := t.RateLimit; rl != nil {
 		out.RateLimit = &pulsev1.RateLimit{Limit: int32(rl.Limit), Interval: durationpb.New(rl.Interval), Key: rl.Key}
 	}

@@ -51,6 +51,7 @@ func AccessPolicy() auth.Policy {
 		"GET /v1/topics/{topic}":            producer,
 		"PUT /v1/topics/{topic}":            operator,
 		"PUT /v1/topics/{topic}/rate-limit": operator,
+		"PUT /v1/topics/{topic}/key-limits": operator,
 		// Breakers: producers and operators read, operators set and clear.
 		"GET /v1/breakers":                  producer,
 		"PUT /v1/topics/{topic}/breaker":    operator,

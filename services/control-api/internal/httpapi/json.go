@@ -101,6 +101,8 @@ func specToWire(j *jobSpecJSON, prefix string) (*pulsev1.JobSpec, error) {
 	spec.Tags = j.Tags
 	spec.ReplaceKey = j.ReplaceKey
 	spec.RateKey = j.RateKey
+	spec.ConcurrencyKey = j.ConcurrencyKey
+	spec.SequenceKey = j.SequenceKey
 	if spec.ReplaceMode, err = replaceModeToWire(join(prefix, "replace_mode"), j.ReplaceMode); err != nil {
 		return nil, err
 	}

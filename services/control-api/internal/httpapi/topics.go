@@ -24,6 +24,7 @@ type TopicService interface {
 	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
 	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
 	SetRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit) (*pulsev1.TopicInfo, error)
+	SetKeyLimits(ctx context.Context, topic string, perKey *int64, sequenceOnFailure string) (*pulsev1.TopicInfo, error)
 	ListTopicBreakers(ctx context.Context, req *pulsev1.ListTopicBreakersRequest) (*pulsev1.ListTopicBreakersResponse, error)
 	SetTopicBreaker(ctx context.Context, req *pulsev1.SetTopicBreakerRequest) (*pulsev1.SetTopicBreakerResponse, error)
 	ClearTopicBreaker(ctx context.Context, req *pulsev1.ClearTopicBreakerRequest) (*pulsev1.ClearTopicBreakerResponse, error)
@@ -36,6 +37,7 @@ func (h *Handler) RegisterTopics(mux Mux, svc TopicService) {
 	h.mount(mux, "GET /v1/topics/{topic}", h.route(t.get))
 	h.mount(mux, "PUT /v1/topics/{topic}", h.route(t.setLimit))
 	h.mount(mux, "PUT /v1/topics/{topic}/rate-limit", h.route(t.setRateLimit))
+	h.mount(mux, "PUT /v1/topics/{topic}/key-limits", h.route(t.setKeyLimits))
 	h.mount(mux, "GET /v1/breakers", h.route(t.listBreakers))
 	h.mount(mux, "PUT /v1/topics/{topic}/breaker", h.route(t.setBreaker))
 	h.mount(mux, "DELETE /v1/topics/{topic}/breaker", h.route(t.clearBreaker))
@@ -135,6 +137,36 @@ func (t *topicRoutes) setRateLimit(w http.ResponseWriter, r *http.Request) error
 	return writeJSON(w, http.StatusOK, topicToJSON(ti))
 }
 
+// setKeyLimits reads {"max_running_per_key": N|null, "sequence_on_failure":
+// "block"|"continue"|""}: the topic's per-key limits as a whole. One of the
+// two must be there, so an empty body or {} is refused rather than read as
+// "clear them".
+func (t *topicRoutes) setKeyLimits(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(w, r, topicLimitBodyLimit, "body", "")
+	if err != nil {
+		return err
+	}
+	var in pulsehttp.TopicKeyLimits
+	if err := decodeStorable(body, "", &in); err != nil {
+		return err
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return apierr.Invalid("body", "is not valid JSON: %v", err)
+	}
+	_, perKey := present["max_running_per_key"]
+	_, sequence := present["sequence_on_failure"]
+	if !perKey && !sequence {
+		return apierr.Invalid("max_running_per_key", "or sequence_on_failure is required: a cap from 1 to %d (null: none), or a sequence policy %q or %q (\"\": none)",
+			pulsetype.MaxRunningPerKey, pulsetype.SequenceBlock, pulsetype.SequenceContinue)
+	}
+	ti, err := t.svc.SetKeyLimits(r.Context(), r.PathValue("topic"), in.MaxRunningPerKey, in.SequenceOnFailure)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, topicToJSON(ti))
+}
+
 func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
 	out := pulsehttp.Topic{
 		Topic: t.GetTopic(), Pending: t.GetPending(), Running: t.GetRunning(), Retrying: t.GetRetrying(),
@@ -150,6 +182,11 @@ func topicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic {
 		n := t.GetMaxRunning()
 		out.MaxRunning = &n
 	}
+	if t.MaxRunningPerKey != nil {
+		n := t.GetMaxRunningPerKey()
+		out.MaxRunningPerKey = &n
+	}
+	out.SequenceOnFailure = t.GetSequenceOnFailure()
 	if rl := t.GetRateLimit(); rl != nil {
 		n := int64(rl.GetLimit())
 		out.RateLimit = &pulsehttp.RateLimit{RateLimit: &n, RateInterval: rl.GetInterval().AsDuration().String(), RateKey: rl.GetKey()}

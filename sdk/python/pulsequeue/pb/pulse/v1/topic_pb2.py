@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulse/v1/topic.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n\tRateLimit\x12\r\n\x05limit\x18\x01 \x01(\x05\x12+\n\x08interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03key\x18\x03 \x01(\t\"\xa1\x03\n\tTopicInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x03\x12\x0f\n\x07running\x18\x03 \x01(\x03\x12\x10\n\x08retrying\x18\x04 \x01(\x03\x12\x15\n\rdead_lettered\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ompleted_last_hour\x18\x06 \x01(\x03\x12\x18\n\x10\x66\x61iled_last_hour\x18\x07 \x01(\x03\x12\x35\n\x12oldest_pending_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x0bmax_running\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06paused\x18\n \x01(\x08\x12\x19\n\x11\x63onnected_workers\x18\x0b \x01(\x05\x12\x18\n\x10limit_updated_by\x18\x0c \x01(\t\x12\x34\n\x10limit_updated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\nrate_limit\x18\x0e \x01(\x0b\x32\x13.pulse.v1.RateLimitB\x0e\n\x0c_max_running\"\x13\n\x11ListTopicsRequest\"9\n\x12ListTopicsResponse\x12#\n\x06topics\x18\x01 \x03(\x0b\x32\x13.pulse.v1.TopicInfo\"O\n\x14SetTopicLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x18\n\x0bmax_running\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0e\n\x0c_max_running\";\n\x15SetTopicLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo\"R\n\x18SetTopicRateLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\'\n\nrate_limit\x18\x02 \x01(\x0b\x32\x13.pulse.v1.RateLimit\"?\n\x19SetTopicRateLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo\"\xe1\x02\n\x0cTopicBreaker\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rfailure_ratio\x18\x02 \x01(\x01\x12)\n\x06window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmin_volume\x18\x04 \x01(\x05\x12+\n\x08\x63ooldown\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05state\x18\x06 \x01(\t\x12-\n\topened_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nopen_until\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05opens\x18\t \x01(\x03\x12\x12\n\nupdated_by\x18\n \x01(\t\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1a\n\x18ListTopicBreakersRequest\"E\n\x19ListTopicBreakersResponse\x12(\n\x08\x62reakers\x18\x01 \x03(\x0b\x32\x16.pulse.v1.TopicBreaker\"\xaa\x01\n\x16SetTopicBreakerRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rfailure_ratio\x18\x02 \x01(\x01\x12)\n\x06window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmin_volume\x18\x04 \x01(\x05\x12+\n\x08\x63ooldown\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x17SetTopicBreakerResponse\x12\'\n\x07\x62reaker\x18\x01 \x01(\x0b\x32\x16.pulse.v1.TopicBreaker\")\n\x18\x43learTopicBreakerRequest\x12\r\n\x05topic\x18\x01 \x01(\t\",\n\x19\x43learTopicBreakerResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08\x32\x9b\x04\n\x0cTopicService\x12G\n\nListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponse\x12\\\n\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponse\x12\\\n\x11ListTopicBreakers\x12\".pulse.v1.ListTopicBreakersRequest\x1a#.pulse.v1.ListTopicBreakersResponse\x12V\n\x0fSetTopicBreaker\x12 .pulse.v1.SetTopicBreakerRequest\x1a!.pulse.v1.SetTopicBreakerResponse\x12\\\n\x11\x43learTopicBreaker\x12\".pulse.v1.ClearTopicBreakerRequest\x1a#.pulse.v1.ClearTopicBreakerResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulse/v1/topic.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n\tRateLimit\x12\r\n\x05limit\x18\x01 \x01(\x05\x12+\n\x08interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0b\n\x03key\x18\x03 \x01(\t\"\xf8\x03\n\tTopicInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07pending\x18\x02 \x01(\x03\x12\x0f\n\x07running\x18\x03 \x01(\x03\x12\x10\n\x08retrying\x18\x04 \x01(\x03\x12\x15\n\rdead_lettered\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ompleted_last_hour\x18\x06 \x01(\x03\x12\x18\n\x10\x66\x61iled_last_hour\x18\x07 \x01(\x03\x12\x35\n\x12oldest_pending_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x0bmax_running\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06paused\x18\n \x01(\x08\x12\x19\n\x11\x63onnected_workers\x18\x0b \x01(\x05\x12\x18\n\x10limit_updated_by\x18\x0c \x01(\t\x12\x34\n\x10limit_updated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\nrate_limit\x18\x0e \x01(\x0b\x32\x13.pulse.v1.RateLimit\x12 \n\x13max_running_per_key\x18\x0f \x01(\x05H\x01\x88\x01\x01\x12\x1b\n\x13sequence_on_failure\x18\x10 \x01(\tB\x0e\n\x0c_max_runningB\x16\n\x14_max_running_per_key\"\x13\n\x11ListTopicsRequest\"9\n\x12ListTopicsResponse\x12#\n\x06topics\x18\x01 \x03(\x0b\x32\x13.pulse.v1.TopicInfo\"O\n\x14SetTopicLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x18\n\x0bmax_running\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0e\n\x0c_max_running\";\n\x15SetTopicLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo\"R\n\x18SetTopicRateLimitRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\'\n\nrate_limit\x18\x02 \x01(\x0b\x32\x13.pulse.v1.RateLimit\"?\n\x19SetTopicRateLimitResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo\"\xe1\x02\n\x0cTopicBreaker\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rfailure_ratio\x18\x02 \x01(\x01\x12)\n\x06window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmin_volume\x18\x04 \x01(\x05\x12+\n\x08\x63ooldown\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05state\x18\x06 \x01(\t\x12-\n\topened_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nopen_until\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05opens\x18\t \x01(\x03\x12\x12\n\nupdated_by\x18\n \x01(\t\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1a\n\x18ListTopicBreakersRequest\"E\n\x19ListTopicBreakersResponse\x12(\n\x08\x62reakers\x18\x01 \x03(\x0b\x32\x16.pulse.v1.TopicBreaker\"\xaa\x01\n\x16SetTopicBreakerRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rfailure_ratio\x18\x02 \x01(\x01\x12)\n\x06window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nmin_volume\x18\x04 \x01(\x05\x12+\n\x08\x63ooldown\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x17SetTopicBreakerResponse\x12\'\n\x07\x62reaker\x18\x01 \x01(\x0b\x32\x16.pulse.v1.TopicBreaker\")\n\x18\x43learTopicBreakerRequest\x12\r\n\x05topic\x18\x01 \x01(\t\",\n\x19\x43learTopicBreakerResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\x08\"\x80\x01\n\x18SetTopicKeyLimitsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12 \n\x13max_running_per_key\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x1b\n\x13sequence_on_failure\x18\x03 \x01(\tB\x16\n\x14_max_running_per_key\"?\n\x19SetTopicKeyLimitsResponse\x12\"\n\x05topic\x18\x01 \x01(\x0b\x32\x13.pulse.v1.TopicInfo2\xf9\x04\n\x0cTopicService\x12G\n\nListTopics\x12\x1b.pulse.v1.ListTopicsRequest\x1a\x1c.pulse.v1.ListTopicsResponse\x12P\n\rSetTopicLimit\x12\x1e.pulse.v1.SetTopicLimitRequest\x1a\x1f.pulse.v1.SetTopicLimitResponse\x12\\\n\x11SetTopicRateLimit\x12\".pulse.v1.SetTopicRateLimitRequest\x1a#.pulse.v1.SetTopicRateLimitResponse\x12\\\n\x11ListTopicBreakers\x12\".pulse.v1.ListTopicBreakersRequest\x1a#.pulse.v1.ListTopicBreakersResponse\x12V\n\x0fSetTopicBreaker\x12 .pulse.v1.SetTopicBreakerRequest\x1a!.pulse.v1.SetTopicBreakerResponse\x12\\\n\x11\x43learTopicBreaker\x12\".pulse.v1.ClearTopicBreakerRequest\x1a#.pulse.v1.ClearTopicBreakerResponse\x12\\\n\x11SetTopicKeyLimits\x12\".pulse.v1.SetTopicKeyLimitsRequest\x1a#.pulse.v1.SetTopicKeyLimitsResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulse.v1.topic_pb2', globals())
@@ -26,33 +26,37 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _RATELIMIT._serialized_start=99
   _RATELIMIT._serialized_end=183
   _TOPICINFO._serialized_start=186
-  _TOPICINFO._serialized_end=603
-  _LISTTOPICSREQUEST._serialized_start=605
-  _LISTTOPICSREQUEST._serialized_end=624
-  _LISTTOPICSRESPONSE._serialized_start=626
-  _LISTTOPICSRESPONSE._serialized_end=683
-  _SETTOPICLIMITREQUEST._serialized_start=685
-  _SETTOPICLIMITREQUEST._serialized_end=764
-  _SETTOPICLIMITRESPONSE._serialized_start=766
-  _SETTOPICLIMITRESPONSE._serialized_end=825
-  _SETTOPICRATELIMITREQUEST._serialized_start=827
-  _SETTOPICRATELIMITREQUEST._serialized_end=909
-  _SETTOPICRATELIMITRESPONSE._serialized_start=911
-  _SETTOPICRATELIMITRESPONSE._serialized_end=974
-  _TOPICBREAKER._serialized_start=977
-  _TOPICBREAKER._serialized_end=1330
-  _LISTTOPICBREAKERSREQUEST._serialized_start=1332
-  _LISTTOPICBREAKERSREQUEST._serialized_end=1358
-  _LISTTOPICBREAKERSRESPONSE._serialized_start=1360
-  _LISTTOPICBREAKERSRESPONSE._serialized_end=1429
-  _SETTOPICBREAKERREQUEST._serialized_start=1432
-  _SETTOPICBREAKERREQUEST._serialized_end=1602
-  _SETTOPICBREAKERRESPONSE._serialized_start=1604
-  _SETTOPICBREAKERRESPONSE._serialized_end=1670
-  _CLEARTOPICBREAKERREQUEST._serialized_start=1672
-  _CLEARTOPICBREAKERREQUEST._serialized_end=1713
-  _CLEARTOPICBREAKERRESPONSE._serialized_start=1715
-  _CLEARTOPICBREAKERRESPONSE._serialized_end=1759
-  _TOPICSERVICE._serialized_start=1762
-  _TOPICSERVICE._serialized_end=2301
+  _TOPICINFO._serialized_end=690
+  _LISTTOPICSREQUEST._serialized_start=692
+  _LISTTOPICSREQUEST._serialized_end=711
+  _LISTTOPICSRESPONSE._serialized_start=713
+  _LISTTOPICSRESPONSE._serialized_end=770
+  _SETTOPICLIMITREQUEST._serialized_start=772
+  _SETTOPICLIMITREQUEST._serialized_end=851
+  _SETTOPICLIMITRESPONSE._serialized_start=853
+  _SETTOPICLIMITRESPONSE._serialized_end=912
+  _SETTOPICRATELIMITREQUEST._serialized_start=914
+  _SETTOPICRATELIMITREQUEST._serialized_end=996
+  _SETTOPICRATELIMITRESPONSE._serialized_start=998
+  _SETTOPICRATELIMITRESPONSE._serialized_end=1061
+  _TOPICBREAKER._serialized_start=1064
+  _TOPICBREAKER._serialized_end=1417
+  _LISTTOPICBREAKERSREQUEST._serialized_start=1419
+  _LISTTOPICBREAKERSREQUEST._serialized_end=1445
+  _LISTTOPICBREAKERSRESPONSE._serialized_start=1447
+  _LISTTOPICBREAKERSRESPONSE._serialized_end=1516
+  _SETTOPICBREAKERREQUEST._serialized_start=1519
+  _SETTOPICBREAKERREQUEST._serialized_end=1689
+  _SETTOPICBREAKERRESPONSE._serialized_start=1691
+  _SETTOPICBREAKERRESPONSE._serialized_end=1757
+  _CLEARTOPICBREAKERREQUEST._serialized_start=1759
+  _CLEARTOPICBREAKERREQUEST._serialized_end=1800
+  _CLEARTOPICBREAKERRESPONSE._serialized_start=1802
+  _CLEARTOPICBREAKERRESPONSE._serialized_end=1846
+  _SETTOPICKEYLIMITSREQUEST._serialized_start=1849
+  _SETTOPICKEYLIMITSREQUEST._serialized_end=1977
+  _SETTOPICKEYLIMITSRESPONSE._serialized_start=1979
+  _SETTOPICKEYLIMITSRESPONSE._serialized_end=2042
+  _TOPICSERVICE._serialized_start=2045
+  _TOPICSERVICE._serialized_end=2678
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file pulse/v1/topic.proto.
  */
 export const file_pulse_v1_topic: GenFile = /*@__PURE__*/
-  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEiVAoJUmF0ZUxpbWl0Eg0KBWxpbWl0GAEgASgFEisKCGludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2tleRgDIAEoCSKhAwoJVG9waWNJbmZvEg0KBXRvcGljGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSDwoHcnVubmluZxgDIAEoAxIQCghyZXRyeWluZxgEIAEoAxIVCg1kZWFkX2xldHRlcmVkGAUgASgDEhsKE2NvbXBsZXRlZF9sYXN0X2hvdXIYBiABKAMSGAoQZmFpbGVkX2xhc3RfaG91chgHIAEoAxI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoLbWF4X3J1bm5pbmcYCSABKAVIAIgBARIOCgZwYXVzZWQYCiABKAgSGQoRY29ubmVjdGVkX3dvcmtlcnMYCyABKAUSGAoQbGltaXRfdXBkYXRlZF9ieRgMIAEoCRI0ChBsaW1pdF91cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgpyYXRlX2xpbWl0GA4gASgLMhMucHVsc2UudjEuUmF0ZUxpbWl0Qg4KDF9tYXhfcnVubmluZyITChFMaXN0VG9waWNzUmVxdWVzdCI5ChJMaXN0VG9waWNzUmVzcG9uc2USIwoGdG9waWNzGAEgAygLMhMucHVsc2UudjEuVG9waWNJbmZvIk8KFFNldFRvcGljTGltaXRSZXF1ZXN0Eg0KBXRvcGljGAEgASgJEhgKC21heF9ydW5uaW5nGAIgASgFSACIAQFCDgoMX21heF9ydW5uaW5nIjsKFVNldFRvcGljTGltaXRSZXNwb25zZRIiCgV0b3BpYxgBIAEoCzITLnB1bHNlLnYxLlRvcGljSW5mbyJSChhTZXRUb3BpY1JhdGVMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSJwoKcmF0ZV9saW1pdBgCIAEoCzITLnB1bHNlLnYxLlJhdGVMaW1pdCI/ChlTZXRUb3BpY1JhdGVMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvIuECCgxUb3BpY0JyZWFrZXISDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVzdGF0ZRgGIAEoCRItCglvcGVuZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCm9wZW5fdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBW9wZW5zGAkgASgDEhIKCnVwZGF0ZWRfYnkYCiABKAkSLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiGgoYTGlzdFRvcGljQnJlYWtlcnNSZXF1ZXN0IkUKGUxpc3RUb3BpY0JyZWFrZXJzUmVzcG9uc2USKAoIYnJlYWtlcnMYASADKAsyFi5wdWxzZS52MS5Ub3BpY0JyZWFrZXIiqgEKFlNldFRvcGljQnJlYWtlclJlcXVlc3QSDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJCChdTZXRUb3BpY0JyZWFrZXJSZXNwb25zZRInCgdicmVha2VyGAEgASgLMhYucHVsc2UudjEuVG9waWNCcmVha2VyIikKGENsZWFyVG9waWNCcmVha2VyUmVxdWVzdBINCgV0b3BpYxgBIAEoCSIsChlDbGVhclRvcGljQnJlYWtlclJlc3BvbnNlEg8KB2NsZWFyZWQYASABKAgymwQKDFRvcGljU2VydmljZRJHCgpMaXN0VG9waWNzEhsucHVsc2UudjEuTGlzdFRvcGljc1JlcXVlc3QaHC5wdWxzZS52MS5MaXN0VG9waWNzUmVzcG9uc2USUAoNU2V0VG9waWNMaW1pdBIeLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXF1ZXN0Gh8ucHVsc2UudjEuU2V0VG9waWNMaW1pdFJlc3BvbnNlElwKEVNldFRvcGljUmF0ZUxpbWl0EiIucHVsc2UudjEuU2V0VG9waWNSYXRlTGltaXRSZXF1ZXN0GiMucHVsc2UudjEuU2V0VG9waWNSYXRlTGltaXRSZXNwb25zZRJcChFMaXN0VG9waWNCcmVha2VycxIiLnB1bHNlLnYxLkxpc3RUb3BpY0JyZWFrZXJzUmVxdWVzdBojLnB1bHNlLnYxLkxpc3RUb3BpY0JyZWFrZXJzUmVzcG9uc2USVgoPU2V0VG9waWNCcmVha2VyEiAucHVsc2UudjEuU2V0VG9waWNCcmVha2VyUmVxdWVzdBohLnB1bHNlLnYxLlNldFRvcGljQnJlYWtlclJlc3BvbnNlElwKEUNsZWFyVG9waWNCcmVha2VyEiIucHVsc2UudjEuQ2xlYXJUb3BpY0JyZWFrZXJSZXF1ZXN0GiMucHVsc2UudjEuQ2xlYXJUb3BpY0JyZWFrZXJSZXNwb25zZUI0WjJnaXRodWIuY29tL3B1bHNlcXVldWUvcHVsc2UvcGtnL3B1bHNlcGIvdjE7cHVsc2V2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRwdWxzZS92MS90b3BpYy5wcm90bxIIcHVsc2UudjEiVAoJUmF0ZUxpbWl0Eg0KBWxpbWl0GAEgASgFEisKCGludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgsKA2tleRgDIAEoCSL4AwoJVG9waWNJbmZvEg0KBXRvcGljGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSDwoHcnVubmluZxgDIAEoAxIQCghyZXRyeWluZxgEIAEoAxIVCg1kZWFkX2xldHRlcmVkGAUgASgDEhsKE2NvbXBsZXRlZF9sYXN0X2hvdXIYBiABKAMSGAoQZmFpbGVkX2xhc3RfaG91chgHIAEoAxI1ChJvbGRlc3RfcGVuZGluZ19hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoLbWF4X3J1bm5pbmcYCSABKAVIAIgBARIOCgZwYXVzZWQYCiABKAgSGQoRY29ubmVjdGVkX3dvcmtlcnMYCyABKAUSGAoQbGltaXRfdXBkYXRlZF9ieRgMIAEoCRI0ChBsaW1pdF91cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgpyYXRlX2xpbWl0GA4gASgLMhMucHVsc2UudjEuUmF0ZUxpbWl0EiAKE21heF9ydW5uaW5nX3Blcl9rZXkYDyABKAVIAYgBARIbChNzZXF1ZW5jZV9vbl9mYWlsdXJlGBAgASgJQg4KDF9tYXhfcnVubmluZ0IWChRfbWF4X3J1bm5pbmdfcGVyX2tleSITChFMaXN0VG9waWNzUmVxdWVzdCI5ChJMaXN0VG9waWNzUmVzcG9uc2USIwoGdG9waWNzGAEgAygLMhMucHVsc2UudjEuVG9waWNJbmZvIk8KFFNldFRvcGljTGltaXRSZXF1ZXN0Eg0KBXRvcGljGAEgASgJEhgKC21heF9ydW5uaW5nGAIgASgFSACIAQFCDgoMX21heF9ydW5uaW5nIjsKFVNldFRvcGljTGltaXRSZXNwb25zZRIiCgV0b3BpYxgBIAEoCzITLnB1bHNlLnYxLlRvcGljSW5mbyJSChhTZXRUb3BpY1JhdGVMaW1pdFJlcXVlc3QSDQoFdG9waWMYASABKAkSJwoKcmF0ZV9saW1pdBgCIAEoCzITLnB1bHNlLnYxLlJhdGVMaW1pdCI/ChlTZXRUb3BpY1JhdGVMaW1pdFJlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvIuECCgxUb3BpY0JyZWFrZXISDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVzdGF0ZRgGIAEoCRItCglvcGVuZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCm9wZW5fdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBW9wZW5zGAkgASgDEhIKCnVwZGF0ZWRfYnkYCiABKAkSLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiGgoYTGlzdFRvcGljQnJlYWtlcnNSZXF1ZXN0IkUKGUxpc3RUb3BpY0JyZWFrZXJzUmVzcG9uc2USKAoIYnJlYWtlcnMYASADKAsyFi5wdWxzZS52MS5Ub3BpY0JyZWFrZXIiqgEKFlNldFRvcGljQnJlYWtlclJlcXVlc3QSDQoFdG9waWMYASABKAkSFQoNZmFpbHVyZV9yYXRpbxgCIAEoARIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbWluX3ZvbHVtZRgEIAEoBRIrCghjb29sZG93bhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJCChdTZXRUb3BpY0JyZWFrZXJSZXNwb25zZRInCgdicmVha2VyGAEgASgLMhYucHVsc2UudjEuVG9waWNCcmVha2VyIikKGENsZWFyVG9waWNCcmVha2VyUmVxdWVzdBINCgV0b3BpYxgBIAEoCSIsChlDbGVhclRvcGljQnJlYWtlclJlc3BvbnNlEg8KB2NsZWFyZWQYASABKAgigAEKGFNldFRvcGljS2V5TGltaXRzUmVxdWVzdBINCgV0b3BpYxgBIAEoCRIgChNtYXhfcnVubmluZ19wZXJfa2V5GAIgASgFSACIAQESGwoTc2VxdWVuY2Vfb25fZmFpbHVyZRgDIAEoCUIWChRfbWF4X3J1bm5pbmdfcGVyX2tleSI/ChlTZXRUb3BpY0tleUxpbWl0c1Jlc3BvbnNlEiIKBXRvcGljGAEgASgLMhMucHVsc2UudjEuVG9waWNJbmZvMvkECgxUb3BpY1NlcnZpY2USRwoKTGlzdFRvcGljcxIbLnB1bHNlLnYxLkxpc3RUb3BpY3NSZXF1ZXN0GhwucHVsc2UudjEuTGlzdFRvcGljc1Jlc3BvbnNlElAKDVNldFRvcGljTGltaXQSHi5wdWxzZS52MS5TZXRUb3BpY0xpbWl0UmVxdWVzdBofLnB1bHNlLnYxLlNldFRvcGljTGltaXRSZXNwb25zZRJcChFTZXRUb3BpY1JhdGVMaW1pdBIiLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVxdWVzdBojLnB1bHNlLnYxLlNldFRvcGljUmF0ZUxpbWl0UmVzcG9uc2USXAoRTGlzdFRvcGljQnJlYWtlcnMSIi5wdWxzZS52MS5MaXN0VG9waWNCcmVha2Vyc1JlcXVlc3QaIy5wdWxzZS52MS5MaXN0VG9waWNCcmVha2Vyc1Jlc3BvbnNlElYKD1NldFRvcGljQnJlYWtlchIgLnB1bHNlLnYxLlNldFRvcGljQnJlYWtlclJlcXVlc3QaIS5wdWxzZS52MS5TZXRUb3BpY0JyZWFrZXJSZXNwb25zZRJcChFDbGVhclRvcGljQnJlYWtlchIiLnB1bHNlLnYxLkNsZWFyVG9waWNCcmVha2VyUmVxdWVzdBojLnB1bHNlLnYxLkNsZWFyVG9waWNCcmVha2VyUmVzcG9uc2USXAoRU2V0VG9waWNLZXlMaW1pdHMSIi5wdWxzZS52MS5TZXRUb3BpY0tleUxpbWl0c1JlcXVlc3QaIy5wdWxzZS52MS5TZXRUb3BpY0tleUxpbWl0c1Jlc3BvbnNlQjRaMmdpdGh1Yi5jb20vcHVsc2VxdWV1ZS9wdWxzZS9wa2cvcHVsc2VwYi92MTtwdWxzZXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RateLimit is a topic's limit on starts: at most limit in any interval,
@@ -142,6 +142,22 @@ export type TopicInfo = Message<"pulse.v1.TopicInfo"> & {
    * @generated from field: pulse.v1.RateLimit rate_limit = 14;
    */
   rateLimit?: RateLimit | undefined;
+
+  /**
+   * The fleet-wide limit on RUNNING jobs of one concurrency key; unset
+   * when the topic has none.
+   *
+   * @generated from field: optional int32 max_running_per_key = 15;
+   */
+  maxRunningPerKey?: number | undefined;
+
+  /**
+   * The topic's sequence policy: "block" or "continue"; empty when the
+   * topic takes no sequenced jobs.
+   *
+   * @generated from field: string sequence_on_failure = 16;
+   */
+  sequenceOnFailure: string;
 };
 
 /**
@@ -472,6 +488,57 @@ export const ClearTopicBreakerResponseSchema: GenMessage<ClearTopicBreakerRespon
   messageDesc(file_pulse_v1_topic, 14);
 
 /**
+ * @generated from message pulse.v1.SetTopicKeyLimitsRequest
+ */
+export type SetTopicKeyLimitsRequest = Message<"pulse.v1.SetTopicKeyLimitsRequest"> & {
+  /**
+   * @generated from field: string topic = 1;
+   */
+  topic: string;
+
+  /**
+   * 1..1000000; unset: no cap.
+   *
+   * @generated from field: optional int32 max_running_per_key = 2;
+   */
+  maxRunningPerKey?: number | undefined;
+
+  /**
+   * What a sequence's dead-lettered job does to the jobs after it:
+   * "block" (they wait until it is retried) or "continue"; empty: the
+   * topic takes no sequenced jobs (refused while sequenced jobs of it are
+   * queued or running).
+   *
+   * @generated from field: string sequence_on_failure = 3;
+   */
+  sequenceOnFailure: string;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicKeyLimitsRequest.
+ * Use `create(SetTopicKeyLimitsRequestSchema)` to create a new message.
+ */
+export const SetTopicKeyLimitsRequestSchema: GenMessage<SetTopicKeyLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 15);
+
+/**
+ * @generated from message pulse.v1.SetTopicKeyLimitsResponse
+ */
+export type SetTopicKeyLimitsResponse = Message<"pulse.v1.SetTopicKeyLimitsResponse"> & {
+  /**
+   * @generated from field: pulse.v1.TopicInfo topic = 1;
+   */
+  topic?: TopicInfo | undefined;
+};
+
+/**
+ * Describes the message pulse.v1.SetTopicKeyLimitsResponse.
+ * Use `create(SetTopicKeyLimitsResponseSchema)` to create a new message.
+ */
+export const SetTopicKeyLimitsResponseSchema: GenMessage<SetTopicKeyLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_pulse_v1_topic, 16);
+
+/**
  * TopicService lists topics and sets their fleet-wide concurrency limits,
  * served by control-api. A limit is enforced by the claim statement on
  * every gateway replica: RUNNING jobs of a limited topic never exceed its
@@ -547,6 +614,21 @@ export const TopicService: GenService<{
     methodKind: "unary";
     input: typeof ClearTopicBreakerRequestSchema;
     output: typeof ClearTopicBreakerResponseSchema;
+  },
+  /**
+   * SetTopicKeyLimits sets a topic's per-key limits as a whole: its cap
+   * on RUNNING jobs per concurrency key (unset: none), whose keys the
+   * claims serve round-robin, and its sequence policy (empty: the topic
+   * takes no sequenced jobs); both unset clears them
+   * (docs/flow-control.md). It takes effect for the next claim on every
+   * replica.
+   *
+   * @generated from rpc pulse.v1.TopicService.SetTopicKeyLimits
+   */
+  setTopicKeyLimits: {
+    methodKind: "unary";
+    input: typeof SetTopicKeyLimitsRequestSchema;
+    output: typeof SetTopicKeyLimitsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_pulse_v1_topic, 0);
