@@ -226,6 +226,12 @@ type Wait struct {
 	// WorkerLastSeen is present for no_worker only; its At is nil when no
 	// worker ever served the topic.
 	WorkerLastSeen *LastSeen `json:"worker_last_seen,omitempty"`
+	// BlockedBy is, for sequence_blocked, the job of its sequence it
+	// waits for.
+	BlockedBy string `json:"blocked_by,omitempty"`
+	// MaxRunningPerKey is, for concurrency_key_full, the topic's cap per
+	// key, which the job's key has running.
+	MaxRunningPerKey int32 `json:"max_running_per_key,omitempty"`
 }
 
 // LastSeen is a time that is present but null when unknown.

@@ -46,6 +46,12 @@ const (
 	// in the window: it may start at not_before, when the window frees a
 	// start (docs/flow-control.md).
 	JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED JobWaitReason = 30
+	// Due, but its concurrency key has max_running_per_key jobs RUNNING
+	// (docs/flow-control.md).
+	JobWaitReason_JOB_WAIT_REASON_CONCURRENCY_KEY_FULL JobWaitReason = 40
+	// Due, but an earlier job of its sequence is unfinished, or one of its
+	// sequence runs: blocked_by names it (docs/flow-control.md).
+	JobWaitReason_JOB_WAIT_REASON_SEQUENCE_BLOCKED JobWaitReason = 41
 )
 
 // Enum value maps for JobWaitReason.
@@ -60,17 +66,21 @@ var (
 		6:  "JOB_WAIT_REASON_SNOOZED",
 		20: "JOB_WAIT_REASON_BREAKER_OPEN",
 		30: "JOB_WAIT_REASON_RATE_LIMITED",
+		40: "JOB_WAIT_REASON_CONCURRENCY_KEY_FULL",
+		41: "JOB_WAIT_REASON_SEQUENCE_BLOCKED",
 	}
 	JobWaitReason_value = map[string]int32{
-		"JOB_WAIT_REASON_UNSPECIFIED":   0,
-		"JOB_WAIT_REASON_PAUSED":        1,
-		"JOB_WAIT_REASON_SCHEDULED":     2,
-		"JOB_WAIT_REASON_RETRY_BACKOFF": 3,
-		"JOB_WAIT_REASON_QUEUED":        4,
-		"JOB_WAIT_REASON_NO_WORKER":     5,
-		"JOB_WAIT_REASON_SNOOZED":       6,
-		"JOB_WAIT_REASON_BREAKER_OPEN":  20,
-		"JOB_WAIT_REASON_RATE_LIMITED":  30,
+		"JOB_WAIT_REASON_UNSPECIFIED":          0,
+		"JOB_WAIT_REASON_PAUSED":               1,
+		"JOB_WAIT_REASON_SCHEDULED":            2,
+		"JOB_WAIT_REASON_RETRY_BACKOFF":        3,
+		"JOB_WAIT_REASON_QUEUED":               4,
+		"JOB_WAIT_REASON_NO_WORKER":            5,
+		"JOB_WAIT_REASON_SNOOZED":              6,
+		"JOB_WAIT_REASON_BREAKER_OPEN":         20,
+		"JOB_WAIT_REASON_RATE_LIMITED":         30,
+		"JOB_WAIT_REASON_CONCURRENCY_KEY_FULL": 40,
+		"JOB_WAIT_REASON_SEQUENCE_BLOCKED":     41,
 	}
 )
 
@@ -460,8 +470,14 @@ type JobWait struct {
 	// job's topic; unset when none ever did (as far as worker presence
 	// remembers).
 	WorkerLastSeen *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=worker_last_seen,json=workerLastSeen,proto3" json:"worker_last_seen,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For JOB_WAIT_REASON_SEQUENCE_BLOCKED: the job of its sequence it waits
+	// for (an earlier one unfinished, or one running).
+	BlockedBy string `protobuf:"bytes,7,opt,name=blocked_by,json=blockedBy,proto3" json:"blocked_by,omitempty"`
+	// For JOB_WAIT_REASON_CONCURRENCY_KEY_FULL: its topic's cap per key,
+	// which its concurrency key has RUNNING.
+	MaxRunningPerKey int32 `protobuf:"varint,8,opt,name=max_running_per_key,json=maxRunningPerKey,proto3" json:"max_running_per_key,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *JobWait) Reset() {
@@ -534,6 +550,20 @@ func (x *JobWait) GetWorkerLastSeen() *timestamppb.Timestamp {
 		return x.WorkerLastSeen
 	}
 	return nil
+}
+
+func (x *JobWait) GetBlockedBy() string {
+	if x != nil {
+		return x.BlockedBy
+	}
+	return ""
+}
+
+func (x *JobWait) GetMaxRunningPerKey() int32 {
+	if x != nil {
+		return x.MaxRunningPerKey
+	}
+	return 0
 }
 
 type ListJobsRequest struct {
@@ -999,7 +1029,7 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"X\n" +
 	"\x0eGetJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12%\n" +
-	"\x04wait\x18\x02 \x01(\v2\x11.pulse.v1.JobWaitR\x04wait\"\xaa\x02\n" +
+	"\x04wait\x18\x02 \x01(\v2\x11.pulse.v1.JobWaitR\x04wait\"\xf8\x02\n" +
 	"\aJobWait\x12/\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x17.pulse.v1.JobWaitReasonR\x06reason\x121\n" +
 	"\tpaused_by\x18\x02 \x01(\v2\x14.pulse.v1.ScopeStateR\bpausedBy\x129\n" +
@@ -1007,7 +1037,10 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"not_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x14\n" +
 	"\x05ahead\x18\x04 \x01(\x03R\x05ahead\x12$\n" +
 	"\x0eahead_at_least\x18\x05 \x01(\bR\faheadAtLeast\x12D\n" +
-	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\"\xbe\x01\n" +
+	"\x10worker_last_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0eworkerLastSeen\x12\x1d\n" +
+	"\n" +
+	"blocked_by\x18\a \x01(\tR\tblockedBy\x12-\n" +
+	"\x13max_running_per_key\x18\b \x01(\x05R\x10maxRunningPerKey\"\xbe\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.pulse.v1.JobStatusR\x06status\x12\x14\n" +
@@ -1033,7 +1066,7 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x13omit_unfinished_job\x18\x03 \x01(\bR\x11omitUnfinishedJob\"N\n" +
 	"\x0fWaitJobResponse\x12\x1f\n" +
 	"\x03job\x18\x01 \x01(\v2\r.pulse.v1.JobR\x03job\x12\x1a\n" +
-	"\bfinished\x18\x02 \x01(\bR\bfinished*\xaa\x02\n" +
+	"\bfinished\x18\x02 \x01(\bR\bfinished*\xfa\x02\n" +
 	"\rJobWaitReason\x12\x1f\n" +
 	"\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n" +
@@ -1043,7 +1076,9 @@ const file_pulse_v1_control_proto_rawDesc = "" +
 	"\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n" +
 	"\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n" +
 	"\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x12 \n" +
-	"\x1cJOB_WAIT_REASON_RATE_LIMITED\x10\x1e2\xad\x06\n" +
+	"\x1cJOB_WAIT_REASON_RATE_LIMITED\x10\x1e\x12(\n" +
+	"$JOB_WAIT_REASON_CONCURRENCY_KEY_FULL\x10(\x12$\n" +
+	" JOB_WAIT_REASON_SEQUENCE_BLOCKED\x10)2\xad\x06\n" +
 	"\x0eControlService\x12D\n" +
 	"\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n" +
 	"\n" +

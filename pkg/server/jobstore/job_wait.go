@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
@@ -32,6 +33,12 @@ const (
 	// for its key in the window (ADR-0051); NotBefore is when the window
 	// next frees a start of that key.
 	WaitRateLimited WaitReason = "rate_limited"
+	// WaitConcurrencyKeyFull: due, but its concurrency key has its topic's
+	// max_running_per_key RUNNING (ADR-0054).
+	WaitConcurrencyKeyFull WaitReason = "concurrency_key_full"
+	// WaitSequenceBlocked: due, but a job of its sequence before it is
+	// unfinished, or one of its sequence runs (ADR-0054): BlockedBy.
+	WaitSequenceBlocked WaitReason = "sequence_blocked"
 	// WaitNoWorker: due, but no connected worker serves its topic
 	// (worker_presence); WorkerLastSeen says when one last did.
 	WaitNoWorker WaitReason = "no_worker"
@@ -59,6 +66,12 @@ type JobWait struct {
 	// WorkerLastSeen is, for Reason no_worker, when a worker serving the
 	// topic was last connected; nil when none ever was.
 	WorkerLastSeen *time.Time
+	// BlockedBy is, for Reason sequence_blocked, the job of its sequence
+	// it waits for.
+	BlockedBy *uuid.UUID
+	// MaxRunningPerKey is, for Reason concurrency_key_full, its topic's
+	// cap per key.
+	MaxRunningPerKey int
 }
 
 // jobAheadSQL counts the due jobs of topic $1 that precede a job of
@@ -127,6 +140,18 @@ func (s *Store) ExplainWait(ctx context.Context, job *Job) (*JobWait, error) {
 	case w.NotBefore != nil:
 		w.Reason = WaitScheduled
 	default:
+		blockedBy, perKey, full, err := s.keyedWait(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case blockedBy != nil:
+			w.Reason, w.BlockedBy = WaitSequenceBlocked, blockedBy
+			return w, nil
+		case full:
+			w.Reason, w.MaxRunningPerKey = WaitConcurrencyKeyFull, perKey
+			return w, nil
+		}
 		until, limited, err := s.rateLimitedJob(ctx, job)
 		if err != nil {
 			return nil, err
@@ -179,4 +204,46 @@ func (s *Store) rateLimitedJob(ctx context.Context, job *Job) (time.Time, bool, 
 		return time.Time{}, false, nil
 	}
 	return *until, true, nil
+}
+
+// jobKeyWaitSQL reads, for job $1 of a keyed topic (ADR-0054), the job of
+// its sequence it waits for (as the claim's sequenceFreeSQL decides: an
+// earlier one unfinished — dead-lettered counts only under 'block' — or
+// one running), its topic's cap per key, and how many jobs of its
+// concurrency key run. No row: its topic is not keyed.
+const jobKeyWaitSQL = `
+WITH j AS (
+    SELECT id, topic, concurrency_key, sequence_key, sequence_pos FROM jobs WHERE id = $1
+), l AS (
+    SELECT k.max_running_per_key, k.sequence_on_failure
+    FROM topic_limits AS k, j
+    WHERE k.topic = j.topic AND (k.max_running_per_key IS NOT NULL OR k.sequence_on_failure IS NOT NULL)
+)
+SELECT (SELECT p.id FROM jobs AS p
+        WHERE j.sequence_key IS NOT NULL AND p.topic = j.topic AND p.sequence_key IS NOT NULL
+          AND p.sequence_key COLLATE "C" = j.sequence_key COLLATE "C" AND p.id <> j.id
+          AND p.status IN ('PENDING', 'RETRYING', 'RUNNING', 'DEAD_LETTERED')
+          AND (p.status = 'RUNNING'
+               OR (p.sequence_pos < j.sequence_pos AND (p.status <> 'DEAD_LETTERED' OR l.sequence_on_failure = 'block')))
+        ORDER BY p.status = 'RUNNING' DESC, p.sequence_pos LIMIT 1),
+       COALESCE(l.max_running_per_key, 0),
+       (SELECT count(*) FROM jobs AS r
+        WHERE j.concurrency_key IS NOT NULL AND l.max_running_per_key IS NOT NULL
+          AND r.topic = j.topic AND r.concurrency_key = j.concurrency_key AND r.status = 'RUNNING')
+FROM j, l`
+
+// keyedWait reports whether job waits for its sequence (the job it waits
+// for) or for room under its concurrency key's cap.
+func (s *Store) keyedWait(ctx context.Context, job *Job) (*uuid.UUID, int, bool, error) {
+	var blockedBy *uuid.UUID
+	var perKey int32
+	var running int64
+	err := s.pool.QueryRow(ctx, jobKeyWaitSQL, job.ID).Scan(&blockedBy, &perKey, &running)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, interpretError("explain wait", err)
+	}
+	return blockedBy, int(perKey), perKey > 0 && running >= int64(perKey), nil
 }

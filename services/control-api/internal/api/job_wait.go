@@ -9,14 +9,16 @@ import (
 )
 
 var waitReasonToWire = map[jobstore.WaitReason]pulsev1.JobWaitReason{
-	jobstore.WaitPaused:       pulsev1.JobWaitReason_JOB_WAIT_REASON_PAUSED,
-	jobstore.WaitScheduled:    pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED,
-	jobstore.WaitRetryBackoff: pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF,
-	jobstore.WaitQueued:       pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
-	jobstore.WaitNoWorker:     pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
-	jobstore.WaitSnoozed:      pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED,
-	jobstore.WaitBreakerOpen:  pulsev1.JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN,
-	jobstore.WaitRateLimited:  pulsev1.JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED,
+	jobstore.WaitPaused:             pulsev1.JobWaitReason_JOB_WAIT_REASON_PAUSED,
+	jobstore.WaitScheduled:          pulsev1.JobWaitReason_JOB_WAIT_REASON_SCHEDULED,
+	jobstore.WaitRetryBackoff:       pulsev1.JobWaitReason_JOB_WAIT_REASON_RETRY_BACKOFF,
+	jobstore.WaitQueued:             pulsev1.JobWaitReason_JOB_WAIT_REASON_QUEUED,
+	jobstore.WaitNoWorker:           pulsev1.JobWaitReason_JOB_WAIT_REASON_NO_WORKER,
+	jobstore.WaitSnoozed:            pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED,
+	jobstore.WaitBreakerOpen:        pulsev1.JobWaitReason_JOB_WAIT_REASON_BREAKER_OPEN,
+	jobstore.WaitRateLimited:        pulsev1.JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED,
+	jobstore.WaitConcurrencyKeyFull: pulsev1.JobWaitReason_JOB_WAIT_REASON_CONCURRENCY_KEY_FULL,
+	jobstore.WaitSequenceBlocked:    pulsev1.JobWaitReason_JOB_WAIT_REASON_SEQUENCE_BLOCKED,
 }
 
 // WaitToWire converts why a job is not running; nil stays nil.
@@ -34,5 +36,9 @@ func WaitToWire(w *jobstore.JobWait) *pulsev1.JobWait {
 	if w.WorkerLastSeen != nil {
 		out.WorkerLastSeen = timestamppb.New(*w.WorkerLastSeen)
 	}
+	if w.BlockedBy != nil {
+		out.BlockedBy = w.BlockedBy.String()
+	}
+	out.MaxRunningPerKey = int32(w.MaxRunningPerKey)
 	return out
 }

@@ -16,7 +16,9 @@ type jobWithWaitJSON = pulsehttp.JobWithWait
 // until when), "scheduled" / "retry_backoff" / "snoozed" (until not_before),
 // "breaker_open" (its topic's circuit breaker paused it until not_before),
 // "rate_limited" (its topic's rate limit has no room for its key until
-// not_before),
+// not_before), "concurrency_key_full" (its concurrency key has
+// max_running_per_key running), "sequence_blocked" (blocked_by, a job of
+// its sequence, is before it unfinished or runs),
 // "no_worker" (no connected worker serves its topic; worker_last_seen says
 // when one last did, null if never), or "queued" behind `ahead` jobs of its
 // topic.
@@ -31,6 +33,9 @@ func waitToJSON(w *pulsev1.JobWait) *waitJSON {
 		NotBefore:    api.TimeFromWire(w.GetNotBefore()),
 		Ahead:        w.GetAhead(),
 		AheadAtLeast: w.GetAheadAtLeast(),
+		BlockedBy:    w.GetBlockedBy(),
+
+		MaxRunningPerKey: w.GetMaxRunningPerKey(),
 	}
 	if w.GetPausedBy() != nil {
 		s := scopeToJSON(w.GetPausedBy())

@@ -397,6 +397,10 @@ func explain(job pulsehttp.Job, w *pulsehttp.Wait) string {
 			when = "at " + w.NotBefore.UTC().Format("2006-01-02T15:04:05Z")
 		}
 		return fmt.Sprintf("job %s waits because topic %s is at its rate limit for the job's key; it may start %s", job.ID, job.Topic, when)
+	case "concurrency_key_full":
+		return fmt.Sprintf("job %s waits because its concurrency key has %d jobs of topic %s running, the topic's cap per key", job.ID, w.MaxRunningPerKey, job.Topic)
+	case "sequence_blocked":
+		return fmt.Sprintf("job %s waits for job %s of its sequence in topic %s to finish", job.ID, w.BlockedBy, job.Topic)
 	case "scheduled", "retry_backoff", "snoozed":
 		when := "later"
 		if w.NotBefore != nil {

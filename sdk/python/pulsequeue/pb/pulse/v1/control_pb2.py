@@ -18,7 +18,7 @@ from pulsequeue.pb.pulse.v1 import job_pb2 as pulse_dot_v1_dot_job__pb2
 from pulsequeue.pb.pulse.v1 import workflow_pb2 as pulse_dot_v1_dot_workflow__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pulse/v1/control.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\x1a\x17pulse/v1/workflow.proto\"2\n\x10SubmitJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.pulse.v1.JobSpec\"?\n\x0cSubmitResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08replaced\x18\x03 \x01(\x08\";\n\x11SubmitJobResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.pulse.v1.SubmitResult\"4\n\x11SubmitJobsRequest\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.pulse.v1.JobSpec\"=\n\x12SubmitJobsResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.pulse.v1.SubmitResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"M\n\x0eGetJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x1f\n\x04wait\x18\x02 \x01(\x0b\x32\x11.pulse.v1.JobWait\"\xe8\x01\n\x07JobWait\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.pulse.v1.JobWaitReason\x12\'\n\tpaused_by\x18\x02 \x01(\x0b\x32\x14.pulse.v1.ScopeState\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x04 \x01(\x03\x12\x16\n\x0e\x61head_at_least\x18\x05 \x01(\x08\x12\x34\n\x10worker_last_seen\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8b\x01\n\x0fListJobsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.pulse.v1.JobStatus\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0cinclude_args\x18\x05 \x01(\x08\x12\x0b\n\x03tag\x18\x06 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.pulse.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x11\x43\x61ncelJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"\x1d\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x10RetryJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"e\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13omit_unfinished_job\x18\x03 \x01(\x08\"?\n\x0fWaitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08*\xaa\x02\n\rJobWaitReason\x12\x1f\n\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x12 \n\x1cJOB_WAIT_REASON_RATE_LIMITED\x10\x1e\x32\xad\x06\n\x0e\x43ontrolService\x12\x44\n\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n\nSubmitJobs\x12\x1b.pulse.v1.SubmitJobsRequest\x1a\x1c.pulse.v1.SubmitJobsResponse\x12;\n\x06GetJob\x12\x17.pulse.v1.GetJobRequest\x1a\x18.pulse.v1.GetJobResponse\x12\x41\n\x08ListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12\x44\n\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12\x41\n\x08RetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n\x07WaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponse\x12J\n\x0bGetWorkflow\x12\x1c.pulse.v1.GetWorkflowRequest\x1a\x1d.pulse.v1.GetWorkflowResponse\x12P\n\rListWorkflows\x12\x1e.pulse.v1.ListWorkflowsRequest\x1a\x1f.pulse.v1.ListWorkflowsResponse\x12S\n\x0e\x43\x61ncelWorkflow\x12\x1f.pulse.v1.CancelWorkflowRequest\x1a .pulse.v1.CancelWorkflowResponse\x12P\n\rRetryWorkflow\x12\x1e.pulse.v1.RetryWorkflowRequest\x1a\x1f.pulse.v1.RetryWorkflowResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pulse/v1/control.proto\x12\x08pulse.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fpulse/v1/dispatch_control.proto\x1a\x12pulse/v1/job.proto\x1a\x17pulse/v1/workflow.proto\"2\n\x10SubmitJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.pulse.v1.JobSpec\"?\n\x0cSubmitResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x10\n\x08replaced\x18\x03 \x01(\x08\";\n\x11SubmitJobResponse\x12&\n\x06result\x18\x01 \x01(\x0b\x32\x16.pulse.v1.SubmitResult\"4\n\x11SubmitJobsRequest\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.pulse.v1.JobSpec\"=\n\x12SubmitJobsResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.pulse.v1.SubmitResult\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"M\n\x0eGetJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x1f\n\x04wait\x18\x02 \x01(\x0b\x32\x11.pulse.v1.JobWait\"\x99\x02\n\x07JobWait\x12\'\n\x06reason\x18\x01 \x01(\x0e\x32\x17.pulse.v1.JobWaitReason\x12\'\n\tpaused_by\x18\x02 \x01(\x0b\x32\x14.pulse.v1.ScopeState\x12.\n\nnot_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61head\x18\x04 \x01(\x03\x12\x16\n\x0e\x61head_at_least\x18\x05 \x01(\x08\x12\x34\n\x10worker_last_seen\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nblocked_by\x18\x07 \x01(\t\x12\x1b\n\x13max_running_per_key\x18\x08 \x01(\x05\"\x8b\x01\n\x0fListJobsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.pulse.v1.JobStatus\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0cinclude_args\x18\x05 \x01(\x08\x12\x0b\n\x03tag\x18\x06 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.pulse.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x11\x43\x61ncelJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"\x1d\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x10RetryJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\"e\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13omit_unfinished_job\x18\x03 \x01(\x08\"?\n\x0fWaitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.pulse.v1.Job\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08*\xfa\x02\n\rJobWaitReason\x12\x1f\n\x1bJOB_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_WAIT_REASON_PAUSED\x10\x01\x12\x1d\n\x19JOB_WAIT_REASON_SCHEDULED\x10\x02\x12!\n\x1dJOB_WAIT_REASON_RETRY_BACKOFF\x10\x03\x12\x1a\n\x16JOB_WAIT_REASON_QUEUED\x10\x04\x12\x1d\n\x19JOB_WAIT_REASON_NO_WORKER\x10\x05\x12\x1b\n\x17JOB_WAIT_REASON_SNOOZED\x10\x06\x12 \n\x1cJOB_WAIT_REASON_BREAKER_OPEN\x10\x14\x12 \n\x1cJOB_WAIT_REASON_RATE_LIMITED\x10\x1e\x12(\n$JOB_WAIT_REASON_CONCURRENCY_KEY_FULL\x10(\x12$\n JOB_WAIT_REASON_SEQUENCE_BLOCKED\x10)2\xad\x06\n\x0e\x43ontrolService\x12\x44\n\tSubmitJob\x12\x1a.pulse.v1.SubmitJobRequest\x1a\x1b.pulse.v1.SubmitJobResponse\x12G\n\nSubmitJobs\x12\x1b.pulse.v1.SubmitJobsRequest\x1a\x1c.pulse.v1.SubmitJobsResponse\x12;\n\x06GetJob\x12\x17.pulse.v1.GetJobRequest\x1a\x18.pulse.v1.GetJobResponse\x12\x41\n\x08ListJobs\x12\x19.pulse.v1.ListJobsRequest\x1a\x1a.pulse.v1.ListJobsResponse\x12\x44\n\tCancelJob\x12\x1a.pulse.v1.CancelJobRequest\x1a\x1b.pulse.v1.CancelJobResponse\x12\x41\n\x08RetryJob\x12\x19.pulse.v1.RetryJobRequest\x1a\x1a.pulse.v1.RetryJobResponse\x12>\n\x07WaitJob\x12\x18.pulse.v1.WaitJobRequest\x1a\x19.pulse.v1.WaitJobResponse\x12J\n\x0bGetWorkflow\x12\x1c.pulse.v1.GetWorkflowRequest\x1a\x1d.pulse.v1.GetWorkflowResponse\x12P\n\rListWorkflows\x12\x1e.pulse.v1.ListWorkflowsRequest\x1a\x1f.pulse.v1.ListWorkflowsResponse\x12S\n\x0e\x43\x61ncelWorkflow\x12\x1f.pulse.v1.CancelWorkflowRequest\x1a .pulse.v1.CancelWorkflowResponse\x12P\n\rRetryWorkflow\x12\x1e.pulse.v1.RetryWorkflowRequest\x1a\x1f.pulse.v1.RetryWorkflowResponseB4Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pulse.v1.control_pb2', globals())
@@ -26,8 +26,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z2github.com/pulsequeue/pulse/pkg/pulsepb/v1;pulsev1'
-  _JOBWAITREASON._serialized_start=1362
-  _JOBWAITREASON._serialized_end=1660
+  _JOBWAITREASON._serialized_start=1411
+  _JOBWAITREASON._serialized_end=1789
   _SUBMITJOBREQUEST._serialized_start=179
   _SUBMITJOBREQUEST._serialized_end=229
   _SUBMITRESULT._serialized_start=231
@@ -43,23 +43,23 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _GETJOBRESPONSE._serialized_start=503
   _GETJOBRESPONSE._serialized_end=580
   _JOBWAIT._serialized_start=583
-  _JOBWAIT._serialized_end=815
-  _LISTJOBSREQUEST._serialized_start=818
-  _LISTJOBSREQUEST._serialized_end=957
-  _LISTJOBSRESPONSE._serialized_start=959
-  _LISTJOBSRESPONSE._serialized_end=1031
-  _CANCELJOBREQUEST._serialized_start=1033
-  _CANCELJOBREQUEST._serialized_end=1063
-  _CANCELJOBRESPONSE._serialized_start=1065
-  _CANCELJOBRESPONSE._serialized_end=1112
-  _RETRYJOBREQUEST._serialized_start=1114
-  _RETRYJOBREQUEST._serialized_end=1143
-  _RETRYJOBRESPONSE._serialized_start=1145
-  _RETRYJOBRESPONSE._serialized_end=1191
-  _WAITJOBREQUEST._serialized_start=1193
-  _WAITJOBREQUEST._serialized_end=1294
-  _WAITJOBRESPONSE._serialized_start=1296
-  _WAITJOBRESPONSE._serialized_end=1359
-  _CONTROLSERVICE._serialized_start=1663
-  _CONTROLSERVICE._serialized_end=2476
+  _JOBWAIT._serialized_end=864
+  _LISTJOBSREQUEST._serialized_start=867
+  _LISTJOBSREQUEST._serialized_end=1006
+  _LISTJOBSRESPONSE._serialized_start=1008
+  _LISTJOBSRESPONSE._serialized_end=1080
+  _CANCELJOBREQUEST._serialized_start=1082
+  _CANCELJOBREQUEST._serialized_end=1112
+  _CANCELJOBRESPONSE._serialized_start=1114
+  _CANCELJOBRESPONSE._serialized_end=1161
+  _RETRYJOBREQUEST._serialized_start=1163
+  _RETRYJOBREQUEST._serialized_end=1192
+  _RETRYJOBRESPONSE._serialized_start=1194
+  _RETRYJOBRESPONSE._serialized_end=1240
+  _WAITJOBREQUEST._serialized_start=1242
+  _WAITJOBREQUEST._serialized_end=1343
+  _WAITJOBRESPONSE._serialized_start=1345
+  _WAITJOBRESPONSE._serialized_end=1408
+  _CONTROLSERVICE._serialized_start=1792
+  _CONTROLSERVICE._serialized_end=2605
 # @@protoc_insertion_point(module_scope)
