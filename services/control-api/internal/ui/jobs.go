@@ -390,6 +390,10 @@ func (d *Dashboard) waiting(wait *pulsev1.JobWait, topic string) string {
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_RATE_LIMITED:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Rate limited: its topic's rate limit has no room for its key until %s (%s).", absTime(t), relTime(t, now))
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_CONCURRENCY_KEY_FULL:
+		return fmt.Sprintf("Its concurrency key is at its topic's cap: %d of its jobs are running; it starts when one of them ends, in turn with the topic's other keys.", wait.GetMaxRunningPerKey())
+	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SEQUENCE_BLOCKED:
+		return "Waiting for job " + wait.GetBlockedBy() + " of its sequence: jobs of one sequence start one at a time, in submit order."
 	case pulsev1.JobWaitReason_JOB_WAIT_REASON_SNOOZED:
 		t := api.TimeFromWire(wait.GetNotBefore())
 		return fmt.Sprintf("Snoozed by its handler until %s (%s); no attempt spent.", absTime(t), relTime(t, now))

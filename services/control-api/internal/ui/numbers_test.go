@@ -13,6 +13,7 @@ import (
 
 	pulsev1 "github.com/pulsequeue/pulse/pkg/pulsepb/v1"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 )
 
 // The overview's numbers (throughput chart, topic table) and the jobs
@@ -123,6 +124,18 @@ func TestDashboardNumbers(t *testing.T) {
 		_, body := tb.browser(t, producerAuth).get("/ui/")
 		require.Contains(t, row(t, body, "api"), `data-rate>10 / 1s per args.tenant<`)
 		require.Contains(t, row(t, body, "mail"), `data-rate>none<`)
+	})
+
+	t.Run("ShowsATopicsPerKeyLimits", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		tb.insert(t, pulsetype.NewJob{Topic: "mail"})
+		two := 2
+		_, err := tb.Store.SetTopicKeyLimits(t.Context(), "reports", jobstore.KeyLimits{MaxRunningPerKey: &two, SequenceOnFailure: "block"}, "alice")
+		require.NoError(t, err)
+		_, body := tb.browser(t, producerAuth).get("/ui/")
+		require.Contains(t, row(t, body, "reports"), `data-per-key>2 running per key; sequences, block on failure<`)
+		require.NotContains(t, row(t, body, "mail"), `data-per-key`)
 	})
 
 	t.Run("SetsAndClearsALimitAndNamesABadValue", func(t *testing.T) {

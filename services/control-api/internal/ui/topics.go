@@ -41,6 +41,9 @@ type topicRow struct {
 	// Rate is the topic's rate limit, "10 / 1s" and "per job key" or
 	// "per args.tenant" when it counts per key; empty when it has none.
 	Rate string
+	// PerKey is the topic's per-key limits, "2 running per key" and
+	// "sequences, block on failure"; empty when it has none.
+	PerKey string
 }
 
 type topicsView struct {
@@ -76,6 +79,14 @@ func (d *Dashboard) topicsOf(r *http.Request) *topicsView {
 				row.LimitBy += " at " + at.AsTime().UTC().Format("2006-01-02 15:04:05 UTC")
 			}
 		}
+		var perKey []string
+		if t.MaxRunningPerKey != nil {
+			perKey = append(perKey, fmt.Sprintf("%d running per key", t.GetMaxRunningPerKey()))
+		}
+		if p := t.GetSequenceOnFailure(); p != "" {
+			perKey = append(perKey, "sequences, "+p+" on failure")
+		}
+		row.PerKey = strings.Join(perKey, "; ")
 		if rl := t.GetRateLimit(); rl != nil {
 			row.Rate = fmt.Sprintf("%d / %s", rl.GetLimit(), rl.GetInterval().AsDuration())
 			switch key := rl.GetKey(); {
