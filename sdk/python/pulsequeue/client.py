@@ -80,7 +80,11 @@ class JobRequest:
     replace_mode says: "replace" (the default: args and run time),
     "keep_earlier_run_at" or "keep_first"; not with idempotency_key or
     unique_for); rate_key (the key a topic rate-limited per job key counts
-    the start under, 1..255 bytes, docs/flow-control.md)."""
+    the start under, 1..255 bytes, docs/flow-control.md); concurrency_key
+    (the key a topic's max_running_per_key counts the job under while it
+    runs, 1..255 bytes); sequence_key (start only after every earlier job
+    of the topic with this key has finished, 1..255 bytes; the topic needs
+    a sequence policy)."""
 
     topic: str
     args: Any = None
@@ -96,6 +100,8 @@ class JobRequest:
     replace_key: str | None = None
     replace_mode: str | None = None
     rate_key: str | None = None
+    concurrency_key: str | None = None
+    sequence_key: str | None = None
 
     def spec(self) -> job_pb2.JobSpec:
         """The wire form of the job, after the checks the Go SDK makes; a
@@ -154,6 +160,16 @@ class JobRequest:
                 raise ConfigError("pulse: rate key is empty")
             check_idempotency_key(self.rate_key, what="rate key")
             spec.rate_key = self.rate_key
+        if self.concurrency_key is not None:
+            if not self.concurrency_key:
+                raise ConfigError("pulse: concurrency key is empty")
+            check_idempotency_key(self.concurrency_key, what="concurrency key")
+            spec.concurrency_key = self.concurrency_key
+        if self.sequence_key is not None:
+            if not self.sequence_key:
+                raise ConfigError("pulse: sequence key is empty")
+            check_idempotency_key(self.sequence_key, what="sequence key")
+            spec.sequence_key = self.sequence_key
         return spec
 
 

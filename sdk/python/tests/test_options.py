@@ -89,6 +89,15 @@ class JobOptionsTest(unittest.TestCase):
                 with self.assertRaisesRegex(pulse.ConfigError, what):
                     JobRequest("t", tags=bad).spec()
 
+    def test_concurrency_and_sequence_keys(self):
+        spec = JobRequest("t", concurrency_key="tenant:acme", sequence_key="order-1").spec()
+        self.assertEqual((spec.concurrency_key, spec.sequence_key), ("tenant:acme", "order-1"))
+        for field in ("concurrency_key", "sequence_key"):
+            for value, what in [("k" * 256, "256 bytes"), ("a\x00", "NUL"), ("", "empty")]:
+                with self.subTest(field=field, value=value):
+                    with self.assertRaisesRegex(pulse.ConfigError, what):
+                        JobRequest("t", **{field: value}).spec()
+
     def test_rate_key(self):
         self.assertEqual(JobRequest("t", rate_key="tenant:acme").spec().rate_key, "tenant:acme")
         for kw, what in [({"rate_key": "k" * 256}, "256 bytes"), ({"rate_key": "a\x00"}, "NUL"), ({"rate_key": ""}, "empty")]:

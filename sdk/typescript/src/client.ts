@@ -87,6 +87,10 @@ export interface EnqueueOptions {
   replaceMode?: "replace" | "keep_earlier_run_at" | "keep_first";
   /** The key a topic rate-limited per job key counts this start under (1..255 bytes; docs/flow-control.md). */
   rateKey?: string;
+  /** The key a topic's max_running_per_key counts this job under while it runs (1..255 bytes; docs/flow-control.md). */
+  concurrencyKey?: string;
+  /** Start only after every earlier job of the topic with this key has finished (1..255 bytes; the topic needs a sequence policy). */
+  sequenceKey?: string;
 }
 
 /** One job for enqueueMany. */
@@ -360,6 +364,20 @@ export function buildJobSpec(topic: string, args: unknown, o: EnqueueOptions = {
     }
     checkIdempotencyKey(o.rateKey, "rateKey");
     spec.rateKey = o.rateKey;
+  }
+  if (o.concurrencyKey !== undefined) {
+    if (!o.concurrencyKey) {
+      throw new Error("pulse: concurrencyKey is empty");
+    }
+    checkIdempotencyKey(o.concurrencyKey, "concurrencyKey");
+    spec.concurrencyKey = o.concurrencyKey;
+  }
+  if (o.sequenceKey !== undefined) {
+    if (!o.sequenceKey) {
+      throw new Error("pulse: sequenceKey is empty");
+    }
+    checkIdempotencyKey(o.sequenceKey, "sequenceKey");
+    spec.sequenceKey = o.sequenceKey;
   }
   return spec;
 }

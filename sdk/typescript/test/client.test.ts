@@ -56,6 +56,12 @@ test("bad options are refused naming the option", () => {
     ["NUL rate key", () => buildJobSpec("t", {}, { rateKey: "a\u0000" }), /rateKey contains a NUL/],
     ["long rate key", () => buildJobSpec("t", {}, { rateKey: "k".repeat(256) }), /rateKey is 256 bytes/],
     ["empty rate key", () => buildJobSpec("t", {}, { rateKey: "" }), /rateKey is empty/],
+    ["NUL concurrency key", () => buildJobSpec("t", {}, { concurrencyKey: "a\u0000" }), /concurrencyKey contains a NUL/],
+    ["long concurrency key", () => buildJobSpec("t", {}, { concurrencyKey: "k".repeat(256) }), /concurrencyKey is 256 bytes/],
+    ["empty concurrency key", () => buildJobSpec("t", {}, { concurrencyKey: "" }), /concurrencyKey is empty/],
+    ["NUL sequence key", () => buildJobSpec("t", {}, { sequenceKey: "a\u0000" }), /sequenceKey contains a NUL/],
+    ["long sequence key", () => buildJobSpec("t", {}, { sequenceKey: "k".repeat(256) }), /sequenceKey is 256 bytes/],
+    ["empty sequence key", () => buildJobSpec("t", {}, { sequenceKey: "" }), /sequenceKey is empty/],
     ["args that are not JSON", () => buildJobSpec("t", () => 1), /does not encode to JSON/],
     ["cyclic args", () => { const a: Record<string, unknown> = {}; a.a = a; return buildJobSpec("t", a); }, /encode args for t/],
   ];
@@ -69,6 +75,12 @@ test("replaceKey and replaceMode reach the spec", () => {
   assert.equal(spec.replaceKey, "doc-7");
   assert.equal(spec.replaceMode, ReplaceMode.KEEP_EARLIER_RUN_AT);
   assert.equal(buildJobSpec("t", {}, { replaceKey: "doc-7" }).replaceMode, ReplaceMode.REPLACE);
+});
+
+test("concurrencyKey and sequenceKey reach the spec", () => {
+  const spec = buildJobSpec("t", {}, { concurrencyKey: "tenant:acme", sequenceKey: "order-1" });
+  assert.equal(spec.concurrencyKey, "tenant:acme");
+  assert.equal(spec.sequenceKey, "order-1");
 });
 
 test("rateKey reaches the spec", () => {
