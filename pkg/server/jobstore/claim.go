@@ -449,7 +449,7 @@ func (c ClaimCursor) Before(d ClaimCursor) bool {
 // (ClaimCursor.Back): an INSERT reads its clock (submitted_at) when its
 // statement begins and becomes visible at its commit, so a job can commit
 // just after a claim took a job submitted later than it (ADR-0050).
-const ClaimSkewMargin = 250 * time.Millisecond
+const ClaimSkewMargin = 25 * time.Millisecond
 
 // Back is c moved earlier by d within its priority, before every job
 // submitted at that instant: where a claim resuming after c starts so
