@@ -135,7 +135,13 @@ func TestClaimsResumeAfterTheLastClaimedJob(t *testing.T) {
 			q.mu.Unlock()
 			d.JobsReady()
 			synctest.Wait()
-			require.Equal(t, []string{"head", "head"}, froms(q))
+			// The worker's arrival and each wake may each cause a claim;
+			// with no job taken yet, every one of them starts at the head.
+			got := froms(q)
+			require.GreaterOrEqual(t, len(got), 2)
+			for _, f := range got {
+				require.Equal(t, "head", f, "no claim took a job, so none resumes after a cursor: %v", got)
+			}
 		})
 	})
 
