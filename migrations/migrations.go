@@ -78,7 +78,12 @@ const (
 	// rotation's topic_key_cursors (00018) and the keyed claim's indexes
 	// (00019). The gateway's claim and control-api's submit require it.
 	VersionConcurrencyKeys int64 = 19
+	// VersionInsertWakeSaysNew marks an insert's pulse_jobs_ready
+	// notification ' new' when its jobs sort after every claim cursor
+	// (ADR-0055). No service requires it: a gateway told nothing new
+	// rescans as it did before.
+	VersionInsertWakeSaysNew int64 = 20
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionConcurrencyKeys
+const Latest = VersionInsertWakeSaysNew

@@ -537,8 +537,11 @@ $$;
 CREATE FUNCTION public.jobs_notify_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    marker text := CASE WHEN clock_timestamp() - transaction_timestamp() < interval '10 milliseconds'
+                        THEN ' new' ELSE '' END;
 BEGIN
-    PERFORM pg_notify('pulse_jobs_ready', t.topic)
+    PERFORM pg_notify('pulse_jobs_ready', t.topic || marker)
     FROM (SELECT DISTINCT topic FROM inserted_jobs
           WHERE status = 'PENDING' AND next_run_at <= now()) AS t;
     RETURN NULL;

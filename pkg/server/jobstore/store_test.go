@@ -272,9 +272,53 @@ func TestInsert(t *testing.T) {
 			if n.Payload == "marker" {
 				break
 			}
-			got[n.Payload]++
+			got[strings.TrimSuffix(n.Payload, jobstore.NewJobsReady)]++
 		}
 		require.Equal(t, map[string]int{"a": 1, "b": 1}, got)
+	})
+
+	// An insert's notification says its jobs are new when the statement
+	// ran within moments of its transaction's start (ADR-0055): they sort
+	// after every claim cursor. The judgement is the clock's, so a
+	// statement descheduled for 10 ms says nothing new; of several inserts
+	// one at least is new.
+	t.Run("AnInsertSaysItsJobsAreNew", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		conn := listenReady(t, b)
+		payloads := map[string]int{}
+		for range 10 {
+			_, err := b.store.Insert(ctx, []pulsetype.NewJob{newJob("fresh", 5)})
+			require.NoError(t, err)
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err)
+			payloads[n.Payload]++
+		}
+		require.Positive(t, payloads["fresh"+jobstore.NewJobsReady], "%v", payloads)
+		require.Equal(t, 10, payloads["fresh"+jobstore.NewJobsReady]+payloads["fresh"], "%v", payloads)
+	})
+
+	// Jobs inserted by a transaction that began earlier (a producer's own)
+	// may sort before a cursor: their notification is the plain topic.
+	t.Run("AnInsertInAnOlderTransactionSaysNothingNew", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		conn := listenReady(t, b)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // committed below
+		_, err = tx.Exec(ctx, `SELECT pg_sleep(0.02)`)
+		require.NoError(t, err)
+		_, err = jobstore.InsertOne(ctx, txQueryer{tx}, newJob("older", 5))
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		require.NoError(t, err)
+		require.Equal(t, "older", n.Payload)
 	})
 }
 

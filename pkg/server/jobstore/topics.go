@@ -322,6 +322,14 @@ SELECT pg_notify('` + ReadyChannel + `', $1 || '` + RateLimitsChanged + `')`
 // holds, so a listener tells it from a topic's jobs becoming ready.
 const RateLimitsChanged = " limits"
 
+// NewJobsReady ends the payload of the pulse_jobs_ready notification an
+// insert sends when its jobs are new ("<topic> new", migration 00020,
+// ADR-0055): its transaction began moments before, so they sort after
+// every claim cursor less ClaimSkewMargin, and a claim resuming after its
+// cursor finds them. Every other notification of the channel may be of
+// jobs sorting before a cursor (a released child, a retried job).
+const NewJobsReady = " new"
+
 // ValidateRateLimit checks a rate limit as the schema will, with errors
 // naming the field (rate_limit, rate_interval, rate_key).
 func ValidateRateLimit(rl pulsetype.RateLimit) error {

@@ -160,6 +160,9 @@ type Dispatcher struct {
 	// cursors holds, per group whose claims took jobs, where they left
 	// off. Only the loop reads and writes it.
 	cursors map[string]groupCursor
+	// maySortBefore counts the wakes that may be of jobs sorting before a
+	// claim cursor: every one but an insert's of new jobs (ADR-0055).
+	maySortBefore uint64
 }
 
 // groupCursor is where a group's claims resume, when the group last
@@ -172,6 +175,9 @@ type groupCursor struct {
 	// RescanCostFactor times what its last rescan took when that is more
 	// (a walk made long by an old snapshot), at most MaxRescanGap.
 	rescanGap time.Duration
+	// sortsBeforeSeen is Dispatcher.maySortBefore as it was when the
+	// group last looked before its cursor (from the head or a rescan).
+	sortsBeforeSeen uint64
 }
 
 // The rescan's schedule (ADR-0050).
@@ -223,27 +229,44 @@ func (d *Dispatcher) SetGate(g Gate) { d.gate = g }
 // Registry is the set of connected workers this loop serves.
 func (d *Dispatcher) Registry() *Registry { return d.registry }
 
-// JobsReady says new jobs may be claimable (an insert NOTIFY, a missed
-// notification after a reconnect): every group may have work again.
+// JobsReady says jobs may be claimable, wherever they sort (a resume, a
+// missed notification after a reconnect): every group may have work
+// again, and a claim that finds nothing after its cursor looks before it.
 func (d *Dispatcher) JobsReady() {
+	d.mu.Lock()
+	d.maySortBefore++
+	d.mu.Unlock()
 	d.forgetExhausted()
 	d.signal()
 }
 
 // TopicReady is JobsReady for a pulse_jobs_ready notification whose
-// payload names what changed: a topic whose jobs may be ready, or a
-// topic's limits (jobstore.RateLimitsChanged at its end). A change of
-// limits ends the topic's rate wait; so does a new job of a topic limited
-// per key, which another key may have room for. A topic limited as a
-// whole keeps waiting: nothing of it can start before its window opens.
+// payload names what changed: new jobs of a topic (jobstore.NewJobsReady
+// at its end), which sort after every cursor; a topic whose jobs may be
+// ready wherever they sort (a plain topic); or a topic's limits
+// (jobstore.RateLimitsChanged at its end). A change of limits ends the
+// topic's rate wait; so does a job of a topic limited per key, which
+// another key may have room for. A topic limited as a whole keeps
+// waiting: nothing of it can start before its window opens.
 func (d *Dispatcher) TopicReady(payload string) {
-	topic, limits := strings.CutSuffix(payload, jobstore.RateLimitsChanged)
+	topic, fresh := strings.CutSuffix(payload, jobstore.NewJobsReady)
+	topic, limits := strings.CutSuffix(topic, jobstore.RateLimitsChanged)
 	d.mu.Lock()
 	if w, ok := d.rateWait[topic]; ok && (limits || w.Keyed) {
 		delete(d.rateWait, topic)
 	}
+	if !fresh {
+		d.maySortBefore++
+	}
 	d.mu.Unlock()
-	d.JobsReady()
+	d.forgetExhausted()
+	d.signal()
+}
+
+func (d *Dispatcher) sortsBeforeCount() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.maySortBefore
 }
 
 // rateWaiting must be called with mu held.
@@ -603,14 +626,17 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claime
 // instead of walking from the head over every job claimed since the
 // oldest open snapshot. A claim after the cursor that takes nothing is
 // followed at once by a rescan while rescans are cheap (the interval is
-// the configured one), since whatever woke the group may sort before the
-// cursor. A rescan sets the interval to the next: the
+// the configured one) and the group was told, since it last looked
+// before its cursor, of jobs that may sort there (anything but an
+// insert's new jobs, ADR-0055): a gateway that lost the race for a new
+// job to another does not look twice. A rescan sets the interval to the next: the
 // configured one, or RescanCostFactor times what it took when that is
 // more, at most MaxRescanGap; a rescan that fails keeps the cursor and
 // doubles the interval. Any other failure drops the cursor, and so does a
 // claim from the head that took nothing.
 func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]pulsetype.Claimed, error) {
 	now := time.Now()
+	told := d.sortsBeforeCount()
 	cur, ok := d.cursors[g.Key]
 	from := ClaimFromHead
 	switch {
@@ -622,14 +648,18 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 		from = ClaimFromCursor
 	}
 	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
-	if from == ClaimFromCursor && err == nil && len(claimed) == 0 && cur.rescanGap <= d.cfg.ClaimRescanInterval {
-		// Nothing follows the cursor, yet the group was woken, and its
-		// rescans are cheap: what woke it may sort before the cursor (a
-		// child its parent's settle released, a retried job), so look
-		// there now rather than at the next wake after the interval.
+	if from == ClaimFromCursor && err == nil && len(claimed) == 0 && cur.rescanGap <= d.cfg.ClaimRescanInterval &&
+		told != cur.sortsBeforeSeen {
+		// Nothing follows the cursor, the group was told of jobs that may
+		// sort before it (a child its parent's settle released, a retried
+		// job), and its rescans are cheap: look there now rather than at
+		// the next wake after the interval.
 		now = time.Now()
 		from, cur.scannedAt = ClaimRescan, now
 		claimed, err = d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
+	}
+	if from != ClaimFromCursor && err == nil {
+		cur.sortsBeforeSeen = told
 	}
 	switch {
 	case d.cfg.ClaimRescanInterval <= 0:
