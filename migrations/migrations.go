@@ -83,7 +83,12 @@ const (
 	// (ADR-0055). No service requires it: a gateway told nothing new
 	// rescans as it did before.
 	VersionInsertWakeSaysNew int64 = 20
+	// VersionArgsKeyIndex indexes the topics whose rate limit takes its
+	// key from an args field (00021), which a submit asks about once per
+	// statement. No service requires it: without it the question is a
+	// scan of topic_limits, still once per statement.
+	VersionArgsKeyIndex int64 = 21
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionInsertWakeSaysNew
+const Latest = VersionArgsKeyIndex

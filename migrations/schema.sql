@@ -1361,6 +1361,12 @@ CREATE INDEX schedules_due_idx ON public.schedules USING btree (next_run_at) WHE
 CREATE UNIQUE INDEX schedules_name_key ON public.schedules USING btree (name);
 
 --
+-- Name: topic_limits_args_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX topic_limits_args_key_idx ON public.topic_limits USING btree (topic) WHERE ("left"(rate_key, 5) = 'args:'::text);
+
+--
 -- Name: topic_rate_log_prune_idx; Type: INDEX; Schema: public; Owner: -
 --
 

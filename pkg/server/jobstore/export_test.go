@@ -33,6 +33,12 @@ var (
 // JobAheadSQL is exported to the plan test of ExplainWait.
 const JobAheadSQL = jobAheadSQL
 
+// InsertRowsSQL and InsertParams are the batch insert as Insert runs it,
+// for the test of what it reads per job.
+const InsertRowsSQL = insertRowsSQL
+
+func InsertParams(jobs []pulsetype.NewJob) []any { return insertParams(jobs) }
+
 // ReportWithoutRollup is Report with the statement it had before the
 // throughput rollup: the fenced UPDATE alone, counting nothing. The
 // benchmark compares the two.

@@ -1,6 +1,7 @@
 package jobstore_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -397,4 +398,54 @@ func TestRateLimitLeavesTheUnlimitedPlanAlone(t *testing.T) {
 	}
 	require.Less(t, limited.cost, 1e9)
 	limited.requireWalksIndex(t, "CTE open_head", "")
+}
+
+// A batch insert asks once per statement whether any topic takes its rate
+// key from args, and reads topic_limits per job only when one does
+// (migration 00021): submits to topics without such a limit pay nothing
+// per job for the feature.
+func TestInsertReadsTopicLimitsPerJobOnlyForArgsKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobs := make([]pulsetype.NewJob, 100)
+	for i := range jobs {
+		jobs[i] = newJob("plain", 5)
+	}
+	// loops runs the insert under EXPLAIN ANALYZE, rolled back, and counts
+	// the scans of topic_limits it ran.
+	loops := func() int {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // rolled back on purpose: nothing is inserted
+		var raw []byte
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+jobstore.InsertRowsSQL,
+			jobstore.InsertParams(jobs)...).Scan(&raw))
+		var parsed []struct {
+			Plan analyzedNode `json:"Plan"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &parsed))
+		return parsed[0].Plan.loopsOn("topic_limits")
+	}
+	require.LessOrEqual(t, loops(), 1, "no topic takes its key from args: one look per statement")
+
+	_, err := b.store.SetTopicRateLimit(ctx, "other", &pulsetype.RateLimit{Limit: 5, Interval: time.Second, Key: "args:tenant"}, "alice")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, loops(), len(jobs), "a topic takes its key from args: each job's topic is looked up")
+}
+
+type analyzedNode struct {
+	Relation string         `json:"Relation Name"`
+	Loops    int            `json:"Actual Loops"`
+	Plans    []analyzedNode `json:"Plans"`
+}
+
+func (n analyzedNode) loopsOn(relation string) int {
+	total := 0
+	if n.Relation == relation {
+		total += n.Loops
+	}
+	for _, c := range n.Plans {
+		total += c.loopsOn(relation)
+	}
+	return total
 }
