@@ -33,7 +33,7 @@ type topicHandler struct {
 	timeout time.Duration
 }
 
-// executor runs assignments: one goroutine per job, at most concurrency
+// executor runs assignments: one goroutine per job (a runner), at most concurrency
 // handlers at a time, each with a context the heartbeater can cancel. When a
 // handler returns it queues the result and frees the slot, in that order:
 // at once while fewer than cap(behind) results wait to settle, else once
@@ -50,6 +50,9 @@ type executor struct {
 	baseCtx  context.Context // values of Run's ctx, never canceled by it
 	log      *slog.Logger
 	wg       sync.WaitGroup
+	// runners runs each job's goroutine (and a timed handler's), reusing
+	// goroutines whose stacks already grew; stopped when the worker stops.
+	runners *runners
 	// confirmLease asks a gateway whether the attempt's lease is still
 	// held (renewing it if so); leaseTTL is the gateway's lease TTL. Both
 	// are set by Worker.Run; without them every attempt is startable.
@@ -76,6 +79,7 @@ func newExecutor(baseCtx context.Context, handlers map[string]topicHandler, conc
 		reporter:    rep,
 		baseCtx:     baseCtx,
 		log:         log.With(logKeyComponent, "executor"),
+		runners:     newRunners(),
 	}
 }
 
@@ -108,7 +112,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 	ctx = withCheckpoint(withJob(ctx, job), e.running, k)
 
 	e.wg.Add(1)
-	go func() {
+	e.runners.run(func() {
 		defer e.wg.Done()
 		overran, err := e.execute(ctx, job, k)
 		endSpan(span, err)
@@ -144,7 +148,7 @@ func (e *executor) start(a *pulsev1.Assignment) {
 			settled = func() { <-e.behind }
 		}
 		e.reporter.submit(e.result(job, err), span.SpanContext(), settled)
-	}()
+	})
 }
 
 // settleBehind takes a place for one result to settle behind its freed
@@ -209,13 +213,13 @@ func (e *executor) callWithTimeout(ctx context.Context, h Handler, job *Job, rel
 	done := make(chan struct{})
 	var herr error
 	e.wg.Add(1)
-	go func() {
+	e.runners.run(func() {
 		defer e.wg.Done()
 		defer release()
 		defer cancel()
 		herr = e.call(tctx, h, job)
 		close(done)
-	}()
+	})
 	timedOut := func() bool { return errors.Is(context.Cause(tctx), ErrJobTimedOut) }
 	select {
 	case <-done:

@@ -205,6 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	runErr := stream.run(ctx)
 
 	w.windDown(exec, running, log)
+	exec.runners.stop()
 	stopHeartbeats()
 	rep.stop()
 	flushDeadline := time.AfterFunc(flushTimeout, stopFlush)

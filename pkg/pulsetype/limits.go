@@ -161,11 +161,25 @@ const (
 	SequenceContinue = "continue"
 )
 
-var topicRE = regexp.MustCompile(TopicPattern)
-
 // ValidTopic reports whether name is a valid topic: 1..MaxTopicLength
-// characters matching TopicPattern.
-func ValidTopic(name string) bool { return topicRE.MatchString(name) }
+// characters matching TopicPattern. It reads the bytes itself rather than
+// running the pattern: every job passes here, in the SDK as it is enqueued
+// and in control-api as it is submitted, and a regular expression per job
+// was a tenth of a producer's CPU (FuzzValidTopic holds the two together).
+func ValidTopic(name string) bool {
+	if len(name) == 0 || len(name) > MaxTopicLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 var tagRE = regexp.MustCompile(TagPattern)
 

@@ -1,6 +1,7 @@
 package pulsetype_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -27,6 +28,21 @@ func TestValidTopic(t *testing.T) {
 			t.Errorf("ValidTopic(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// ValidTopic reads bytes instead of running TopicPattern: the two agree on
+// every input.
+func FuzzValidTopic(f *testing.F) {
+	for _, seed := range []string{"a", "orders:v2.created", "0_-.:", ".a", "-a", "a b", "é", "a\x00", "a\xff",
+		"a\n", "ａ", "", strings.Repeat("t", 128), strings.Repeat("t", 129), "A-Z", "z9", "a/b", "a$", "a\u0130"} {
+		f.Add(seed)
+	}
+	pattern := regexp.MustCompile(pulsetype.TopicPattern)
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := pulsetype.ValidTopic(name), pattern.MatchString(name); got != want {
+			t.Errorf("ValidTopic(%q) = %v, TopicPattern says %v", name, got, want)
+		}
+	})
 }
 
 func TestLimitsAreOrdered(t *testing.T) {

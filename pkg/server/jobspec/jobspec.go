@@ -38,7 +38,7 @@ func ValidateTopic(field, topic string) error {
 		return apierr.Invalid(field, "is required")
 	case len(topic) > pulsetype.MaxTopicLength:
 		return apierr.Invalid(field, "is %d characters; the limit is %d", len(topic), pulsetype.MaxTopicLength)
-	case !TopicPattern.MatchString(topic):
+	case !pulsetype.ValidTopic(topic):
 		return apierr.Invalid(field, "%q has characters outside [A-Za-z0-9._:-] or does not start with a letter or digit", topic)
 	}
 	return nil
