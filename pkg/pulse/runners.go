@@ -8,8 +8,8 @@ import (
 // runners runs the executor's jobs on goroutines that take one job after
 // another. A goroutine per job starts with a small stack, and a handler
 // called through middleware, tracing and recover grows it on every job:
-// in a worker of no-op handlers, starting and growing those goroutines
-// was an eighth of the process's CPU. A runner keeps its grown stack for
+// in a process of producers and no-op handlers, starting and growing
+// those goroutines took a tenth of its CPU. A runner keeps its grown stack for
 // the next job. There are never more runners than jobs that ran at once;
 // idle ones wait until stop.
 type runners struct {
