@@ -3,6 +3,7 @@ package claimwitness
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // The limit witness judges topic limits (ADR-0017) at each claim's
@@ -16,6 +17,20 @@ import (
 // Jobs that leave RUNNING only lower the count, so the recorded count is
 // at least the true count at the commit: a claim that broke the limit is
 // always caught, and a correct one never is.
+//
+// Rate limits (ADR-0051) are judged on the same commits: each start of a
+// rate-limited topic is recorded in commit order with its key (none when
+// the topic is limited as a whole), its started_at and the limit, and with
+// the most starts of its key, among every start recorded so far, in any
+// window of rate_interval that holds it. A window over the limit holds
+// more than rate_limit starts; at the commit of the last of them to be
+// recorded, the window beginning at its earliest start holds all of them
+// and holds that start, so the count recorded then is over the limit:
+// every breach is caught at some commit, whatever order claims of
+// different timestamps commit in, and a start within the limit is never
+// reported. The record is the witness's own (started_at as each claim set
+// it), not the claim's sliding log, so a claim that forgot to log a start
+// is still judged.
 //
 // It is for tests: it serialises the commits of every claim in the
 // database and runs a count per claimed topic.
@@ -40,10 +55,43 @@ CREATE TABLE IF NOT EXISTS pulse_key_witness (
     sequence_running    bigint  NOT NULL,
     sequence_earlier    bigint  NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pulse_rate_witness (
+    seq           bigserial PRIMARY KEY, -- commit order: written under the witness lock
+    xid           bigint      NOT NULL DEFAULT txid_current(),
+    topic         text        NOT NULL,
+    job_id        uuid        NOT NULL,
+    key           text        NOT NULL,
+    started_at    timestamptz NOT NULL,
+    rate_limit    integer     NOT NULL,
+    rate_interval interval    NOT NULL,
+    window_max    bigint
+);
+CREATE INDEX IF NOT EXISTS pulse_rate_witness_window ON pulse_rate_witness (topic, key, started_at);
 CREATE OR REPLACE FUNCTION pulse_limit_witness_record() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    rated bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(2003399790, 0); -- 0x7769746e, "witn"
+    INSERT INTO pulse_rate_witness (topic, job_id, key, started_at, rate_limit, rate_interval)
+    SELECT NEW.topic, NEW.id, CASE WHEN l.rate_key = 'none' THEN '' ELSE COALESCE(NEW.rate_key, '') END,
+           NEW.started_at, l.rate_limit, l.rate_interval
+    FROM topic_limits AS l WHERE l.topic = NEW.topic AND l.rate_limit IS NOT NULL
+    RETURNING seq INTO rated;
+    IF rated IS NOT NULL THEN
+        -- The fullest window of rate_interval holding this start, over
+        -- every start recorded so far: the fullest window begins at a
+        -- start, so look at the windows beginning at each start of the
+        -- key in (started_at - rate_interval, started_at].
+        UPDATE pulse_rate_witness AS w SET window_max = (
+            SELECT max((SELECT count(*) FROM pulse_rate_witness AS o
+                        WHERE o.topic = w.topic AND o.key = w.key
+                          AND o.started_at >= a.started_at AND o.started_at < a.started_at + w.rate_interval))
+            FROM pulse_rate_witness AS a
+            WHERE a.topic = w.topic AND a.key = w.key
+              AND a.started_at > w.started_at - w.rate_interval AND a.started_at <= w.started_at)
+        WHERE w.seq = rated;
+    END IF;
     IF NEW.concurrency_key IS NOT NULL OR NEW.sequence_key IS NOT NULL THEN
         INSERT INTO pulse_key_witness (topic, job_id, concurrency_key, key_running, max_running_per_key,
                                        sequence_key, sequence_running, sequence_earlier)
@@ -178,6 +226,54 @@ FROM pulse_key_witness ORDER BY seq`)
 			return nil, fmt.Errorf("claimwitness: key starts: %w", err)
 		}
 		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RateStart is one start of a job of a rate-limited topic, judged at its
+// claim's commit: WindowMax is the most starts of its key (empty when the
+// topic is limited as a whole) in any window of RateInterval holding it,
+// among the starts committed up to and with it.
+type RateStart struct {
+	Seq          int64
+	Xid          int64
+	Topic        string
+	Key          string
+	StartedAt    time.Time
+	RateLimit    int
+	RateInterval time.Duration
+	WindowMax    int64
+}
+
+// Violation says what the start broke, or "" when nothing.
+func (r RateStart) Violation() string {
+	if r.WindowMax > int64(r.RateLimit) {
+		return fmt.Sprintf("transaction %d started a job of %s (key %q) at %s with %d starts of the key in a window of %s; the limit is %d",
+			r.Xid, r.Topic, r.Key, r.StartedAt.Format(time.RFC3339Nano), r.WindowMax, r.RateInterval, r.RateLimit)
+	}
+	return ""
+}
+
+// RateStarts returns every start of a rate-limited topic since
+// InstallLimits, in commit order.
+func RateStarts(ctx context.Context, db DB) ([]RateStart, error) {
+	rows, err := db.Query(ctx, `
+SELECT seq, xid, topic, key, started_at, rate_limit,
+       (extract(epoch FROM rate_interval) * 1000000)::bigint, window_max
+FROM pulse_rate_witness ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("claimwitness: rate starts: %w", err)
+	}
+	defer rows.Close()
+	var out []RateStart
+	for rows.Next() {
+		var r RateStart
+		var micros int64
+		if err := rows.Scan(&r.Seq, &r.Xid, &r.Topic, &r.Key, &r.StartedAt, &r.RateLimit, &micros, &r.WindowMax); err != nil {
+			return nil, fmt.Errorf("claimwitness: rate starts: %w", err)
+		}
+		r.RateInterval = time.Duration(micros) * time.Microsecond
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }

@@ -2,6 +2,7 @@ package jobstore_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -66,6 +67,46 @@ func TestSequenceOrderUnderConcurrentClaimers(t *testing.T) {
           ON n.topic = a.topic AND n.sequence_key = a.sequence_key AND n.sequence_pos > a.sequence_pos
         WHERE a.topic = 'sq' AND n.started_at < a.finished_at`).Scan(&disorder))
 	require.Zero(t, disorder, "a later job of a sequence started before an earlier one finished")
+}
+
+// The sequence check taken out of the keyed claim: a sequence's head is
+// its first pending job whatever runs before it. The witness sees what
+// the real statement never does under the same claims: two jobs of one
+// sequence running, a job started with earlier ones unfinished.
+func TestSequenceWitnessSeesTheCheckTakenOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, claimwitness.InstallLimits(ctx, b.pool))
+	mutant := strings.Replace(jobstore.ClaimLimitedSQL,
+		"AND (j.status <> 'DEAD_LETTERED' OR k.on_failure = 'block')", "AND j.status IN ('PENDING', 'RETRYING')", 1)
+	require.NotEqual(t, jobstore.ClaimLimitedSQL, mutant, "the sequence head's statuses are in the statement")
+	m2 := strings.Replace(mutant, `r.sequence_key COLLATE "C" = substr(v.lane, 2) AND r.status = 'RUNNING')`,
+		`r.sequence_key COLLATE "C" = substr(v.lane, 2) AND false)`, 1)
+	require.NotEqual(t, mutant, m2, "the running-sequence check is in the statement")
+
+	violations := map[string]int{}
+	for topic, sql := range map[string]string{"sreal": jobstore.ClaimLimitedSQL, "smut": m2} {
+		setKeyLimits(t, b, topic, 0, pulsetype.SequenceBlock)
+		insertFlow(t, b, topic, "", "x", 3)
+		for range 3 { // claims that never complete what they took
+			_, err := b.store.ClaimLimitedWith(ctx, sql, []string{topic}, slots("w", 3), ttl)
+			require.NoError(t, err)
+		}
+	}
+	starts, err := claimwitness.KeyStarts(ctx, b.pool)
+	require.NoError(t, err)
+	started := map[string]int{}
+	for _, s := range starts {
+		started[s.Topic]++
+		if s.Violation() != "" {
+			violations[s.Topic]++
+		}
+	}
+	require.Equal(t, 1, started["sreal"], "the real claim starts the head alone")
+	require.Zero(t, violations["sreal"])
+	require.Equal(t, 3, started["smut"])
+	require.Equal(t, 2, violations["smut"], "the second and third starts broke the sequence")
+	t.Logf("without the check: %d of %d starts broke the sequence", violations["smut"], started["smut"])
 }
 
 // What a failed head does: RETRYING holds the key; DEAD_LETTERED holds it
