@@ -33,6 +33,9 @@ func ScopeToJSON(s *pulsev1.ScopeState) pulsehttp.ScopeState { return scopeToJSO
 // TopicToJSON is one topic with its counts and limit.
 func TopicToJSON(t *pulsev1.TopicInfo) pulsehttp.Topic { return topicToJSON(t) }
 
+// BreakerToJSON is one topic's circuit breaker, as GET /v1/breakers says it.
+func BreakerToJSON(b *pulsev1.TopicBreaker) pulsehttp.TopicBreaker { return breakerToJSON(b) }
+
 // DispatchStateToJSON is GET /v1/dispatch's answer.
 func DispatchStateToJSON(resp *pulsev1.GetDispatchStateResponse) pulsehttp.DispatchState {
 	out := dispatchStateJSON{Version: resp.GetVersion(), Scopes: make([]scopeStatusJSON, len(resp.GetScopes()))}

@@ -24,10 +24,16 @@ const (
 	ToolTopicList      = "topics.list"
 	ToolTopicGet       = "topics.get"
 	ToolTopicSetLimit  = "topics.set_limit"
-	ToolQueueClaim     = "queue.claim"
-	ToolQueueHeartbeat = "queue.heartbeat"
-	ToolQueueComplete  = "queue.complete"
-	ToolQueueFail      = "queue.fail"
+	// The flow-control limits beyond max_running (docs/flow-control.md).
+	ToolTopicSetRateLimit = "topics.set_rate_limit"
+	ToolTopicSetKeyLimits = "topics.set_key_limits"
+	ToolTopicBreakers     = "topics.breakers"
+	ToolTopicSetBreaker   = "topics.set_breaker"
+	ToolTopicClearBreaker = "topics.clear_breaker"
+	ToolQueueClaim        = "queue.claim"
+	ToolQueueHeartbeat    = "queue.heartbeat"
+	ToolQueueComplete     = "queue.complete"
+	ToolQueueFail         = "queue.fail"
 )
 
 // ResourceRoles admits callers to every resource: they are reads, which
@@ -36,30 +42,36 @@ var ResourceRoles = auth.Require(auth.RoleProducer)
 
 // ToolRoles is who may call each tool: the roles the HTTP policy admits
 // to the route doing the same thing. Reads are for producers (and
-// operators); pause, resume, retry, cancel and topic limits for operators; the queue
+// operators); pause, resume, retry, cancel and topic limits (max_running,
+// rate, per-key, breakers) for operators; the queue
 // tools for workers only, with no operator override, since a claim,
 // heartbeat or report acts in the caller's own name (ADR-0012).
 func ToolRoles() map[string][]auth.Role {
 	read, operate, work := auth.Require(auth.RoleProducer), auth.Require(auth.RoleOperator), auth.Only(auth.RoleWorker)
 	return maps.Clone(map[string][]auth.Role{
-		ToolDispatchStatus: read,
-		ToolDispatchDrain:  read,
-		ToolDispatchEvents: read,
-		ToolDispatchPause:  operate,
-		ToolDispatchResume: operate,
-		ToolJobGet:         read,
-		ToolJobList:        read,
-		ToolJobWhy:         read,
-		ToolDeadLetters:    read,
-		ToolJobRetry:       operate,
-		ToolJobCancel:      operate,
-		ToolTopicList:      read,
-		ToolTopicGet:       read,
-		ToolTopicSetLimit:  operate,
-		ToolQueueClaim:     work,
-		ToolQueueHeartbeat: work,
-		ToolQueueComplete:  work,
-		ToolQueueFail:      work,
+		ToolDispatchStatus:    read,
+		ToolDispatchDrain:     read,
+		ToolDispatchEvents:    read,
+		ToolDispatchPause:     operate,
+		ToolDispatchResume:    operate,
+		ToolJobGet:            read,
+		ToolJobList:           read,
+		ToolJobWhy:            read,
+		ToolDeadLetters:       read,
+		ToolJobRetry:          operate,
+		ToolJobCancel:         operate,
+		ToolTopicList:         read,
+		ToolTopicGet:          read,
+		ToolTopicSetLimit:     operate,
+		ToolTopicSetRateLimit: operate,
+		ToolTopicSetKeyLimits: operate,
+		ToolTopicBreakers:     read,
+		ToolTopicSetBreaker:   operate,
+		ToolTopicClearBreaker: operate,
+		ToolQueueClaim:        work,
+		ToolQueueHeartbeat:    work,
+		ToolQueueComplete:     work,
+		ToolQueueFail:         work,
 	})
 }
 

@@ -45,14 +45,14 @@ func setup(t testing.TB, id auth.Identity, open bool) *bundle {
 }
 
 // rows counts what a tool may write: jobs and their state, pauses, the
-// audit log, presence and topic limits.
+// audit log, presence, topic limits and breakers.
 func (b *bundle) rows(t testing.TB) string {
 	t.Helper()
 	var out string
 	require.NoError(t, b.Pool.QueryRow(context.Background(), `SELECT concat_ws(',',
 		(SELECT count(*) FROM jobs), (SELECT count(*) FROM jobs WHERE status <> 'PENDING'),
 		(SELECT count(*) FROM dispatch_control WHERE paused), (SELECT count(*) FROM control_events),
-		(SELECT count(*) FROM worker_presence), (SELECT count(*) FROM topic_limits))`).Scan(&out))
+		(SELECT count(*) FROM worker_presence), (SELECT count(*) FROM topic_limits), (SELECT count(*) FROM topic_breakers))`).Scan(&out))
 	return out
 }
 
@@ -61,6 +61,8 @@ var fuzzTools = []string{
 	mcpserver.ToolDispatchEvents, mcpserver.ToolJobGet, mcpserver.ToolJobList, mcpserver.ToolJobWhy, mcpserver.ToolJobRetry,
 	mcpserver.ToolJobCancel, mcpserver.ToolDeadLetters, mcpserver.ToolTopicList, mcpserver.ToolTopicGet, mcpserver.ToolTopicSetLimit,
 	mcpserver.ToolQueueClaim, mcpserver.ToolQueueHeartbeat, mcpserver.ToolQueueComplete, mcpserver.ToolQueueFail,
+	mcpserver.ToolTopicSetRateLimit, mcpserver.ToolTopicSetKeyLimits, mcpserver.ToolTopicBreakers, mcpserver.ToolTopicSetBreaker,
+	mcpserver.ToolTopicClearBreaker,
 }
 
 // FuzzMCPTools sends arbitrary arguments to every tool, in open mode (so
@@ -87,6 +89,14 @@ func FuzzMCPTools(f *testing.F) {
 		{14, `{"worker_id":"w\ud800","topics":["t"]}`},
 		{15, `{"worker_id":"w","job_id":"0190c0de-0000-7000-8000-000000000000","attempt":2147483647}`},
 		{17, `{"worker_id":"w","job_id":"0190c0de-0000-7000-8000-000000000000","attempt":1,"error":"e","retry_after":"-1s"}`},
+		{18, `{"topic":"t","rate_limit":10,"rate_interval":"1s","rate_key":"args:tenant"}`},
+		{18, `{"topic":"t","rate_limit":10,"rate_interval":"-1s"}`},
+		{18, `{"topic":"t","rate_limit":null}`},
+		{19, `{"topic":"t","max_running_per_key":2,"sequence_on_failure":"block"}`},
+		{19, `{"topic":"t","max_running_per_key":null,"sequence_on_failure":"\u0000"}`},
+		{21, `{"topic":"t","failure_ratio":0.5,"window":"1m","min_volume":20,"cooldown":"30s"}`},
+		{21, `{"topic":"t","failure_ratio":1e308,"window":"90s","min_volume":-1,"cooldown":"0s"}`},
+		{22, `{"topic":"t"}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.tool, []byte(s.args))

@@ -68,6 +68,11 @@ type Topics interface {
 	ListTopics(ctx context.Context, req *pulsev1.ListTopicsRequest) (*pulsev1.ListTopicsResponse, error)
 	GetTopic(ctx context.Context, topic string) (*pulsev1.TopicInfo, error)
 	SetLimit(ctx context.Context, topic string, maxRunning *int64) (*pulsev1.TopicInfo, error)
+	SetRateLimit(ctx context.Context, topic string, rl *pulsetype.RateLimit) (*pulsev1.TopicInfo, error)
+	SetKeyLimits(ctx context.Context, topic string, perKey *int64, sequenceOnFailure string) (*pulsev1.TopicInfo, error)
+	ListTopicBreakers(ctx context.Context, req *pulsev1.ListTopicBreakersRequest) (*pulsev1.ListTopicBreakersResponse, error)
+	SetTopicBreaker(ctx context.Context, req *pulsev1.SetTopicBreakerRequest) (*pulsev1.SetTopicBreakerResponse, error)
+	ClearTopicBreaker(ctx context.Context, req *pulsev1.ClearTopicBreakerRequest) (*pulsev1.ClearTopicBreakerResponse, error)
 }
 
 // Queue is what the queue tools call: the jobstore statements
@@ -130,6 +135,7 @@ func New(deps Deps, opts Options) *Server {
 	})
 	s.addOperatorTools()
 	s.addLimitTool()
+	s.addFlowTools()
 	s.addQueueTools()
 	s.addResources()
 	return s
