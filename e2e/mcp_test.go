@@ -23,6 +23,7 @@ var mcpTools = []string{
 	"dispatch.status", "dispatch.pause", "dispatch.resume", "dispatch.drain_progress", "dispatch.events",
 	"jobs.get", "jobs.list", "jobs.why_not_running", "jobs.retry", "jobs.cancel", "jobs.dead_letters",
 	"topics.list", "topics.get", "topics.set_limit",
+	"topics.set_rate_limit", "topics.set_key_limits", "topics.breakers", "topics.set_breaker", "topics.clear_breaker",
 	"queue.claim", "queue.heartbeat", "queue.complete", "queue.fail",
 }
 
