@@ -64,21 +64,22 @@ func TestBreakerRidesOutAnOutage(t *testing.T) {
 	// A steady producer, 20 jobs/s, each with two attempts so the outage's
 	// jobs dead-letter rather than retry for minutes.
 	client := f.newClient()
+	// It stops between submits (a flag, not a canceled context), so every
+	// submit it counts is one whose answer it had.
 	var submitted atomic.Int64
-	prodCtx, stopProducing := context.WithCancel(ctx)
+	var stopped atomic.Bool
 	var producing sync.WaitGroup
 	producing.Go(func() {
-		for prodCtx.Err() == nil {
-			if _, err := client.Enqueue(prodCtx, topic, nil, pulse.MaxAttempts(2)); err != nil {
-				if prodCtx.Err() == nil {
-					t.Errorf("enqueue: %v", err)
-				}
+		for !stopped.Load() && ctx.Err() == nil {
+			if _, err := client.Enqueue(ctx, topic, nil, pulse.MaxAttempts(2)); err != nil {
+				t.Errorf("enqueue: %v", err)
 				return
 			}
 			submitted.Add(1)
-			_ = pauseSleep(prodCtx, 50*time.Millisecond)
+			_ = pauseSleep(ctx, 50*time.Millisecond)
 		}
 	})
+	stopProducing := func() { stopped.Store(true) }
 	defer func() { stopProducing(); producing.Wait() }()
 
 	// Watch the topic's pause as the database shows it: each time the
