@@ -170,7 +170,7 @@ func ValidTopic(name string) bool {
 	if len(name) == 0 || len(name) > MaxTopicLength {
 		return false
 	}
-	for i := 0; i < len(name); i++ {
+	for i := range len(name) {
 		switch c := name[i]; {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):

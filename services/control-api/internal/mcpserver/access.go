@@ -24,7 +24,8 @@ const (
 	ToolTopicList      = "topics.list"
 	ToolTopicGet       = "topics.get"
 	ToolTopicSetLimit  = "topics.set_limit"
-	// The flow-control limits beyond max_running (docs/flow-control.md).
+	// ToolTopicSetRateLimit and the four after it set and read the
+	// flow-control limits beyond max_running (docs/flow-control.md).
 	ToolTopicSetRateLimit = "topics.set_rate_limit"
 	ToolTopicSetKeyLimits = "topics.set_key_limits"
 	ToolTopicBreakers     = "topics.breakers"
