@@ -253,38 +253,7 @@ func TestRateLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 	}
 	insertJobs(t, b, "open", 5, 400)
 
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for w := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
-			st := stores[w%len(stores)]
-			groups := [][]string{{"rl"}, {"rl", "open"}}
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				got, err := st.Claim(ctx, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(8)), ttl)
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if err := completeJobs(b, got); err != nil {
-					t.Errorf("complete: %v", err)
-					return
-				}
-				if len(got) == 0 {
-					time.Sleep(time.Millisecond) // pacing, not waiting for an event
-				}
-			}
-		}()
-	}
+	stop := claimAndComplete(t, b, stores, [][]string{{"rl"}, {"rl", "open"}})
 	// Run until every key has started over several windows' worth.
 	for {
 		var n int
@@ -294,8 +263,7 @@ func TestRateLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(done)
-	wg.Wait()
+	stop()
 
 	over := windowsOverLimit(t, b, "rl", limit, every)
 	for _, o := range over {
@@ -448,4 +416,40 @@ func (n analyzedNode) loopsOn(relation string) int {
 		total += c.loopsOn(relation)
 	}
 	return total
+}
+
+// claimAndComplete runs six claim loops over stores, each claiming 1..8
+// slots of a random group and completing what it took, until stop.
+func claimAndComplete(t *testing.T, b *testBundle, stores []*jobstore.Store, groups [][]string) (stop func()) {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			st := stores[w%len(stores)]
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				got, err := st.Claim(ctx, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(8)), ttl)
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if err := completeJobs(b, got); err != nil {
+					t.Errorf("complete: %v", err)
+					return
+				}
+				if len(got) == 0 {
+					time.Sleep(time.Millisecond) // pacing, not waiting for an event
+				}
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
 }

@@ -1,10 +1,7 @@
 package jobstore_test
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,36 +51,7 @@ func TestRateLimitJudgedAtEveryCommit(t *testing.T) {
 	insertJobs(t, b, "open", 5, 400)
 
 	stores := []*jobstore.Store{b.store, newStore(t, b.pool)}
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	groups := [][]string{{"rw"}, {"rk"}, {"rw", "rk", "open"}, {"rk", "open"}}
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for w := range 6 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
-			st := stores[w%len(stores)]
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				got, err := st.Claim(ctx, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(8)), ttl)
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if err := completeJobs(b, got); err != nil {
-					t.Errorf("complete: %v", err)
-					return
-				}
-				if len(got) == 0 {
-					time.Sleep(time.Millisecond) // pacing, not waiting for an event
-				}
-			}
-		})
-	}
+	stop := claimAndComplete(t, b, stores, [][]string{{"rw"}, {"rk"}, {"rw", "rk", "open"}, {"rk", "open"}})
 	// Run until each limited topic has started several windows' worth.
 	for {
 		var rw, rk int
@@ -95,8 +63,7 @@ func TestRateLimitJudgedAtEveryCommit(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(done)
-	wg.Wait()
+	stop()
 
 	starts, err := claimwitness.RateStarts(ctx, b.pool)
 	require.NoError(t, err)
