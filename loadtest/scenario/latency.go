@@ -51,21 +51,22 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 	<-startedCh
 
 	lat := make([]time.Duration, 0, p.Samples)
-	// The two halves: the Enqueue call (to control-api, the INSERT and
-	// its commit), and from its return to the handler's start (the
-	// gateway's wake-up, claim and dispatch; the handler may start before
-	// the call has returned, so it can be negative).
+	// The Enqueue call (to control-api, the INSERT and its commit) on its
+	// own; the handler may start before the call has returned.
 	submit := make([]time.Duration, 0, p.Samples)
+	sent := make(map[string][2]time.Time, p.Samples) // job id: Enqueue called, handler started
 	for range p.Samples {
 		time.Sleep(p.Gap)
 		t0 := time.Now()
-		if _, err := client.Enqueue(ctx, topic, nil); err != nil {
+		job, err := client.Enqueue(ctx, topic, nil)
+		if err != nil {
 			return Result{}, err
 		}
 		submit = append(submit, time.Since(t0))
 		select {
 		case t1 := <-startedCh:
 			lat = append(lat, t1.Sub(t0))
+			sent[job.ID] = [2]time.Time{t0, t1}
 		case <-time.After(10 * time.Second):
 			return Result{}, errors.New("a job did not start within 10s")
 		}
@@ -74,6 +75,11 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 	s50, _, s99, _ := Percentiles(submit)
 	metrics := map[string]float64{"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": pmax,
 		"enqueue_p50_ms": s50, "enqueue_p99_ms": s99}
+	hops, err := latencyHops(ctx, t, sent)
+	if err != nil {
+		return Result{}, err
+	}
+	maps.Copy(metrics, hops)
 	floors, err := latencyFloors(ctx, t, p)
 	if err != nil {
 		return Result{}, err
@@ -84,6 +90,59 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 		Params:   map[string]any{"samples": p.Samples, "gap": p.Gap.String(), "workers": p.Workers, "gateways": len(t.GatewayAddrs)},
 		Metrics:  metrics,
 	}, nil
+}
+
+// latencyHops splits each sample at the two clock readings Postgres
+// recorded in the job's row, on the machine's one wall clock: submitted_at
+// is the INSERT's transaction start, started_at the claim's (now(), as
+// long as the claim started after the insert). So the sample is
+//
+//   - to_insert: from the Enqueue call to the INSERT's start (the SDK,
+//     gRPC to control-api, its handler and coalescer, the statement's
+//     send);
+//   - insert_to_claim: the INSERT, its commit, the NOTIFY reaching a
+//     gateway, and the gateway's claim starting;
+//   - claim_to_handler: the claim statement and its commit, the job's
+//     trip over the worker's stream, and the SDK starting the handler.
+//
+// The wall clock can step; medians of 300 samples shrug off one step.
+func latencyHops(ctx context.Context, t Target, sent map[string][2]time.Time) (map[string]float64, error) {
+	db, err := pgx.Connect(ctx, t.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close(ctx)
+	ids := make([]string, 0, len(sent))
+	for id := range sent {
+		ids = append(ids, id)
+	}
+	rows, err := db.Query(ctx, `SELECT id::text, submitted_at, started_at FROM jobs WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var toInsert, insertToClaim, claimToHandler []time.Duration
+	for rows.Next() {
+		var id string
+		var submitted, started time.Time
+		if err := rows.Scan(&id, &submitted, &started); err != nil {
+			return nil, err
+		}
+		at := sent[id]
+		toInsert = append(toInsert, submitted.Sub(at[0]))
+		insertToClaim = append(insertToClaim, started.Sub(submitted))
+		claimToHandler = append(claimToHandler, at[1].Sub(started))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(toInsert) != len(sent) {
+		return nil, fmt.Errorf("latency hops: %d of %d sampled jobs found", len(toInsert), len(sent))
+	}
+	out := map[string]float64{}
+	out["hop_to_insert_p50_ms"], _, _, _ = Percentiles(toInsert)
+	out["hop_insert_to_claim_p50_ms"], _, _, _ = Percentiles(insertToClaim)
+	out["hop_claim_to_handler_p50_ms"], _, _, _ = Percentiles(claimToHandler)
+	return out, nil
 }
 
 // latencyFloors measures, with the same gaps between samples, what the
@@ -105,9 +164,14 @@ func latencyFloors(ctx context.Context, t Target, p LatencyParams) (map[string]f
 		return nil, err
 	}
 	defer db.Close(ctx)
-	if _, err := db.Exec(ctx, `CREATE TEMP TABLE latency_floor (id bigint, at timestamptz)`); err != nil {
+	// A plain table, not a temporary one: a transaction that wrote only
+	// temporary tables writes no WAL and so does not wait for a flush at
+	// commit, which is the cost this floor is for.
+	if _, err := db.Exec(ctx, `CREATE TABLE pulse_latency_floor (id bigint, at timestamptz)`); err != nil {
 		return nil, err
 	}
+	defer db.Exec(context.WithoutCancel(ctx), `DROP TABLE pulse_latency_floor`) //nolint:errcheck // a throwaway fleet's database
+
 	samples := min(p.Samples, 200)
 	probes := []struct {
 		name string
@@ -116,7 +180,7 @@ func latencyFloors(ctx context.Context, t Target, p LatencyParams) (map[string]f
 		{"grpc_rtt_p50_ms", func() error { _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); return err }},
 		{"db_rtt_p50_ms", func() error { _, err := db.Exec(ctx, `SELECT 1`); return err }},
 		{"db_insert_commit_p50_ms", func() error {
-			_, err := db.Exec(ctx, `INSERT INTO latency_floor VALUES (1, now())`)
+			_, err := db.Exec(ctx, `INSERT INTO pulse_latency_floor VALUES (1, now())`)
 			return err
 		}},
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
@@ -299,7 +300,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 	// the batch is inserted the ordinary way below, so a repeated id is still
 	// a duplicate, never an error.
 	if plainBatch(jobs) {
-		tag, err := s.pool.Exec(ctx, insertRowsSQL, params...)
+		tag, err := s.execPinned(ctx, insertRowsSQL, params)
 		switch {
 		case err == nil && tag.RowsAffected() == int64(n):
 			for i := range fresh {
@@ -330,22 +331,18 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 }
 
 // insertReturning runs an insert statement that returns the ids it
-// inserted.
+// inserted, with the pinned plan settings (pinnedPlanSQL).
 func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) (map[uuid.UUID]bool, error) {
-	rows, err := s.pool.Query(ctx, stmt, params...)
-	if err != nil {
-		return nil, err
-	}
 	inserted := make(map[uuid.UUID]bool)
-	for rows.Next() {
+	err := s.queryPinned(ctx, stmt, params, func(rows pgx.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(uuidDest(&id)); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		inserted[id] = true
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return inserted, nil

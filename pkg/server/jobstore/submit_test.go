@@ -17,17 +17,32 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
-// insertCounter counts the INSERT INTO jobs statements a pool runs.
+// insertCounter counts the INSERT INTO jobs statements a pool runs, on
+// their own or in a pipelined batch.
 type insertCounter struct{ n atomic.Int64 }
 
-func (c *insertCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(strings.TrimSpace(d.SQL), "INSERT INTO jobs") {
+func (c *insertCounter) count(sql string) {
+	if strings.HasPrefix(strings.TrimSpace(sql), "INSERT INTO jobs") {
 		c.n.Add(1)
 	}
+}
+
+func (c *insertCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count(d.SQL)
 	return ctx
 }
 
 func (*insertCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (*insertCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *insertCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.count(d.SQL)
+}
+
+func (*insertCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // countedSetup is setup on a pool that counts its INSERT statements.
 func countedSetup(t *testing.T) (*testBundle, *insertCounter) {
@@ -184,5 +199,49 @@ func TestInsertNamesTheRefusedJobAndWritesNothing(t *testing.T) {
 			require.Equal(t, p.field, apierr.FieldOf(err))
 			require.Zero(t, countJobs(t, b.pool))
 		})
+	}
+}
+
+// TestSubmitInsertIsPlannedOnce: the INSERT of one job at a time (an idle
+// fleet's submit) runs a generic plan made once per connection, not a
+// plan made again at every execution, which Postgres's automatic choice
+// kept doing because a custom plan reads the row count from the arrays.
+// Both the plain insert and the one with conflict handling (an
+// idempotency key) are counted in pg_prepared_statements of the pool's
+// one backend.
+func TestSubmitInsertIsPlannedOnce(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // one backend: its prepared statements are the ones read below
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store := newStore(t, pool)
+
+	const inserts = 12 // Postgres decides between custom and generic plans after five
+	for i := range inserts {
+		plain := newJob("planned.once", 5)
+		keyed := newJob("planned.once", 5)
+		keyed.IdempotencyKey = "key-" + strings.Repeat("k", i+1)
+		_, err := store.Insert(ctx, []pulsetype.NewJob{plain})
+		require.NoError(t, err)
+		_, err = store.Insert(ctx, []pulsetype.NewJob{keyed})
+		require.NoError(t, err)
+	}
+
+	type prepared struct {
+		Statement       string
+		Generic, Custom int64
+	}
+	rows, err := pool.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '%INSERT INTO jobs%' AND statement NOT LIKE '%pg_prepared_statements%'`)
+	require.NoError(t, err)
+	stmts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[prepared])
+	require.NoError(t, err)
+	require.Len(t, stmts, 2, "the plain insert and the insert with conflict handling, each prepared once")
+	for _, s := range stmts {
+		require.Zero(t, s.Custom, "an insert was planned again at an execution:\n%s", s.Statement)
+		require.Equal(t, int64(inserts), s.Generic, "an insert ran without its generic plan:\n%s", s.Statement)
 	}
 }
