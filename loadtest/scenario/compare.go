@@ -25,6 +25,13 @@ type CompareParams struct {
 	Total    int
 	Reps     int          // rounds; each round runs every side once per workload
 	Raw      RawSQLParams // Claimers, ClaimBatch, Completers, CompleteBatch
+	// Warmup rounds run first, exactly as the measured rounds do, and are
+	// reported apart (warmup_ratio_<workload>_rounds), outside the
+	// medians and the minimum. In the two sittings recorded without one,
+	// the first round was pulse's worst on both workloads; in the second,
+	// its first backlog run used 20–25 % more CPU per job in every pulse
+	// process than the later ones, at the same buffers and WAL per job.
+	Warmup int
 	// Settle is the wait before reading Postgres's cumulative counters
 	// after each run (StatsSettle); 0 reports CPU and WAL bytes only.
 	Settle time.Duration
@@ -69,8 +76,10 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		}
 		return rs.Reset(ctx)
 	}
-	// runs[side/workload] holds each run's metrics, in round order.
+	// runs[side/workload] holds each measured run's metrics, in round
+	// order; warm the warmup rounds'.
 	runs := map[string][]map[string]float64{}
+	warm := map[string][]map[string]float64{}
 	one := func(side string, w BenchWorkload, rep int, meter MeterOptions,
 		run func(before func() error) (Result, error)) error {
 		if len(p.Sides) > 0 && !slices.Contains(p.Sides, side) {
@@ -110,8 +119,13 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		}
 		maps.Copy(r.Metrics, costs)
 		r.WAL = m.WAL()
-		r.Params["rep"] = rep + 1
-		runs[side+"/"+w.Mode] = append(runs[side+"/"+w.Mode], r.Metrics)
+		if rep < p.Warmup {
+			r.Params["rep"] = fmt.Sprintf("warmup %d", rep+1)
+			warm[side+"/"+w.Mode] = append(warm[side+"/"+w.Mode], r.Metrics)
+		} else {
+			r.Params["rep"] = rep - p.Warmup + 1
+			runs[side+"/"+w.Mode] = append(runs[side+"/"+w.Mode], r.Metrics)
+		}
 		if p.Emit != nil {
 			p.Emit(r)
 		}
@@ -121,7 +135,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 		{Mode: WorkloadConcurrent, Duration: p.Duration},
 		{Mode: WorkloadBacklog, Total: p.Total},
 	}
-	for rep := range p.Reps {
+	for rep := range p.Warmup + p.Reps {
 		for _, w := range workloads {
 			if err := one("pulse", w, rep, pulseMeter, func(before func() error) (Result, error) {
 				return PulseBench(ctx, t, p.Pulse, w, before)
@@ -145,7 +159,7 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	out := Result{
 		Scenario: "river",
 		Params: map[string]any{"duration": p.Duration.String(), "total": p.Total,
-			"workers": p.Pulse.Workers, "concurrency": p.Pulse.Concurrency, "gateways": len(t.GatewayAddrs), "reps": p.Reps,
+			"workers": p.Pulse.Workers, "concurrency": p.Pulse.Concurrency, "gateways": len(t.GatewayAddrs), "reps": p.Reps, "warmup_rounds": p.Warmup,
 			"insert_batch": BenchInsertBatch, "min_jobs": BenchMinJobs,
 			"river_max_workers":    RiverMaxWorkers,
 			"river_fetch_cooldown": RiverFetchCooldown.String(), "river_fetch_poll_interval": RiverFetchPollInterval.String(),
@@ -168,6 +182,9 @@ func CompareRiver(ctx context.Context, t Target, p CompareParams) (Result, error
 	for _, w := range []string{WorkloadConcurrent, WorkloadBacklog} {
 		per := roundRatios(runs["pulse/"+w], runs["river/"+w])
 		out.Params["ratio_"+w+"_rounds"] = per
+		if p.Warmup > 0 {
+			out.Params["warmup_ratio_"+w+"_rounds"] = roundRatios(warm["pulse/"+w], warm["river/"+w])
+		}
 		m["ratio_"+w] = ratio(m["pulse_"+w+"_jobs_per_s"], m["river_"+w+"_jobs_per_s"])
 		if len(per) > 0 {
 			m["ratio_"+w+"_min"] = slices.Min(per)

@@ -64,6 +64,7 @@ func run() error {
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
 		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
+		warmup      = flag.Int("warmup", 1, "river: rounds run first and reported apart (warmup_ratio_*), outside the medians and minimum: a fresh fleet's first round pays for its processes' memory growing")
 		reps        = flag.Int("reps", 0, "river, rawsql, rivercli, scaling: rounds (river interleaves pulse, river, rawsql in each); 0: five for river, three otherwise; medians and (river) each round's ratio and their minimum are reported")
 		settle      = flag.Duration("stats-settle", scenario.StatsSettle, "river, rawsql, scaling: wait after each run before reading Postgres's cumulative counters (xacts, WAL records, rows); 0 skips them")
 		serviceEnv  = flag.String("service-env", "", "extra environment for the fleet's services, KEY=VALUE pairs separated by commas (e.g. GOMAXPROCS=1)")
@@ -130,6 +131,9 @@ func run() error {
 	}
 	if *reps < 0 {
 		return fmt.Errorf("-reps: %d; at least one round (0 picks the default)", *reps)
+	}
+	if *warmup < 0 {
+		return fmt.Errorf("-warmup: %d; zero or more rounds", *warmup)
 	}
 	if *reps == 0 {
 		*reps = 3
@@ -284,7 +288,7 @@ func run() error {
 	if want["river"] {
 		r, err := scenario.CompareRiver(ctx, target, scenario.CompareParams{
 			Pulse:    scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency},
-			Duration: *duration, Total: *jobs, Reps: *reps, Raw: raw,
+			Duration: *duration, Total: *jobs, Reps: *reps, Warmup: *warmup, Raw: raw,
 			Settle: *settle, Emit: emitRun, Sides: strings.Split(*sides, ","), HoldSnapshot: *holdSnap,
 		})
 		r.Scenario = "river"
