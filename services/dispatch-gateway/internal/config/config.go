@@ -56,7 +56,7 @@ type Config struct {
 	PresenceInterval time.Duration `envconfig:"PRESENCE_INTERVAL" default:"10s"`
 	PresenceTTL      time.Duration `envconfig:"PRESENCE_TTL" default:"30s"`
 	ClaimBatch       int           `envconfig:"CLAIM_BATCH" default:"500"`
-	// ClaimCooldown: the dispatcher's rest after a pass that found a
+	// ClaimCooldown: the rest of the worker groups whose claims found a
 	// backlog, so freed slots gather into one claim (dispatch.DispatcherConfig).
 	ClaimCooldown time.Duration `envconfig:"CLAIM_COOLDOWN" default:"5ms"`
 	// ClaimRescanInterval: how long claims may resume where the last one

@@ -2,8 +2,10 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -206,5 +208,97 @@ func TestClaimCooldown(t *testing.T) {
 			synctest.Wait()
 			require.Equal(t, []int{10, 7}, q.claims())
 		})
+	})
+}
+
+// topicClaimer is queueClaimer with a backlog per topic: a claim takes from
+// the backlogs of the topics it names, and each claim is recorded as its
+// topics and how many jobs it took.
+type topicClaimer struct {
+	mu      sync.Mutex
+	backlog map[string]int
+	claims  []string // "topic:taken"
+}
+
+func (q *topicClaimer) take(topics, slots []string) []pulsetype.Claimed {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []pulsetype.Claimed
+	for _, t := range topics {
+		n := min(len(slots)-len(out), q.backlog[t])
+		q.backlog[t] -= n
+		for range n {
+			out = append(out, pulsetype.Claimed{ID: uuid.New(), Attempt: 1, Topic: t, WorkerID: slots[len(out)], Priority: 5,
+				SubmittedAt: time.Now()})
+		}
+		q.claims = append(q.claims, fmt.Sprintf("%s:%d", t, n))
+	}
+	return out
+}
+
+func (q *topicClaimer) Claim(_ context.Context, topics, slots []string, _ time.Duration) ([]pulsetype.Claimed, error) {
+	return q.take(topics, slots), nil
+}
+
+func (q *topicClaimer) ClaimAfter(_ context.Context, topics, slots []string, _ time.Duration, _ jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	return q.take(topics, slots), nil
+}
+
+func (q *topicClaimer) ClaimBefore(_ context.Context, topics, slots []string, _ time.Duration, _ jobstore.ClaimCursor) ([]pulsetype.Claimed, error) {
+	return q.take(topics, slots), nil
+}
+
+func (q *topicClaimer) add(topic string, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.backlog[topic] += n
+}
+
+func (q *topicClaimer) made() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.claims)
+}
+
+// TestAQuietTopicDoesNotWaitForABusyTopicsCooldown: a topic with a
+// backlog rests for the cooldown after a full claim, but a new job of
+// another topic, whose last claim came back short, is claimed the moment
+// its NOTIFY arrives, and the busy topic still rests until the cooldown
+// ends and then claims every slot freed meanwhile in one claim.
+func TestAQuietTopicDoesNotWaitForABusyTopicsCooldown(t *testing.T) {
+	t.Parallel()
+	const cooldown = 50 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		q := &topicClaimer{backlog: map[string]int{"busy": 1000}}
+		d := dispatch.NewDispatcher(dispatch.DispatcherConfig{LeaseTTL: time.Minute, PollInterval: time.Hour, Batch: 100,
+			ClaimCooldown: cooldown, ClaimRescanInterval: time.Hour}, q, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		busy := d.Registry().Add("busy-worker", []string{"busy"}, 10)
+		quiet := d.Registry().Add("quiet-worker", []string{"quiet"}, 4)
+
+		d.JobsReady()
+		synctest.Wait()
+		require.Equal(t, []string{"busy:10", "quiet:0"}, q.made(), "the busy topic's claim comes back full, the quiet one's short")
+		require.Len(t, busy.TakeOutbox(), 10)
+		begin := time.Now()
+
+		// The busy topic's handlers free six slots, and a job of the quiet
+		// topic is inserted, all during the busy topic's rest.
+		d.Registry().Credit(busy, 6)
+		synctest.Wait()
+		q.add("quiet", 1)
+		d.TopicReady("quiet" + jobstore.NewJobsReady)
+		synctest.Wait()
+		require.Equal(t, []string{"busy:10", "quiet:0", "quiet:1"}, q.made(), "the quiet topic's job is claimed at once")
+		require.Zero(t, time.Since(begin), "no time passed: it did not wait for the cooldown")
+		require.Len(t, quiet.TakeOutbox(), 1)
+
+		time.Sleep(cooldown)
+		synctest.Wait()
+		require.Equal(t, []string{"busy:10", "quiet:0", "quiet:1", "busy:6"}, q.made(),
+			"the busy topic rested through the wake, then claimed the six freed slots in one claim")
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -104,12 +105,13 @@ type DispatcherConfig struct {
 	PollInterval time.Duration
 	// Batch is the most jobs one claim statement takes.
 	Batch int
-	// ClaimCooldown is how long the loop rests after a pass whose claims
-	// came back full (a backlog: there was more work than free slots), so
-	// the slots that free up meanwhile go out in one claim statement
-	// instead of a handful each. Zero: claim again at the first credit.
-	// A pass that found the queue short (the idle case) never rests, so
-	// a new job's latency is untouched.
+	// ClaimCooldown is how long the groups whose claims came back full (a
+	// backlog: there was more work than free slots) rest, so the slots
+	// that free up meanwhile go out in one claim statement instead of a
+	// handful each. Zero: claim again at the first credit. A pass that
+	// found the queue short (the idle case) never rests, and other groups
+	// are claimed during a rest as soon as a wake arrives, so a new job's
+	// latency is untouched by another topic's backlog.
 	ClaimCooldown time.Duration
 	// ClaimRescanInterval is how long a group's claims may resume after
 	// the last job its previous claim took (ADR-0022) before one looks
@@ -458,48 +460,70 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			// was backed off: let every group look again.
 			d.forgetExhausted()
 		}
-		backlog := d.claimRound(ctx)
+		full := d.claimRound(ctx, nil)
 		if next, ok := d.nextRetry(); ok {
 			retry.Reset(time.Until(next))
 		} else {
 			retry.Stop()
 		}
-		if backlog && d.cfg.ClaimCooldown > 0 {
-			cooldown.Reset(d.cfg.ClaimCooldown)
+		if len(full) == 0 || d.cfg.ClaimCooldown <= 0 {
+			continue
+		}
+		// The groups whose claims came back full rest for the cooldown, so
+		// the slots their workers free meanwhile go out in one claim. A
+		// wake meanwhile still claims for every other group at once: a
+		// quiet topic's new job does not wait for a busy topic's rest.
+		// The wake is passed on when the rest ends, for the groups that
+		// rested through it.
+		cooldown.Reset(d.cfg.ClaimCooldown)
+		woken := false
+		for resting := true; resting; {
 			select {
 			case <-ctx.Done():
 				return
 			case <-cooldown.C:
+				resting = false
+			case <-d.wake:
+				woken = true
+				maps.Copy(full, d.claimRound(ctx, full))
 			}
+		}
+		if woken {
+			d.signal()
 		}
 	}
 }
 
-// claimRound claims for every group with free slots and possible work: one
-// pass reserves slots and claims for each reserved group, and the round
-// runs another pass at once while claims come back full and the pass's
-// reservation was capped at one batch. A group whose claim comes back
-// short is marked exhausted until the next "jobs may be ready" event; a
-// group whose claim fails is backed off and the pass goes on with the
-// others. It reports whether a claim came back full: the queue held more
-// than the free slots took.
-func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
+// claimRound claims for every group with free slots and possible work,
+// except the resting ones: one pass reserves slots and claims for each
+// reserved group, and the round runs another pass at once while claims
+// come back full and the pass's reservation was capped at one batch. A
+// group whose claim comes back short is marked exhausted until the next
+// "jobs may be ready" event; a group whose claim fails is backed off and
+// the pass goes on with the others. It returns the groups whose claims
+// came back full (their queues held more than the free slots took), nil
+// when none did.
+func (d *Dispatcher) claimRound(ctx context.Context, resting map[string]bool) (full map[string]bool) {
+	wanted := d.mayHaveWork
+	if len(resting) > 0 {
+		wanted = func(groupKey string) bool { return !resting[groupKey] && d.mayHaveWork(groupKey) }
+	}
 	for ctx.Err() == nil {
 		if d.gate != nil && d.gate.GloballyPaused() {
 			if d.observer != nil {
 				d.observer.ClaimsPaused()
 			}
-			return backlog // resume calls JobsReady
+			return full // resume calls JobsReady
 		}
-		groups := d.registry.Reserve(d.mayHaveWork, d.cfg.Batch)
+		groups := d.registry.Reserve(wanted, d.cfg.Batch)
 		if len(groups) == 0 {
-			return backlog
+			return full
 		}
 		reserved := 0
 		for _, g := range groups {
 			reserved += len(g.Slots)
 		}
-		full := false
+		passFull := false
 		epoch := d.currentEpoch()
 		for i, g := range groups {
 			if ctx.Err() != nil {
@@ -507,7 +531,7 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 				for _, rest := range groups[i:] {
 					d.registry.Settle(rest, nil)
 				}
-				return backlog
+				return full
 			}
 			if d.gate != nil && d.gate.Blocks(g.Topics) {
 				// Every topic of the group is paused: give the slots back
@@ -534,7 +558,10 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 				d.exhausted[g.Key] = epoch
 				d.mu.Unlock()
 			} else {
-				full, backlog = true, true
+				if full == nil {
+					full = map[string]bool{}
+				}
+				full[g.Key], passFull = true, true
 			}
 		}
 		// Claims came back full. Claim again at once only when this pass
@@ -542,11 +569,11 @@ func (d *Dispatcher) claimRound(ctx context.Context) (backlog bool) {
 		// free; otherwise return, and Run rests for the cooldown, so the
 		// slots freed while these claims ran and during the rest go out in
 		// one claim instead of a handful each.
-		if !full || reserved < d.cfg.Batch {
-			return backlog
+		if !passFull || reserved < d.cfg.Batch {
+			return full
 		}
 	}
-	return backlog
+	return full
 }
 
 // claimGroup claims for g's slots from its topics that are not backed off.
