@@ -59,12 +59,8 @@ func (s *Store) queryPinned(ctx context.Context, sql string, args []any, scan fu
 // queryPinnedAs is queryPinned with its own first statement (planSQL),
 // which must set at least what pinnedPlanSQL sets.
 func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []any, scan func(pgx.Rows) error) error {
-	b := &pgx.Batch{}
-	b.Queue(planSQL)
-	b.Queue(sql, args...)
-	br := s.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
+	br, err := s.sendPinned(ctx, planSQL, sql, args)
+	if err != nil {
 		return err
 	}
 	rows, err := br.Query()
@@ -90,12 +86,8 @@ func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []a
 // execPinned is queryPinned for a statement that returns no rows: sql runs
 // behind pinnedPlanSQL in one round trip, and its command tag is returned.
 func (s *Store) execPinned(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
-	b := &pgx.Batch{}
-	b.Queue(pinnedPlanSQL)
-	b.Queue(sql, args...)
-	br := s.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
+	br, err := s.sendPinned(ctx, pinnedPlanSQL, sql, args)
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := br.Exec()
@@ -103,4 +95,19 @@ func (s *Store) execPinned(ctx context.Context, sql string, args []any) (pgconn.
 		err = cerr
 	}
 	return tag, err
+}
+
+// sendPinned sends planSQL and sql as one pipelined batch (one round trip,
+// one implicit transaction) and reads planSQL's result; sql's is the
+// caller's to read, and the batch the caller's to close.
+func (s *Store) sendPinned(ctx context.Context, planSQL, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.Queue(planSQL)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	return br, nil
 }
