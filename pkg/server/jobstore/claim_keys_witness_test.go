@@ -64,13 +64,8 @@ func TestKeyedFairnessBound(t *testing.T) {
 				if w%2 == 1 {
 					n = 1 + rng.IntN(50)
 				}
-				got, err := st.Claim(ctx, []string{"fair"}, slots(fmt.Sprintf("w%d", w), n), ttl)
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if err := completeJobs(b, got); err != nil {
-					t.Errorf("complete: %v", err)
+				got, ok := claimThenComplete(t, b, st, []string{"fair"}, slots(fmt.Sprintf("w%d", w), n))
+				if !ok {
 					return
 				}
 				mu.Lock()

@@ -39,13 +39,8 @@ func TestSequenceOrderUnderConcurrentClaimers(t *testing.T) {
 				if finished {
 					return
 				}
-				got, err := st.Claim(ctx, []string{"sq"}, slots(fmt.Sprintf("w%d", w), 1+w), ttl)
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if err := completeJobs(b, got); err != nil {
-					t.Errorf("complete: %v", err)
+				got, ok := claimThenComplete(t, b, st, []string{"sq"}, slots(fmt.Sprintf("w%d", w), 1+w))
+				if !ok {
 					return
 				}
 				mu.Lock()

@@ -436,13 +436,8 @@ func claimAndComplete(t *testing.T, b *testBundle, stores []*jobstore.Store, gro
 					return
 				default:
 				}
-				got, err := st.Claim(ctx, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(8)), ttl)
-				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
-				}
-				if err := completeJobs(b, got); err != nil {
-					t.Errorf("complete: %v", err)
+				got, ok := claimThenComplete(t, b, st, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(8)))
+				if !ok {
 					return
 				}
 				if len(got) == 0 {

@@ -42,6 +42,22 @@ func complete(t *testing.T, b *testBundle, claimed []pulsetype.Claimed) {
 }
 
 // completeJobs is complete for goroutines other than the test's.
+// claimThenComplete claims for slots from topics through st and completes
+// what it took, as a worker loop of a test does; on an error it reports it
+// (t.Errorf, so it may run on any goroutine) and returns ok false.
+func claimThenComplete(t *testing.T, b *testBundle, st *jobstore.Store, topics, slots []string) (got []pulsetype.Claimed, ok bool) {
+	got, err := st.Claim(ctx, topics, slots, ttl)
+	if err != nil {
+		t.Errorf("claim: %v", err)
+		return nil, false
+	}
+	if err := completeJobs(b, got); err != nil {
+		t.Errorf("complete: %v", err)
+		return nil, false
+	}
+	return got, true
+}
+
 func completeJobs(b *testBundle, claimed []pulsetype.Claimed) error {
 	if len(claimed) == 0 {
 		return nil
