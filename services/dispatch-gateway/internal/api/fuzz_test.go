@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -173,22 +174,24 @@ func FuzzReportResult(f *testing.F) {
 }
 
 // streamStub is the server side of one StreamJobs stream, in process: the
-// open message, then nothing until the stream's context ends.
+// open message, then nothing until the stream's context ends or the worker
+// half-closes (halfClose closed: Recv returns io.EOF).
 type streamStub struct {
 	grpc.ServerStream // not used by the handler; nil
 	ctx               context.Context
 	open              *pulsev1.StreamJobsRequest
 
-	mu       sync.Mutex
-	opened   bool
-	sent     []*pulsev1.StreamJobsResponse
-	welcomed chan struct{}
-	assigned chan *pulsev1.Assignment
+	mu        sync.Mutex
+	opened    bool
+	sent      []*pulsev1.StreamJobsResponse
+	welcomed  chan struct{}
+	assigned  chan *pulsev1.Assignment
+	halfClose chan struct{}
 }
 
 func newStreamStub(ctx context.Context, open *pulsev1.OpenStream) *streamStub {
 	return &streamStub{ctx: ctx, open: &pulsev1.StreamJobsRequest{Msg: &pulsev1.StreamJobsRequest_Open{Open: open}},
-		welcomed: make(chan struct{}), assigned: make(chan *pulsev1.Assignment, 64)}
+		welcomed: make(chan struct{}), assigned: make(chan *pulsev1.Assignment, 64), halfClose: make(chan struct{})}
 }
 
 func (s *streamStub) Context() context.Context { return s.ctx }
@@ -201,8 +204,12 @@ func (s *streamStub) Recv() (*pulsev1.StreamJobsRequest, error) {
 	if first {
 		return s.open, nil
 	}
-	<-s.ctx.Done()
-	return nil, s.ctx.Err()
+	select {
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	case <-s.halfClose:
+		return nil, io.EOF
+	}
 }
 
 func (s *streamStub) Send(m *pulsev1.StreamJobsResponse) error {
@@ -271,8 +278,14 @@ func FuzzStreamJobsOpen(f *testing.F) {
 				t.Fatalf("an accepted worker got no job in 30 s: its claim fails or never runs (%s)", stuckState(b, id))
 			}
 		}
-		cancel()
+		// The worker stops as the SDK does, by half-closing: the stream
+		// ends once no claim in flight holds a slot of it, so no claim of
+		// this run can take the next run's job for a stream that is gone
+		// (an abrupt end would leave that job leased to it until its
+		// lease lapsed).
+		close(stream.halfClose)
 		err := <-done
+		cancel()
 		require.NotContains(t, []codes.Code{codes.Internal, codes.Unknown}, apierr.GRPCStatus(err).Code(), "%v", err)
 		workers, _ := b.registry.Stats()
 		require.Zero(t, workers)
