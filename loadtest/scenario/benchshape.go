@@ -38,6 +38,12 @@ type BenchWorkload struct {
 	Mode     string        // WorkloadConcurrent or WorkloadBacklog
 	Duration time.Duration // WorkloadConcurrent: how long the workers run
 	Total    int           // WorkloadBacklog: jobs inserted before the workers start
+	// Warm (WorkloadConcurrent) is how much of Duration runs before the
+	// measured span begins: the rate is the handlers that ran after it,
+	// so a cleaner that starts deleting only once jobs are old enough is
+	// inside the measurement (the soak's sustained maximum, ADR-0057).
+	// 0: the whole Duration, counted from the side's table.
+	Warm time.Duration
 }
 
 // benchSide is one queue under the River CLI's workloads.
@@ -128,6 +134,9 @@ func runBench(ctx context.Context, side benchSide, w BenchWorkload, before func(
 		return benchRun{}, fmt.Errorf("start: %w", err)
 	}
 	defer stop()
+	if w.Warm > 0 {
+		return runWarmed(ctx, w, &worked, stopFeeding, &inserted)
+	}
 	select {
 	case <-time.After(w.Duration):
 	case <-ctx.Done():
@@ -140,6 +149,33 @@ func runBench(ctx context.Context, side benchSide, w BenchWorkload, before func(
 	if err != nil {
 		return benchRun{}, err
 	}
+	if err := stopFeeding(); err != nil {
+		return benchRun{}, fmt.Errorf("insert: %w", err)
+	}
+	return benchRun{jobs: n, elapsed: end.Sub(begin), inserted: inserted.Load()}, nil
+}
+
+// runWarmed ends a concurrent run whose workers have just started: it
+// counts the handlers that run between w.Warm and w.Duration. The table's
+// completed count cannot serve: a cleaner deletes completed rows during a
+// run this long.
+func runWarmed(ctx context.Context, w BenchWorkload, worked *atomic.Int64, stopFeeding func() error, inserted *atomic.Int64) (benchRun, error) {
+	sleep := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := sleep(w.Warm); err != nil {
+		return benchRun{}, err
+	}
+	from, begin := worked.Load(), time.Now()
+	if err := sleep(w.Duration - w.Warm); err != nil {
+		return benchRun{}, err
+	}
+	n, end := worked.Load()-from, time.Now()
 	if err := stopFeeding(); err != nil {
 		return benchRun{}, fmt.Errorf("insert: %w", err)
 	}

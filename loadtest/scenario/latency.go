@@ -216,7 +216,7 @@ func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBen
 	}
 	defer sides.close()
 	probe := sides.side("probe")
-	run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: soakProbe}, nil)
+	run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: latencyProbe}, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("probe the maximum: %w", err)
 	}

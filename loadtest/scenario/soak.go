@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -20,8 +21,14 @@ import (
 // SnapshotAt for SnapshotFor, where queues on Postgres usually die: no
 // row version any claim leaves behind can be cleaned up while it is open.
 type SoakParams struct {
-	Duration    time.Duration
-	Rate        float64 // jobs/s; 0: SoakShare of the side's maximum, measured first
+	Duration time.Duration
+	Rate     float64 // jobs/s; 0: SoakShare of the side's maximum, measured first
+	// Probe is how long the maximum is measured when Rate is 0, and
+	// ProbeWarm how much of it runs before the measured span begins, so
+	// that the rate is one the side sustains with its cleaner deleting
+	// (ADR-0057); 0: soakProbe and soakProbeWarm.
+	Probe       time.Duration
+	ProbeWarm   time.Duration
 	SnapshotAt  time.Duration
 	SnapshotFor time.Duration
 	// RetentionAge is how old a finished job gets before the cleaner
@@ -35,11 +42,16 @@ type SoakParams struct {
 }
 
 // SoakShare is the share of the measured maximum the soak runs at when no
-// rate is given, and soakProbe how long the maximum is measured (the river
-// scenario's concurrent workload).
+// rate is given; the maximum is the river scenario's concurrent workload
+// run for soakProbe, measured over its span after soakProbeWarm: with the
+// soak's one-minute retention, the cleaner deletes through the whole
+// measured span (ADR-0057). LoadedLatency measures its maximum over
+// latencyProbe.
 const (
-	SoakShare = 0.7
-	soakProbe = 20 * time.Second
+	SoakShare     = 0.7
+	soakProbe     = 4 * time.Minute
+	soakProbeWarm = 2 * time.Minute
+	latencyProbe  = 20 * time.Second
 	// soakLagTarget is the queue lag (p99) the soak holds outside the
 	// snapshot, and that marks the recovery after it.
 	soakLagTarget = time.Second
@@ -122,14 +134,19 @@ FROM pg_stat_statements WHERE query LIKE $1`, like).Scan(&calls, &ms)
 // (emitted as they finish) and the summary. adminURL is any database of
 // the cluster with pg_stat_statements loaded.
 func Soak(ctx context.Context, name string, side soakSide, adminURL string, p SoakParams) (Result, error) {
-	rate := p.Rate
+	rate, maximum := p.Rate, 0.0
 	if rate <= 0 {
-		probe, err := runBench(ctx, side, BenchWorkload{Mode: WorkloadConcurrent, Duration: soakProbe}, nil)
+		w := BenchWorkload{Mode: WorkloadConcurrent, Duration: cmp.Or(p.Probe, soakProbe), Warm: cmp.Or(p.ProbeWarm, soakProbeWarm)}
+		if w.Warm >= w.Duration {
+			return Result{}, fmt.Errorf("%s: the probe's warm-in %s is not shorter than the probe %s", name, w.Warm, w.Duration)
+		}
+		probe, err := runBench(ctx, side, w, nil)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: probe the maximum: %w", name, err)
 		}
-		rate = SoakShare * probe.rate()
-		fmt.Fprintf(p.Out, "%s: maximum %.0f jobs/s; soaking at %.0f\n", name, probe.rate(), rate)
+		maximum = probe.rate()
+		rate = SoakShare * maximum
+		fmt.Fprintf(p.Out, "%s: maximum %.0f jobs/s sustained from %s to %s of the probe; soaking at %.0f\n", name, probe.rate(), w.Warm, w.Duration, rate)
 		if err := workOff(ctx, side, probe.inserted); err != nil {
 			return Result{}, fmt.Errorf("%s: after the probe: %w", name, err)
 		}
@@ -249,6 +266,9 @@ func Soak(ctx context.Context, name string, side soakSide, adminURL string, p So
 		Metrics: soakSummary(rec, rate, p),
 	}
 	out.Params["steady_minute"] = steadyAt.Minutes()
+	if maximum > 0 {
+		out.Params["sustained_maximum"] = int(maximum)
+	}
 	out.Metrics["heap_growth"] = ratio(last["heap_mb"], float64(steady.heap)/(1<<20))
 	out.Metrics["index_growth"] = ratio(last["index_mb"], float64(steady.indexes)/(1<<20))
 	return out, nil

@@ -71,7 +71,9 @@ func run() error {
 		sides       = flag.String("sides", "pulse,river,rawsql", "river: which sides run, comma-separated (pulse, river, rawsql); the ratios need pulse and river")
 		holdSnap    = flag.Bool("hold-snapshot", false, "river: keep a transaction with a snapshot open in each run's database for the whole run, as a long report query would")
 		soakFor     = flag.Duration("soak-duration", 30*time.Minute, "soak: how long each side runs")
-		soakRate    = flag.Float64("soak-rate", 0, "soak: jobs/s; 0: 70 % of the side's maximum, measured first (the river scenario's concurrent workload, 20 s)")
+		soakRate    = flag.Float64("soak-rate", 0, "soak: jobs/s; 0: 70 % of the side's sustained maximum, measured first (the river scenario's concurrent workload for -soak-probe, counted after -soak-probe-warm, the soak's retention deleting)")
+		soakProbe   = flag.Duration("soak-probe", 4*time.Minute, "soak: how long the maximum is measured when -soak-rate is 0")
+		soakWarm    = flag.Duration("soak-probe-warm", 2*time.Minute, "soak: how much of the probe runs before its rate is counted (longer than the retention, so the cleaner deletes throughout the count)")
 		soakSnapAt  = flag.Duration("soak-snapshot-at", 10*time.Minute, "soak: when the analytics snapshot opens")
 		soakSnapFor = flag.Duration("soak-snapshot-for", 10*time.Minute, "soak: how long it stays open (0: none)")
 		soakKeep    = flag.Duration("soak-retention", time.Minute, "soak: how old a completed job gets before the cleaner deletes it (pulse: the reaper's PULSE_RETENTION_COMPLETED, its interval and batch left at their defaults; River: CompletedJobRetentionPeriod)")
@@ -310,7 +312,7 @@ func run() error {
 		}
 	}
 	if want["soak"] {
-		sp := scenario.SoakParams{Duration: *soakFor, Rate: *soakRate, SnapshotAt: *soakSnapAt, SnapshotFor: *soakSnapFor,
+		sp := scenario.SoakParams{Duration: *soakFor, Rate: *soakRate, Probe: *soakProbe, ProbeWarm: *soakWarm, SnapshotAt: *soakSnapAt, SnapshotFor: *soakSnapFor,
 			RetentionAge: *soakKeep, Interval: *soakEvery, Pulse: scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency},
 			Emit: emitRun, Out: os.Stderr}
 		if slices.Contains(strings.Split(*sides, ","), "pulse") {
