@@ -88,7 +88,13 @@ const (
 	// statement. No service requires it: without it the question is a
 	// scan of topic_limits, still once per statement.
 	VersionArgsKeyIndex int64 = 21
+	// VersionJobReferencesByStatement replaces the ON DELETE CASCADE
+	// foreign keys of job_dependencies and job_replacements with triggers
+	// (00022, ADR-0058): a DELETE of jobs deletes their rows in one
+	// statement instead of one cascade per deleted row. No service
+	// requires it: the rules and their errors are the keys'.
+	VersionJobReferencesByStatement int64 = 22
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionArgsKeyIndex
+const Latest = VersionJobReferencesByStatement

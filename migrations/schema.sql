@@ -122,6 +122,20 @@ END
 $$;
 
 --
+-- Name: job_dependencies_jobs_exist(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_dependencies_jobs_exist() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pulse_job_referenced(NEW.parent_id, 'job_dependencies', 'parent_id', 'job_dependencies_parent_id_fkey');
+    PERFORM pulse_job_referenced(NEW.child_id, 'job_dependencies', 'child_id', 'job_dependencies_child_id_fkey');
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: job_replacements_append_only(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -136,6 +150,42 @@ BEGIN
     END IF;
     RAISE EXCEPTION 'the replacement history of job % is append-only', OLD.job_id
         USING ERRCODE = 'check_violation', CONSTRAINT = 'job_replacements_append_only';
+END
+$$;
+
+--
+-- Name: job_replacements_job_exists(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_replacements_job_exists() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pulse_job_referenced(NEW.job_id, 'job_replacements', 'job_id', 'job_replacements_job_id_fkey');
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: jobs_delete_references(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jobs_delete_references() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ids uuid[];
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM job_dependencies;
+        DELETE FROM job_replacements;
+        RETURN NULL;
+    END IF;
+    ids := ARRAY(SELECT id FROM deleted_jobs);
+    DELETE FROM job_dependencies WHERE parent_id = ANY (ids);
+    DELETE FROM job_dependencies WHERE child_id = ANY (ids);
+    DELETE FROM job_replacements WHERE job_id = ANY (ids);
+    RETURN NULL;
 END
 $$;
 
@@ -650,6 +700,23 @@ CREATE FUNCTION public.pulse_is_terminal(status text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
   SELECT status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')
+$$;
+
+--
+-- Name: pulse_job_referenced(uuid, text, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.pulse_job_referenced(job uuid, tab text, col text, constraint_name text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM FROM jobs WHERE id = job FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'insert or update on table "%" violates foreign key constraint "%"', tab, constraint_name
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = constraint_name, TABLE = tab, COLUMN = col,
+                  DETAIL = format('Key (%s)=(%s) is not present in table "jobs".', col, job);
+    END IF;
+END
 $$;
 
 --
@@ -1421,10 +1488,28 @@ CREATE TRIGGER job_dependencies_guard BEFORE UPDATE ON public.job_dependencies F
 CREATE TRIGGER job_dependencies_guard_delete BEFORE DELETE ON public.job_dependencies FOR EACH ROW WHEN ((pg_trigger_depth() = 0)) EXECUTE FUNCTION public.job_dependencies_guard();
 
 --
+-- Name: job_dependencies job_dependencies_jobs_fkey; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER job_dependencies_jobs_fkey AFTER INSERT OR UPDATE OF parent_id, child_id ON public.job_dependencies NOT DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.job_dependencies_jobs_exist();
+
+--
 -- Name: job_replacements job_replacements_append_only; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER job_replacements_append_only BEFORE DELETE OR UPDATE ON public.job_replacements FOR EACH ROW EXECUTE FUNCTION public.job_replacements_append_only();
+
+--
+-- Name: job_replacements job_replacements_job_id_fkey; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER job_replacements_job_id_fkey AFTER INSERT OR UPDATE OF job_id ON public.job_replacements NOT DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.job_replacements_job_exists();
+
+--
+-- Name: jobs jobs_delete_references; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_delete_references AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS deleted_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_delete_references();
 
 --
 -- Name: jobs jobs_guard_birth; Type: TRIGGER; Schema: public; Owner: -
@@ -1558,6 +1643,12 @@ CREATE TRIGGER jobs_recount_blocked AFTER UPDATE OF status ON public.jobs FOR EA
 CREATE TRIGGER jobs_release_dependents AFTER UPDATE OF status ON public.jobs FOR EACH ROW WHEN ((new.has_dependents AND (old.status IS DISTINCT FROM new.status) AND ((new.status = ANY (ARRAY['COMPLETED'::text, 'DEAD_LETTERED'::text, 'CANCELED'::text])) OR (old.status = ANY (ARRAY['DEAD_LETTERED'::text, 'CANCELED'::text]))))) EXECUTE FUNCTION public.jobs_release_dependents();
 
 --
+-- Name: jobs jobs_truncate_references; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER jobs_truncate_references AFTER TRUNCATE ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_delete_references();
+
+--
 -- Name: retry_policy retry_policy_keep; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1592,27 +1683,6 @@ CREATE TRIGGER schedules_stamp BEFORE UPDATE ON public.schedules FOR EACH ROW EX
 --
 
 CREATE TRIGGER topic_limits_barrier BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.topic_limits FOR EACH STATEMENT EXECUTE FUNCTION public.topic_limits_barrier();
-
---
--- Name: job_dependencies job_dependencies_child_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_dependencies
-    ADD CONSTRAINT job_dependencies_child_id_fkey FOREIGN KEY (child_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
-
---
--- Name: job_dependencies job_dependencies_parent_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_dependencies
-    ADD CONSTRAINT job_dependencies_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
-
---
--- Name: job_replacements job_replacements_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_replacements
-    ADD CONSTRAINT job_replacements_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- Name: job_uniques job_uniques_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
