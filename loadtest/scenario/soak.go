@@ -70,6 +70,10 @@ type soakSide interface {
 	claimLike() string
 	// reset empties the table once no job is live.
 	reset(ctx context.Context) error
+	// live counts the jobs not yet finished: the probe's cleaner deletes
+	// completed jobs, so its run is worked off when none is left, not
+	// when the completed count reaches what was inserted.
+	live(ctx context.Context) (int64, error)
 }
 
 // soakSecond is what one second of the soak saw.
@@ -147,7 +151,7 @@ func Soak(ctx context.Context, name string, side soakSide, adminURL string, p So
 		maximum = probe.rate()
 		rate = SoakShare * maximum
 		fmt.Fprintf(p.Out, "%s: maximum %.0f jobs/s sustained from %s to %s of the probe; soaking at %.0f\n", name, probe.rate(), w.Warm, w.Duration, rate)
-		if err := workOff(ctx, side, probe.inserted); err != nil {
+		if err := workOffLive(ctx, side); err != nil {
 			return Result{}, fmt.Errorf("%s: after the probe: %w", name, err)
 		}
 		if err := side.reset(ctx); err != nil {
@@ -405,6 +409,41 @@ func workOff(ctx context.Context, side benchSide, inserted int64) error {
 	return waitCompleted(ctx, side, &none, inserted)
 }
 
+// workOffLive runs side's workers until no job of the table is live.
+func workOffLive(ctx context.Context, side soakSide) error {
+	stop, err := side.start(ctx, func() {})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for {
+		n, err := side.live(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d jobs still live: %w", n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// countLive runs a count of live jobs on the database at url.
+func countLive(ctx context.Context, url, sql string) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, sql).Scan(&n)
+	return n, err
+}
+
 // pulseSoak is pulse under the soak: pulseBench's inserts and workers,
 // the workers reporting each job's lag.
 type pulseSoak struct {
@@ -419,6 +458,9 @@ func (s *pulseSoak) startSoak(ctx context.Context, started func(time.Duration)) 
 func (s *pulseSoak) dbURL() string     { return s.url }
 func (s *pulseSoak) table() string     { return "jobs" }
 func (s *pulseSoak) claimLike() string { return "%row_number() OVER () AS slot%" }
+func (s *pulseSoak) live(ctx context.Context) (int64, error) {
+	return countLive(ctx, s.url, `SELECT count(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING', 'RETRYING')`)
+}
 func (s *pulseSoak) reset(ctx context.Context) error {
 	return ResetJobs(ctx, s.url)
 }
@@ -453,6 +495,9 @@ func (s *riverSoak) startSoak(ctx context.Context, started func(time.Duration)) 
 func (s *riverSoak) dbURL() string     { return s.url }
 func (s *riverSoak) table() string     { return "river_job" }
 func (s *riverSoak) claimLike() string { return "%river_job%SKIP LOCKED%" }
+func (s *riverSoak) live(ctx context.Context) (int64, error) {
+	return countLive(ctx, s.url, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')`)
+}
 func (s *riverSoak) reset(ctx context.Context) error {
 	return s.side.Reset(ctx)
 }
