@@ -24,7 +24,6 @@ WITH beats AS (
     SET lease_until = now() + $4::interval
     FROM beats
     WHERE j.id = beats.id
-      AND j.id = ANY ($2::uuid[])
       AND j.attempts = beats.attempt
       AND (j.status || '') = 'RUNNING'
       AND j.locked_by = $1
@@ -38,7 +37,7 @@ SELECT beats.id, beats.attempt, extended.lease_until,
                  AND (dc.scope = '` + GlobalScope + `' OR dc.scope = cur.topic))
 FROM beats
 LEFT JOIN extended ON extended.id = beats.id AND extended.attempts = beats.attempt
-LEFT JOIN jobs AS cur ON cur.id = beats.id AND cur.id = ANY ($2::uuid[])
+LEFT JOIN jobs AS cur ON cur.id = beats.id
 ORDER BY beats.ord`
 
 // Heartbeat extends the lease of every attempt in refs that worker still

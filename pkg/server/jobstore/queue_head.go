@@ -28,15 +28,8 @@ import (
 //
 // Report and heartbeat look jobs up by id. pgx prepares them, and a generic
 // plan made while the table was small (a hash join over a seq scan of
-// jobs) would stay with the connection until the next ANALYZE. Seq scans
-// off is not enough: with statistics that say the table is empty (an
-// ANALYZE or a vacuum while the queue was drained, or a TRUNCATE), the
-// plan became a hash join over a full scan of jobs_pkey, and it stayed
-// while the table grew — each settle of the soak's first half minute read
-// the whole index (300-1,100 ms a statement; the gateway fell 30 s
-// behind). So both statements also say j.id = ANY(the batch's ids): the
-// jobs side is an index scan of the batch's own ids whatever the plan's
-// join, and the statistics only choose how the batch joins itself.
+// jobs) would stay with the connection until the next ANALYZE; with seq
+// scans off the primary-key lookup per result is the plan at any size.
 //
 // And with that plan the only sane one, planning it again for every
 // execution buys nothing: the statements take their arrays and limits as

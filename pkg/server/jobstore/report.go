@@ -130,7 +130,6 @@ const reportUpdateSQL = `
     FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[], $6::bigint[], $7::bytea[])
          AS r(worker, id, attempt, outcome, error, retry_after, result)
     WHERE j.id = r.id
-      AND j.id = ANY ($2::uuid[])
       AND j.attempts = r.attempt
       AND (j.status || '') = 'RUNNING'
       AND j.locked_by = r.worker
