@@ -12,15 +12,12 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
-// requireMissingJob checks that err is the foreign-key refusal a row naming
-// a job that does not exist gets, from the named rule.
+// requireMissingJob checks that err is the foreign-key refusal
+// (foreign_key_violation, 23503) a row naming a job that does not exist
+// gets, from the named rule.
 func requireMissingJob(t *testing.T, err error, constraint string) {
 	t.Helper()
-	require.Error(t, err, "Postgres must refuse a row naming a job that does not exist (%s)", constraint)
-	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a Postgres error, got %v", err)
-	require.Equal(t, "23503", pgErr.Code, "a missing job is a foreign_key_violation: %s", pgErr.Message)
-	require.Equal(t, constraint, pgErr.ConstraintName, "refused by the wrong rule: %s", pgErr.Message)
+	requireRefusal(t, err, "23503", constraint)
 }
 
 // rowsNaming counts the rows of job_dependencies and job_replacements that

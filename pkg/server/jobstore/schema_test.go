@@ -153,11 +153,18 @@ func TestSchemaInvariants(t *testing.T) {
 // (SQLSTATE 23514) of the named rule, which is what interpretError maps.
 func requireConstraint(t *testing.T, err error, constraint string) {
 	t.Helper()
+	requireRefusal(t, err, "23514", constraint)
+}
+
+// requireRefusal: Postgres refused the statement with SQLSTATE code, by
+// the named rule.
+func requireRefusal(t *testing.T, err error, code, constraint string) {
+	t.Helper()
 	require.Error(t, err, "Postgres must refuse this statement (%s)", constraint)
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr), "want a Postgres error, got %v", err)
 	require.Equal(t, constraint, pgErr.ConstraintName, "refused by the wrong rule: %s", pgErr.Message)
-	require.Equal(t, "23514", pgErr.Code, "a refusal is a check_violation: %s", pgErr.Message)
+	require.Equal(t, code, pgErr.Code, "refused with the wrong SQLSTATE: %s", pgErr.Message)
 }
 
 // notNullRule prefixes a refusal's rule that is a column's NOT NULL, which
