@@ -59,6 +59,11 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts - j.snoozes,
 // for as long as the connection kept the prepared plan. The id lookup is
 // now the only index the statement can use.
 //
+// And the lookup is written j.id = ANY (ARRAY[r.id]), not j.id = r.id:
+// the same test, but not one a hash or merge join can use, so the only
+// way left to join the batch to jobs is a primary-key probe per result
+// (pinnedPlanSQL says why that matters).
+//
 // Every settled row left RUNNING, so it freed room under its topic's
 // limit, if the topic has one: wakeLimitedSQL tells every gateway at
 // commit. A SELECT in a WITH runs only if the statement reads it; the
@@ -129,7 +134,7 @@ const reportUpdateSQL = `
             END
     FROM unnest($1::text[], $2::uuid[], $3::int[], $4::smallint[], $5::text[], $6::bigint[], $7::bytea[])
          AS r(worker, id, attempt, outcome, error, retry_after, result)
-    WHERE j.id = r.id
+    WHERE j.id = ANY (ARRAY[r.id])
       AND j.attempts = r.attempt
       AND (j.status || '') = 'RUNNING'
       AND j.locked_by = r.worker
