@@ -62,7 +62,7 @@ const bulkCancelSQL = bulkPickSQL + `, settled AS (
     UPDATE jobs j
     SET status = 'CANCELED', finished_at = GREATEST(now(), j.submitted_at), lease_until = NULL
     FROM picked
-    WHERE j.id = picked.id AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
+    WHERE j.id = ANY (ARRAY[picked.id]) AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
     RETURNING j.id, j.status
 ), done AS (SELECT id FROM settled), ` + notifySettledSQL + bulkTallySQL + `
 WHERE (SELECT count(*) FROM notified) >= 0`
@@ -73,7 +73,7 @@ WHERE (SELECT count(*) FROM notified) >= 0`
 const bulkDeleteSQL = bulkPickSQL + `, done AS (
     DELETE FROM jobs j
     USING picked
-    WHERE j.id = picked.id AND j.status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')
+    WHERE j.id = ANY (ARRAY[picked.id]) AND j.status IN ('COMPLETED', 'DEAD_LETTERED', 'CANCELED')
     RETURNING j.id
 )` + bulkTallySQL
 

@@ -138,6 +138,9 @@ func claimRange(name, bound string) string {
 }
 
 // claimUpdateSQL leases the slotted rows: the end of every claim statement.
+// The rows are matched by j.id = ANY (ARRAY[slotted.id]) so that a plan
+// made on empty statistics probes the primary key per row rather than
+// reading the whole table (pinnedPlanSQL).
 const claimUpdateSQL = `UPDATE jobs AS j
 SET status      = 'RUNNING',
     attempts    = j.attempts + 1,
@@ -145,7 +148,7 @@ SET status      = 'RUNNING',
     lease_until = now() + $4::interval,
     started_at  = GREATEST(now(), j.submitted_at)
 FROM slotted
-WHERE j.id = slotted.id
+WHERE j.id = ANY (ARRAY[slotted.id])
 RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
           j.submitted_at, j.lease_until, j.locked_by,
           COALESCE(j.traceparent, ''), COALESCE(j.tracestate, ''),
@@ -281,7 +284,7 @@ var rateHeadSQL = `rated AS MATERIALIZED (
     SELECT topic, id, key FROM walk
 ), rate_head AS (
     SELECT j.id, j.priority, j.submitted_at, w.topic, w.key
-    FROM jobs AS j JOIN rate_walk AS w ON w.id = j.id
+    FROM jobs AS j JOIN rate_walk AS w ON j.id = ANY (ARRAY[w.id])
     WHERE j.status IN ('PENDING', 'RETRYING') AND j.blocked_by = 0
     FOR UPDATE OF j SKIP LOCKED
 )`

@@ -125,7 +125,7 @@ var keyHeadSQL = `keyed AS MATERIALIZED (
     WHERE r.ord <= k.room
 ), key_head AS (
     SELECT j.id, j.priority, j.submitted_at, r.topic, r.lane, r.ord
-    FROM jobs AS j JOIN key_ranked AS r ON r.id = j.id
+    FROM jobs AS j JOIN key_ranked AS r ON j.id = ANY (ARRAY[r.id])
     WHERE j.status IN ('PENDING', 'RETRYING') AND j.blocked_by = 0
     FOR UPDATE OF j SKIP LOCKED
 )`

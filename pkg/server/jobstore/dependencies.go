@@ -223,7 +223,7 @@ SELECT h.id IS NOT NULL, p.id, p.topic, p.status, p.result, p.finished_at
 FROM (SELECT 1) AS one
 LEFT JOIN holder AS h ON true
 LEFT JOIN job_dependencies AS d ON d.child_id = h.id
-LEFT JOIN jobs AS p ON p.id = d.parent_id
+LEFT JOIN jobs AS p ON p.id = ANY (ARRAY[d.parent_id])
 ORDER BY p.id`
 
 // ParentResults reads the parents of the job of worker's attempt ref,

@@ -26,18 +26,21 @@ import (
 // 1,000,000-job backlog than at 10,000, where the same plan stays below the
 // threshold. An O(batch) statement never earns back a compile.
 //
-// Report and heartbeat look jobs up by id. pgx prepares them, and a generic
-// plan made while the table was small would stay with the connection until
-// the next ANALYZE. Seq scans off is not enough: on statistics that say
-// jobs is empty (an ANALYZE or vacuum of a drained queue, a TRUNCATE) the
-// planner still reads the whole table, by a full scan of jobs_pkey, as the
+// The claim's lease, the reap, the report and the heartbeat join jobs to
+// a batch of ids. pgx prepares them, and a generic plan made while the
+// table was small would stay with the connection until the next ANALYZE.
+// Seq scans off is not enough: on statistics that say jobs is empty (an
+// ANALYZE or vacuum of a drained queue, a fresh fleet, a TRUNCATE) the
+// planner still read the whole table, by a full scan of an index, as the
 // outer side of a nested loop or the inner of a hash join — measured at
-// 10 s for a 100-result report once the table had grown to 200,000 rows,
-// and the soak's first half minute fell 30 s behind on it. A full index
-// scan is on offer only because j.id = r.id is a clause a merge or hash
-// join can use; the statements write it j.id = ANY (ARRAY[r.id]), which
-// neither can, so the one plan left that does not scan all of jobs is a
-// primary-key probe per batch row, made the same at any size.
+// 12 s for a 100-job claim and 10 s for a 100-result report once the
+// table had grown to 200,000 rows; the soak's first half minute fell 30 s
+// behind on it. A full index scan was on offer only because j.id = x.id
+// is a clause a merge or hash join can use; the statements write it
+// j.id = ANY (ARRAY[x.id]), the same test, which neither join can use, so
+// the one plan left that does not scan all of jobs is a primary-key probe
+// per batch row, the same at any size
+// (TestJobLookupsStayBoundedFromEmptyStatistics).
 //
 // And with that plan the only sane one, planning it again for every
 // execution buys nothing: the statements take their arrays and limits as

@@ -53,7 +53,7 @@ WITH expired AS (
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
     FROM expired
-    WHERE j.id = expired.id AND j.status = 'RUNNING' AND j.lease_until < now()
+    WHERE j.id = ANY (ARRAY[expired.id]) AND j.status = 'RUNNING' AND j.lease_until < now()
     RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '') AS locked_by,
               COALESCE(j.traceparent, '') AS traceparent, COALESCE(j.tracestate, '') AS tracestate
 ), ` + countSettled(2) + `, ` + wakeLimitedSQL + `, ` + notifySettledSQL + `

@@ -62,7 +62,8 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts - j.snoozes,
 // And the lookup is written j.id = ANY (ARRAY[r.id]), not j.id = r.id:
 // the same test, but not one a hash or merge join can use, so the only
 // way left to join the batch to jobs is a primary-key probe per result
-// (pinnedPlanSQL says why that matters).
+// (pinnedPlanSQL says why that matters; the claim and the reap do the
+// same).
 //
 // Every settled row left RUNNING, so it freed room under its topic's
 // limit, if the topic has one: wakeLimitedSQL tells every gateway at

@@ -46,7 +46,7 @@ func (s *Store) Finished(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, err
 	}
 	rows, err := s.pool.Query(ctx, `
 SELECT w.id FROM unnest($1::uuid[]) AS w(id)
-WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = w.id AND j.status IN ('PENDING', 'RUNNING', 'RETRYING'))`, uuidArray(ids))
+WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = ANY (ARRAY[w.id]) AND j.status IN ('PENDING', 'RUNNING', 'RETRYING'))`, uuidArray(ids))
 	if err != nil {
 		return nil, interpretError("read finished jobs", err)
 	}

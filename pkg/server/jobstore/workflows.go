@@ -376,7 +376,7 @@ WITH locked AS (
     UPDATE jobs AS j
     SET status = 'CANCELED', finished_at = GREATEST(now(), j.submitted_at), lease_until = NULL
     FROM locked
-    WHERE j.id = locked.id AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
+    WHERE j.id = ANY (ARRAY[locked.id]) AND j.status IN ('PENDING', 'RETRYING', 'RUNNING')
     RETURNING j.id, j.status
 ), ` + notifySettledSQL + `
 SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM notified)`
@@ -400,7 +400,7 @@ WITH locked AS (
     SET status = 'PENDING', attempts = 0, snoozes = 0, finished_at = NULL,
         lease_until = NULL, next_run_at = now()
     FROM locked
-    WHERE j.id = locked.id AND j.status IN ('DEAD_LETTERED', 'CANCELED')
+    WHERE j.id = ANY (ARRAY[locked.id]) AND j.status IN ('DEAD_LETTERED', 'CANCELED')
     RETURNING j.topic
 ), notified AS (
     SELECT pg_notify('` + ReadyChannel + `', t.topic) FROM (SELECT DISTINCT topic FROM retried) AS t
