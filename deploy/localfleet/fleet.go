@@ -362,6 +362,28 @@ func (f *Fleet) waitReady(ctx context.Context, p *Process, url string) error {
 	return nil
 }
 
+// waitWorking waits until a demo worker started by another runtime (the
+// Python and TypeScript demos) logs its "working" line, which it writes once
+// its stop signals are caught: stopped before that, a Node or Python
+// process still loading its SDK would die of the SIGTERM instead of
+// draining. It gives up early with the process's logs if it exits.
+func (f *Fleet) waitWorking(ctx context.Context, p *Process) error {
+	ctx, cancel := context.WithTimeout(ctx, f.opts.ReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(p.Logs(), `"working"`) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("fleet: %s exited before it was working: %w\n%s", p.Name, p.Wait(0), lastLines(p.Logs(), 30))
+		case <-ctx.Done():
+			return fmt.Errorf("fleet: %s did not say it was working: %w\n%s", p.Name, ctx.Err(), lastLines(p.Logs(), 30))
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // env is the authentication defaults (Options.authEnv), Options.Env, then
 // the database URL, then the process's own settings; exec keeps the last
 // value of a repeated key.

@@ -57,5 +57,5 @@ func (f *Fleet) startPythonDemo(ctx context.Context) error {
 	}
 	f.Processes = append(f.Processes, p)
 	f.logger.Info("started", "process", DemoWorkerPython, "pid", p.PID(), "log", p.LogPath)
-	return nil
+	return f.waitWorking(ctx, p)
 }

@@ -49,5 +49,5 @@ func (f *Fleet) startTypeScriptDemo(ctx context.Context) error {
 	}
 	f.Processes = append(f.Processes, p)
 	f.logger.Info("started", "process", DemoWorkerTypeScript, "pid", p.PID(), "log", p.LogPath)
-	return nil
+	return f.waitWorking(ctx, p)
 }

@@ -26,8 +26,27 @@ import json
 import logging
 import os
 import random
+import signal
 import sys
 import time
+
+# The stop signals are caught before the SDK (and gRPC) load, which takes
+# a while: a SIGTERM that arrives before the worker's own handlers are in
+# place stops the worker (a stop() before run() is honoured) instead of
+# killing the demo. The demo says "working" once it is caught.
+_worker: list = []
+_early_stop: list = []
+
+
+def _stop_early(sig: int, _frame) -> None:
+    if _worker:
+        _worker[0].stop()
+    else:
+        _early_stop.append(sig)
+
+
+signal.signal(signal.SIGTERM, _stop_early)
+signal.signal(signal.SIGINT, _stop_early)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -129,6 +148,9 @@ async def main() -> None:
     rate = env_int("PULSE_DEMO_RATE", 5)
     w = pulse.Worker(gateways, concurrency=concurrency, **creds("PULSE_USER", "PULSE_PASSWORD"))
     w.register(topic, render, timeout=30)
+    _worker.append(w)
+    if _early_stop:
+        w.stop()
     stop = asyncio.Event()
     tasks = [asyncio.create_task(progress(stop))]
     if control and rate > 0:

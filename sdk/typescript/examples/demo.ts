@@ -10,7 +10,14 @@
  *   PULSE_USER, PULSE_PASSWORD                    the worker's credentials
  *   PULSE_PRODUCER_USER, PULSE_PRODUCER_PASSWORD  the producer's credentials
  */
-import { Client, Worker, retryAfter } from "../src/index.js";
+// The stop signals are caught before the SDK (and gRPC) load, which takes
+// a while: a SIGTERM that arrives meanwhile drains the demo instead of
+// killing it. The demo says "working" once it is caught.
+const stop = new AbortController();
+for (const s of ["SIGTERM", "SIGINT"] as const) {
+  process.on(s, () => stop.abort());
+}
+const { Client, Worker, retryAfter } = await import("../src/index.js");
 
 function required(name: string): string {
   const v = process.env[name];
@@ -42,7 +49,6 @@ worker.register(topic, async (job) => {
   }
 });
 
-const stop = new AbortController();
 const names = ["ada", "grace", "linus", "margaret", "ken"];
 const producing = (async () => {
   while (!stop.signal.aborted) {
@@ -54,9 +60,7 @@ const producing = (async () => {
     await new Promise((resolve) => setTimeout(resolve, 1000 / rate));
   }
 })();
-for (const s of ["SIGTERM", "SIGINT"] as const) {
-  process.on(s, () => stop.abort());
-}
+process.stderr.write(`${JSON.stringify({ msg: "working", topic, gateways, sdk: "typescript" })}\n`);
 await worker.run({ signal: stop.signal, stopOn: [] });
 await producing;
 client.close();
