@@ -529,3 +529,54 @@ func mustInt(t *testing.T, s string) int64 {
 	require.NoError(t, json.Unmarshal([]byte(s), &n))
 	return n
 }
+
+// TestHeartbeatAnswersEachBeatOfAMixedBatch: one heartbeat of beats in
+// every state — held, held twice (a duplicate), someone else's, canceled,
+// a stale attempt, an unknown id — answers each in the batch's order with
+// its own lease, cancel and topic. The statement returns the extended
+// leases and the per-beat rows separately and Heartbeat matches them.
+func TestHeartbeatAnswersEachBeatOfAMixedBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := insertRow(t, b.pool, rowOpts{Topic: "mixed.held", Status: pulsetype.StatusRunning, LockedBy: "w"})
+	foreign := insertRow(t, b.pool, rowOpts{Topic: "mixed.foreign", Status: pulsetype.StatusRunning, LockedBy: "other"})
+	canceled := insertRow(t, b.pool, rowOpts{Topic: "mixed.canceled", Status: pulsetype.StatusRunning, LockedBy: "w"})
+	_, err := b.store.Cancel(ctx, canceled)
+	require.NoError(t, err)
+	stale := insertRow(t, b.pool, rowOpts{Topic: "mixed.stale", Status: pulsetype.StatusRunning, LockedBy: "w"})
+	unknown := uuid.Must(uuid.NewV7())
+
+	refs := []pulsetype.AttemptRef{
+		{ID: unknown, Attempt: 1},
+		{ID: held, Attempt: 1},
+		{ID: foreign, Attempt: 1},
+		{ID: canceled, Attempt: 1},
+		{ID: stale, Attempt: 2},
+		{ID: held, Attempt: 1},
+	}
+	beats, err := b.store.Heartbeat(ctx, "w", refs, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, beats, len(refs))
+	type answer struct {
+		held, canceled bool
+		topic          string
+	}
+	want := []answer{
+		{false, false, ""},
+		{true, false, "mixed.held"},
+		{false, false, "mixed.foreign"},
+		{false, true, "mixed.canceled"},
+		{false, false, "mixed.stale"},
+		{true, false, "mixed.held"},
+	}
+	for i, bt := range beats {
+		require.Equal(t, refs[i], bt.Ref, "beat %d answers its own ref", i)
+		require.Equal(t, want[i], answer{bt.LeaseHeld, bt.Canceled, bt.Topic}, "beat %d (%s)", i, bt.Ref.ID)
+		if bt.LeaseHeld {
+			require.WithinDuration(t, time.Now().Add(time.Hour), bt.LeaseUntil, time.Minute, "beat %d's new lease", i)
+		}
+	}
+	job, err := b.store.Get(ctx, foreign)
+	require.NoError(t, err)
+	require.True(t, job.LeaseUntil.Before(time.Now().Add(30*time.Minute)), "another worker's lease is not extended")
+}

@@ -113,6 +113,47 @@ func TestDeleteFinished(t *testing.T) {
 		require.Empty(t, remaining(t, b.pool))
 	})
 
+	// A pass's later batches start where the one before stopped: a job
+	// that finished before the cursor is left to the next pass, which
+	// starts from the oldest; the cursor is the latest finished_at deleted,
+	// and stays where it was when a batch deletes nothing.
+	t.Run("ResumesFromWhereTheLastBatchStopped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var ids []uuid.UUID
+		for i := range 6 {
+			ids = append(ids, insertFinished(t, b.pool, pulsetype.StatusCompleted, time.Duration(10-i)*time.Hour))
+		}
+		finishedAt := func(id uuid.UUID) time.Time {
+			var at time.Time
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT finished_at FROM jobs WHERE id = $1`, id).Scan(&at))
+			return at
+		}
+		thirdAt, sixthAt := finishedAt(ids[2]), finishedAt(ids[5])
+
+		n, next, err := b.store.DeleteFinishedFrom(ctx, pulsetype.StatusCompleted, time.Hour, 3, time.Time{})
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n)
+		require.True(t, next.Equal(thirdAt), "the cursor is the third job's finished_at %s, got %s", thirdAt, next)
+
+		late := insertFinished(t, b.pool, pulsetype.StatusCompleted, 20*time.Hour) // before the cursor
+		n, next, err = b.store.DeleteFinishedFrom(ctx, pulsetype.StatusCompleted, time.Hour, 10, next)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, "the rest after the cursor, not the job before it")
+		require.True(t, next.Equal(sixthAt), "the cursor is the sixth job's finished_at %s, got %s", sixthAt, next)
+		require.Equal(t, map[uuid.UUID]bool{late: true}, remaining(t, b.pool))
+
+		again, stay, err := b.store.DeleteFinishedFrom(ctx, pulsetype.StatusCompleted, time.Hour, 10, next)
+		require.NoError(t, err)
+		require.Zero(t, again)
+		require.True(t, stay.Equal(next), "a batch that deletes nothing keeps the cursor")
+
+		n, _, err = b.store.DeleteFinishedFrom(ctx, pulsetype.StatusCompleted, time.Hour, 10, time.Time{})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the next pass, from the oldest, takes it")
+		require.Empty(t, remaining(t, b.pool))
+	})
+
 	t.Run("RefusesABadLimitOrAge", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

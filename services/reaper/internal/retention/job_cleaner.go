@@ -15,9 +15,11 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/logging"
 )
 
-// Deleter is the retention statement (jobstore.Store.DeleteFinished).
+// Deleter is the retention statement (jobstore.Store.DeleteFinishedFrom):
+// it deletes up to limit jobs of status older than olderThan that finished
+// at from or later, and returns how many and where the next batch starts.
 type Deleter interface {
-	DeleteFinished(ctx context.Context, status pulsetype.Status, olderThan time.Duration, limit int) (int64, error)
+	DeleteFinishedFrom(ctx context.Context, status pulsetype.Status, olderThan time.Duration, limit int, from time.Time) (int64, time.Time, error)
 }
 
 // Observer is told what each statement and each pass did, for metrics.
@@ -102,10 +104,19 @@ func (c *JobCleaner) Clean(ctx context.Context) (map[pulsetype.Status]int64, err
 	return deleted, err
 }
 
+// clean deletes one status's due jobs in batches until one comes back
+// short. The first batch walks from the oldest finished job; each later one
+// starts where the one before stopped (ADR-0060), so a pass does not read
+// again, batch after batch, the index entries of the rows it deleted —
+// which stay until a vacuum, and stay the whole time a long transaction
+// holds a snapshot. A job finished before the cursor by a settle that
+// committed late is the next pass's.
 func (c *JobCleaner) clean(ctx context.Context, status pulsetype.Status, age time.Duration) (int64, error) {
 	var total int64
+	var from time.Time
 	for {
-		n, err := c.deleter.DeleteFinished(ctx, status, age, c.cfg.Batch)
+		n, next, err := c.deleter.DeleteFinishedFrom(ctx, status, age, c.cfg.Batch, from)
+		from = next
 		if err != nil {
 			return total, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +27,19 @@ import (
 type countingDeleter struct {
 	store *jobstore.Store
 	calls atomic.Int64
+
+	mu    sync.Mutex
+	froms []time.Time // each call's from, in order
+	nexts []time.Time // each call's answer
 }
 
-func (d *countingDeleter) DeleteFinished(ctx context.Context, s pulsetype.Status, age time.Duration, limit int) (int64, error) {
+func (d *countingDeleter) DeleteFinishedFrom(ctx context.Context, s pulsetype.Status, age time.Duration, limit int, from time.Time) (int64, time.Time, error) {
 	d.calls.Add(1)
-	return d.store.DeleteFinished(ctx, s, age, limit)
+	n, next, err := d.store.DeleteFinishedFrom(ctx, s, age, limit, from)
+	d.mu.Lock()
+	d.froms, d.nexts = append(d.froms, from), append(d.nexts, next)
+	d.mu.Unlock()
+	return n, next, err
 }
 
 type testBundle struct {
@@ -98,6 +107,34 @@ func TestJobCleaner(t *testing.T) {
 		for _, s := range []pulsetype.Status{pulsetype.StatusCompleted, pulsetype.StatusCanceled, pulsetype.StatusDeadLettered} {
 			require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.JobsDeleted.WithLabelValues(reapmetrics.StatusLabel(s))), "status %s", s)
 		}
+	})
+
+	// Each batch of a pass after the first starts where the one before
+	// stopped, and every pass starts from the oldest (ADR-0060).
+	t.Run("BatchesOfAPassResumeAndEachPassStartsFromTheOldest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.cleaner(retention.Config{CompletedAge: time.Hour, Batch: 4})
+		for i := range 10 {
+			fixture.Finished(t, b.pool, pulsetype.StatusCompleted, time.Duration(20-i)*time.Hour)
+		}
+		deleted, err := c.Clean(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 10, deleted[pulsetype.StatusCompleted])
+		b.deleter.mu.Lock()
+		froms, nexts := b.deleter.froms, b.deleter.nexts
+		b.deleter.mu.Unlock()
+		require.Len(t, froms, 3, "4 + 4 + 2")
+		require.True(t, froms[0].IsZero(), "the pass's first batch walks from the oldest")
+		for i := 1; i < len(froms); i++ {
+			require.True(t, froms[i].Equal(nexts[i-1]), "batch %d starts where batch %d stopped", i, i-1)
+			require.True(t, froms[i].After(froms[i-1]))
+		}
+
+		fixture.Finished(t, b.pool, pulsetype.StatusCompleted, 30*time.Hour) // older than anything the last pass saw
+		deleted, err = c.Clean(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, deleted[pulsetype.StatusCompleted], "the next pass starts from the oldest again")
 	})
 
 	t.Run("NeverDeletesALiveJob", func(t *testing.T) {
