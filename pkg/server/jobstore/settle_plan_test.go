@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
@@ -143,6 +142,9 @@ func TestJobLookupsStayBoundedFromEmptyStatistics(t *testing.T) {
 		held[i] = claimed[len(claimed)-1-i].ID
 	}
 
+	// Every statement is judged before the test fails, so a regression
+	// names each statement it reaches.
+	var whole []string
 	for name, sql := range execute(held) {
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
@@ -157,10 +159,12 @@ func TestJobLookupsStayBoundedFromEmptyStatistics(t *testing.T) {
 			loops, _ := s["Actual Loops"].(float64)
 			rows, _ := s["Actual Rows"].(float64)
 			removed, _ := s["Rows Removed by Filter"].(float64)
-			assert.LessOrEqual(t, (rows+removed)*loops, float64(5*n),
-				"%s reads %v rows of jobs with %s (%v loops) for a batch of %d: %s", name, (rows+removed)*loops, s["Index Name"], loops, n, raw)
+			if read := (rows + removed) * loops; read > float64(5*n) {
+				whole = append(whole, fmt.Sprintf("%s reads %v rows of jobs with %s (%v loops) for a batch of %d: %s", name, read, s["Index Name"], loops, n, raw))
+			}
 		}
 	}
+	require.Empty(t, whole)
 }
 
 // jobsScans lists the plan nodes under node that scan the jobs table.
