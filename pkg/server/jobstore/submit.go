@@ -300,7 +300,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 	// the batch is inserted the ordinary way below, so a repeated id is still
 	// a duplicate, never an error.
 	if plainBatch(jobs) {
-		tag, err := s.execPinned(ctx, insertRowsSQL, params)
+		tag, err := s.insertWakingAfterCommit(ctx, insertRowsSQL, params, nil)
 		switch {
 		case err == nil && tag.RowsAffected() == int64(n):
 			for i := range fresh {
@@ -334,7 +334,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 // inserted, with the pinned plan settings (pinnedPlanSQL).
 func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool)
-	err := s.queryPinned(ctx, stmt, params, func(rows pgx.Rows) error {
+	_, err := s.insertWakingAfterCommit(ctx, stmt, params, func(rows pgx.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(uuidDest(&id)); err != nil {
 			return err
@@ -346,6 +346,104 @@ func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) 
 		return nil, err
 	}
 	return inserted, nil
+}
+
+// readyAfterCommitSQL begins an insert's transaction: the pinned plan
+// settings (pinnedPlanSQL), then the two settings with which the insert
+// trigger (migration 00023, ADR-0061) collects its pulse_jobs_ready
+// payloads in pulse.ready_payloads for after the commit instead of
+// notifying at it. The payloads start empty in every such transaction.
+const readyAfterCommitSQL = pinnedPlanSQL + `, set_config('pulse.ready_after_commit', 'on', true), set_config('pulse.ready_payloads', '', false)`
+
+// notifyReadySQL sends the payloads the insert trigger collected, in a
+// transaction of its own after the insert's commit. Postgres folds a
+// payload repeated within one transaction into one notification.
+const notifyReadySQL = `SELECT count(pg_notify('` + ReadyChannel + `', p))
+FROM unnest(string_to_array(NULLIF(current_setting('pulse.ready_payloads', true), ''), ',')) AS p`
+
+// insertWakingAfterCommit runs an insert statement (with scan for its
+// rows, or nil) in a transaction of its own and sends the gateways' wake
+// after its commit, in one round trip: BEGIN, readyAfterCommitSQL, the
+// statement, COMMIT, notifyReadySQL, pipelined on one connection.
+//
+// Postgres serializes the commits of all transactions that sent a NOTIFY,
+// each holding one cluster-wide lock until its commit record is flushed;
+// an insert that notified at its commit therefore never shared a WAL
+// flush with another, and under load waited in line for each one before
+// it (ADR-0061). The transaction that only notifies writes no WAL of its
+// own, so it does not wait for a flush. The wake reaches the gateways
+// when it did before, after the commit; it is only sent from the next
+// statement on the same backend. A schema older than migration 00023
+// ignores the settings and notifies at the commit, as it always did.
+//
+// Errors are Postgres's own, uninterpreted (Isolate tells a data error
+// from an outage by them). A refused statement leaves the explicit
+// transaction aborted, which is rolled back here, so the connection goes
+// back to the pool rather than being closed by it.
+func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params []any, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(readyAfterCommitSQL)
+	b.Queue(stmt, params...)
+	b.Queue("COMMIT")
+	b.Queue(notifyReadySQL)
+	br := conn.SendBatch(ctx, b)
+	tag, err := readInsertBatch(br, scan)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+		// The statement was refused inside BEGIN: end that transaction
+		// (it writes nothing) so the pool keeps the connection.
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			conn.Conn().PgConn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	return tag, err
+}
+
+// readInsertBatch reads insertWakingAfterCommit's results in order and
+// returns the insert's command tag, or the first error.
+func readInsertBatch(br pgx.BatchResults, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
+	for range 2 { // BEGIN, the settings
+		if _, err := br.Exec(); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+	}
+	var tag pgconn.CommandTag
+	if scan == nil {
+		var err error
+		if tag, err = br.Exec(); err != nil {
+			return tag, err
+		}
+	} else {
+		rows, err := br.Query()
+		if err != nil {
+			return tag, err
+		}
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				rows.Close()
+				return tag, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return tag, err
+		}
+		tag = rows.CommandTag()
+	}
+	for range 2 { // COMMIT, the wake
+		if _, err := br.Exec(); err != nil {
+			return tag, err
+		}
+	}
+	return tag, nil
 }
 
 // insertStatement is the statement that inserts jobs with conflict
