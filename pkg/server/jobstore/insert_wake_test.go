@@ -1,7 +1,9 @@
 package jobstore_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +134,42 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 			"the refused insert's aborted transaction was rolled back, not its connection closed")
 		require.Equal(t, 1, countJobs(t, pool))
 	})
+}
+
+// TestAWakeThatFailsAfterTheCommitDoesNotFailTheInsert: once the
+// INSERT has committed its jobs are in, so a wake that then fails
+// (Postgres refuses a NOTIFY when its queue is full; here a payload over
+// its 8,000-byte limit stands in) is logged, not returned: a producer
+// told its submit failed would submit the same jobs again.
+func TestAWakeThatFailsAfterTheCommitDoesNotFailTheInsert(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `
+CREATE FUNCTION test_oversized_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('pulse.ready_payloads', repeat('x', 9000), false);
+    RETURN NULL;
+END
+$$;
+-- after jobs_notify_insert: triggers fire in name order
+CREATE TRIGGER zz_oversized_wake AFTER INSERT ON jobs FOR EACH STATEMENT EXECUTE FUNCTION test_oversized_wake();`)
+	require.NoError(t, err)
+	var logged bytes.Buffer
+	store := newStore(t, b.pool, jobstore.LogWakeErrors(slog.New(slog.NewJSONHandler(&logged, nil))))
+
+	job := newJob("wake.fails", 5)
+	res, err := store.Insert(ctx, []pulsetype.NewJob{job})
+	require.NoError(t, err, "the jobs were committed; the wake's failure is not the insert's")
+	require.Equal(t, job.ID, res[0].ID)
+	require.False(t, res[0].Duplicate)
+	require.Equal(t, 1, countJobs(t, b.pool))
+	require.Contains(t, logged.String(), "payload string too long")
+	require.Contains(t, logged.String(), `"level":"WARN"`)
+
+	// The connection the failed wake ran on is still in use.
+	_, err = store.Insert(ctx, []pulsetype.NewJob{newJob("wake.fails", 5)})
+	require.NoError(t, err)
+	require.Equal(t, 2, countJobs(t, b.pool))
 }
 
 // readyUntilMarker reads the listener's ReadyChannel payloads up to and

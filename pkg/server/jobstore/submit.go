@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
@@ -379,7 +381,12 @@ FROM unnest(string_to_array(NULLIF(current_setting('pulse.ready_payloads', true)
 // Errors are Postgres's own, uninterpreted (Isolate tells a data error
 // from an outage by them). A refused statement leaves the explicit
 // transaction aborted, which is rolled back here, so the connection goes
-// back to the pool rather than being closed by it.
+// back to the pool rather than being closed by it. Once the COMMIT has
+// succeeded the jobs are in, and a failure of the wake (Postgres's NOTIFY
+// queue full, because a listener stopped reading) is not the insert's:
+// it goes to the store's LogWakeErrors, and the gateways find the jobs at
+// their next poll. Before ADR-0061 that failure failed the INSERT's
+// commit instead.
 func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params []any, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -393,9 +400,15 @@ func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params
 	b.Queue("COMMIT")
 	b.Queue(notifyReadySQL)
 	br := conn.SendBatch(ctx, b)
-	tag, err := readInsertBatch(br, scan)
+	tag, committed, err := readInsertBatch(br, scan)
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if committed {
+		if err != nil && s.onWakeError != nil {
+			s.onWakeError(err)
+		}
+		return tag, nil
 	}
 	if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
 		// The statement was refused inside BEGIN: end that transaction
@@ -407,43 +420,54 @@ func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params
 	return tag, err
 }
 
-// readInsertBatch reads insertWakingAfterCommit's results in order and
-// returns the insert's command tag, or the first error.
-func readInsertBatch(br pgx.BatchResults, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
+// readInsertBatch reads insertWakingAfterCommit's results in order: the
+// insert's command tag, whether its COMMIT succeeded, and the first error.
+func readInsertBatch(br pgx.BatchResults, scan func(pgx.Rows) error) (tag pgconn.CommandTag, committed bool, err error) {
 	for range 2 { // BEGIN, the settings
 		if _, err := br.Exec(); err != nil {
-			return pgconn.CommandTag{}, err
+			return tag, false, err
 		}
 	}
-	var tag pgconn.CommandTag
 	if scan == nil {
-		var err error
 		if tag, err = br.Exec(); err != nil {
-			return tag, err
+			return tag, false, err
 		}
 	} else {
 		rows, err := br.Query()
 		if err != nil {
-			return tag, err
+			return tag, false, err
 		}
 		for rows.Next() {
 			if err := scan(rows); err != nil {
 				rows.Close()
-				return tag, err
+				return tag, false, err
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return tag, err
+			return tag, false, err
 		}
 		tag = rows.CommandTag()
 	}
-	for range 2 { // COMMIT, the wake
-		if _, err := br.Exec(); err != nil {
-			return tag, err
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return tag, false, err
+	}
+	_, err = br.Exec() // the wake
+	return tag, true, err
+}
+
+// LogWakeErrors has the store log, as a warning on l, a wake that failed
+// after its insert committed (ADR-0061). The jobs are in and the gateways
+// find them at their next poll, so the insert succeeds; but a wake fails
+// only when Postgres's NOTIFY queue is full, because some listener
+// stopped reading, which is worth an operator's attention.
+func LogWakeErrors(l *slog.Logger) Option {
+	return func(s *Store) {
+		s.onWakeError = func(err error) {
+			l.Warn("the gateways' wake after a committed submit failed; they find its jobs at their next poll",
+				logging.Error, err)
 		}
 	}
-	return tag, nil
 }
 
 // insertStatement is the statement that inserts jobs with conflict
