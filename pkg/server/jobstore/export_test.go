@@ -17,7 +17,6 @@ const (
 	QueueDepthSQL  = queueDepthSQL
 	HeartbeatSQL   = heartbeatSQL
 	TopicsSQL      = topicsSQL
-	NotifyReadySQL = notifyReadySQL
 )
 
 // The settling statements, built with the throughput rollup's writer
