@@ -245,3 +245,65 @@ func TestSubmitInsertIsPlannedOnce(t *testing.T) {
 		require.Equal(t, int64(inserts), s.Generic, "an insert ran without its generic plan:\n%s", s.Statement)
 	}
 }
+
+// Two batches holding the same idempotency keys in opposite orders, inserted
+// at the same time: the first holds k1 and waits on a third transaction's
+// uncommitted kx, the second inserts k2 and then waits on the first's k1.
+// Inserted in the order they were given, the first would go on to k2 and
+// wait on the second — a deadlock Postgres ends by failing one batch whole.
+// Both insert their keys in one order, so the second waits for the first,
+// then finds its keys taken and answers the first's jobs.
+func TestKeyedBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keyed := func(key string) pulsetype.NewJob {
+		j := newJob("keys.order", 5)
+		j.IdempotencyKey = key
+		return j
+	}
+	waiting := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var got int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got))
+			return got >= n
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	type answer struct {
+		res  []pulsetype.Inserted
+		errs []error
+	}
+	insert := func(jobs []pulsetype.NewJob) <-chan answer {
+		done := make(chan answer, 1)
+		go func() {
+			res, errs := b.store.InsertEach(ctx, jobs)
+			done <- answer{res, errs}
+		}()
+		return done
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below
+	_, err = tx.Exec(ctx, `INSERT INTO jobs (id, topic, idempotency_key) VALUES (gen_random_uuid(), 'keys.order', 'kx')`)
+	require.NoError(t, err)
+
+	first := []pulsetype.NewJob{keyed("k1"), keyed("kx"), keyed("k2")}
+	second := []pulsetype.NewJob{keyed("k2"), keyed("k1")}
+	firstDone := insert(first)
+	waiting(1) // the first waits on kx
+	secondDone := insert(second)
+	waiting(2) // the second waits on the first
+	require.NoError(t, tx.Rollback(ctx))
+
+	a1, a2 := <-firstDone, <-secondDone
+	require.Nil(t, a1.errs)
+	require.Nil(t, a2.errs)
+	for i, j := range first {
+		require.Equal(t, pulsetype.Inserted{ID: j.ID}, a1.res[i], "the first batch inserts %s", j.IdempotencyKey)
+	}
+	require.Equal(t, []pulsetype.Inserted{{ID: first[2].ID, Duplicate: true}, {ID: first[0].ID, Duplicate: true}}, a2.res,
+		"the second batch answers the first's jobs")
+	require.Equal(t, 3, countTopic(t, b.pool, "keys.order"))
+}

@@ -2,10 +2,12 @@ package jobstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,6 +411,7 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 			seed := time.Now().UnixNano()
 			t.Logf("seed %d", seed)
 			var wg sync.WaitGroup
+			var timeouts atomic.Int64
 			done := make(chan struct{})
 			claimed := make(chan []pulsetype.Claimed, 64)
 			for w := range 6 {
@@ -424,6 +427,15 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 						default:
 						}
 						got, err := b.store.Claim(ctx, groups[rng.IntN(len(groups))], slots(fmt.Sprintf("w%d", w), 1+rng.IntN(6)), ttl)
+						if errors.Is(err, context.DeadlineExceeded) {
+							// The claim's statement timeout (ClaimStatementTimeout):
+							// six claimers queue on the limited topic's lock, and a
+							// loaded machine can keep the last past a second. The
+							// claim wrote nothing and a dispatcher claims again,
+							// as this one does; exactness is what is tested.
+							timeouts.Add(1)
+							continue
+						}
 						if err != nil {
 							t.Errorf("claim: %v", err)
 							return
@@ -485,7 +497,7 @@ func TestTopicLimitIsExactUnderConcurrentClaimers(t *testing.T) {
 			}
 			n, top, err := claimwitness.LimitedClaims(ctx, b.pool, "lim")
 			require.NoError(t, err)
-			t.Logf("%d limited claims, at most %d running at a commit", n, top)
+			t.Logf("%d limited claims, at most %d running at a commit, %d claims past their timeout", n, top, timeouts.Load())
 		})
 	}
 }
