@@ -60,8 +60,14 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []pulsetype.A
 	attempts := make([]int32, len(refs))
 	out := make([]pulsetype.Beat, len(refs))
 	for i, r := range refs {
-		ids[i], attempts[i] = r.ID, r.Attempt
 		out[i].Ref = r
+	}
+	// The beats go in id order (lock order, lock_order.go), so a report
+	// of the same jobs cannot deadlock with them; order maps a beat's
+	// place in the arrays (its ord - 1) back to its place in refs.
+	order := inIDOrder(len(refs), func(i int) [16]byte { return refs[i].ID })
+	for k, i := range order {
+		ids[k], attempts[k] = refs[i].ID, refs[i].Attempt
 	}
 	held := make(map[pulsetype.AttemptRef]time.Time, len(refs))
 	err := s.queryPinned(ctx, heartbeatSQL, []any{worker, ids, attempts, intervalOf(leaseTTL)}, func(rows pgx.Rows) error {
@@ -75,7 +81,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, refs []pulsetype.A
 		case ord == 0 && until != nil:
 			held[b.Ref] = *until
 		case ord >= 1 && ord <= int64(len(out)):
-			out[ord-1] = b
+			out[order[ord-1]] = b
 		default:
 			return fmt.Errorf("heartbeat: row %d of a batch of %d", ord, len(out))
 		}

@@ -171,14 +171,20 @@ func (s *Store) report(ctx context.Context, stmt string, counted bool, worker st
 	errs := make([]string, n)
 	after := make([]int64, n)
 	out := make([][]byte, n)
-	for i, r := range results {
-		if r.Worker == "" {
+	for i := range results {
+		if results[i].Worker == "" {
 			results[i].Worker = worker
 		}
-		workers[i], ids[i], attempts[i], outcomes[i], errs[i] = results[i].Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
-		after[i] = r.RetryAfter.Microseconds()
+	}
+	// The statement settles its rows in the arrays' order: id order (lock
+	// order, lock_order.go), so a heartbeat of the same jobs cannot
+	// deadlock with it.
+	for k, i := range inIDOrder(n, func(i int) [16]byte { return results[i].Ref.ID }) {
+		r := results[i]
+		workers[k], ids[k], attempts[k], outcomes[k], errs[k] = r.Worker, r.Ref.ID, r.Ref.Attempt, int16(r.Outcome), r.Error
+		after[k] = r.RetryAfter.Microseconds()
 		if r.Outcome == pulsetype.OutcomeComplete && r.Result != nil {
-			out[i] = r.Result
+			out[k] = r.Result
 		}
 	}
 	params := []any{workers, ids, attempts, outcomes, errs, after, out}

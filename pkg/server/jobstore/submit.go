@@ -1,11 +1,9 @@
 package jobstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -330,38 +328,6 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 		}
 		return fresh, nil
 	}
-}
-
-// inKeyOrder is jobs in the order every conflict-handling insert takes
-// its keys: by idempotency key, then by id (a schedule fire's id is
-// deterministic, so two fires of one occurrence share it), keyed jobs
-// first. An INSERT ... ON CONFLICT that meets a key another transaction
-// inserted and has not committed waits for that transaction; two coalesced
-// batches holding the same two keys in opposite orders would each insert
-// one and wait for the other — a deadlock, which Postgres breaks after
-// deadlock_timeout by failing one batch whole. Inserted in one order, the
-// second batch waits for the first and then finds its keys taken. The sort
-// is stable, so of two jobs of one batch sharing a key the first submitted
-// is still the one inserted. The unique insert claims its job_uniques keys
-// in key order already (uniqueInsert's eligible).
-func inKeyOrder(jobs []pulsetype.NewJob) []pulsetype.NewJob {
-	sorted := slices.Clone(jobs)
-	slices.SortStableFunc(sorted, func(a, b pulsetype.NewJob) int {
-		if (a.IdempotencyKey == "") != (b.IdempotencyKey == "") {
-			if a.IdempotencyKey != "" {
-				return -1
-			}
-			return 1
-		}
-		if c := strings.Compare(a.IdempotencyKey, b.IdempotencyKey); c != 0 {
-			return c
-		}
-		if a.IdempotencyKey != "" {
-			return 0 // same key: keep the batch's order
-		}
-		return bytes.Compare(a.ID[:], b.ID[:])
-	})
-	return sorted
 }
 
 // insertReturning runs an insert statement that returns the ids it
