@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +23,9 @@ import (
 // processes over one every-1s schedule, kills one with SIGKILL mid-run and
 // restarts it, then disables the schedule (created and disabled through
 // control-api's HTTP API): every occurrence from the first
-// to the last produced exactly one job (no gaps, no doubles), and nothing
-// fires after the disable.
+// to the last produced exactly one job (no doubles; no gaps but the ones a
+// fire reported skipping, when every replica was late), and nothing fires
+// after the disable.
 func TestSchedulerReplicasFireEachOccurrenceOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -115,10 +118,53 @@ func TestSchedulerReplicasFireEachOccurrenceOnce(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.GreaterOrEqual(t, len(occ), 8)
+	skipped := skippedOccurrences(t, f, names, id)
 	for i := 1; i < len(occ); i++ {
-		require.Equal(t, time.Second, occ[i].Sub(occ[i-1]),
-			"occurrences %d and %d (%s, %s): a gap or a double", i-1, i, occ[i-1], occ[i])
+		gap := occ[i].Sub(occ[i-1])
+		if gap > time.Second {
+			// Every replica was down or stalled past the next occurrence
+			// (a loaded machine can hold three processes for a second):
+			// the schedule then fires its latest missed occurrence once,
+			// not a burst, and the fire that skipped says so.
+			from, ok := skipped[occ[i].UnixMilli()]
+			require.True(t, ok, "occurrences %d and %d (%s, %s): a gap no scheduler reported skipping", i-1, i, occ[i-1], occ[i])
+			require.Equal(t, occ[i-1].Add(time.Second).UnixMilli(), from,
+				"the fire of %s skipped from the occurrence after %s", occ[i], occ[i-1])
+			t.Logf("occurrences %s to %s skipped, reported by the fire of %s", occ[i-1].Add(time.Second), occ[i].Add(-time.Second), occ[i])
+			continue
+		}
+		require.Equal(t, time.Second, gap, "occurrences %d and %d (%s, %s): a double", i-1, i, occ[i-1], occ[i])
 	}
+}
+
+// skippedOccurrences reads every scheduler's log (each incarnation's: a
+// restarted process appends to its log file) for the warning a fire logs
+// when it skipped missed occurrences of schedule id ("schedule missed
+// occurrences; fired the latest once", fire.MissedOccurrencesMsg), and
+// returns the first skipped occurrence by the fired one (Unix ms).
+func skippedOccurrences(t *testing.T, f *localfleet.Fleet, names []string, id string) map[int64]int64 {
+	t.Helper()
+	out := map[int64]int64{}
+	for _, p := range f.Processes {
+		if !slices.Contains(names, p.Name) {
+			continue
+		}
+		data, err := os.ReadFile(p.LogPath)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(data), "\n") {
+			var rec struct {
+				Msg        string    `json:"msg"`
+				ScheduleID string    `json:"schedule_id"`
+				MissedFrom time.Time `json:"missed_from"`
+				Occurrence time.Time `json:"occurrence"`
+			}
+			if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "schedule missed occurrences; fired the latest once" || rec.ScheduleID != id {
+				continue
+			}
+			out[rec.Occurrence.UnixMilli()] = rec.MissedFrom.UnixMilli()
+		}
+	}
+	return out
 }
 
 // startScheduler runs one scheduler replica against f; the fleet stops it

@@ -46,6 +46,9 @@ type Store interface {
 type Observer interface {
 	// Fired reports one job inserted for occurrence, lag after it.
 	Fired(topic string, lag time.Duration)
+	// Skipped reports a fire that skipped missed occurrences: the
+	// schedule's cursor was due before the occurrence fired.
+	Skipped(topic string)
 	// Counted reports the schedules gauge.
 	Counted(c jobstore.ScheduleCounts)
 }
@@ -58,6 +61,12 @@ type Config struct {
 	// long; 0 means ReconcileDefault.
 	Reconcile time.Duration
 }
+
+// MissedOccurrencesMsg is the log line of a fire that skipped missed
+// occurrences: its missed_from is the first occurrence that never fired,
+// its occurrence the one that did (schedule.Latest: after downtime a
+// schedule fires its latest missed occurrence once, not a burst).
+const MissedOccurrencesMsg = "schedule missed occurrences; fired the latest once"
 
 // ReconcileDefault is the longest the loop sleeps without looking.
 const ReconcileDefault = time.Second
@@ -150,6 +159,15 @@ func (l *Loop) Pass(ctx context.Context) (int, error) {
 				l.observer.Fired(sc.Topic, lag)
 				l.logger.Info("schedule fired", "schedule", sc.Name, "schedule_id", sc.ID, logging.Topic, sc.Topic,
 					logging.JobID, f.Fire.Job.ID, "occurrence", f.Fire.Occurrence, "lag", lag)
+				if sc.NextRunAt != nil && f.Fire.Occurrence.After(*sc.NextRunAt) {
+					// No scheduler fired the cursor's occurrence in time (every
+					// replica down or stalled longer than the period): the
+					// latest one fired once, the ones from the cursor up to it
+					// never will.
+					l.observer.Skipped(sc.Topic)
+					l.logger.Warn(MissedOccurrencesMsg, "schedule", sc.Name, "schedule_id", sc.ID, logging.Topic, sc.Topic,
+						"missed_from", *sc.NextRunAt, "occurrence", f.Fire.Occurrence)
+				}
 			} else {
 				l.logger.Info("occurrence already fired; no-op", "schedule", sc.Name, "occurrence", f.Fire.Occurrence)
 			}
@@ -213,3 +231,4 @@ type nopObserver struct{}
 
 func (nopObserver) Fired(string, time.Duration)     {}
 func (nopObserver) Counted(jobstore.ScheduleCounts) {}
+func (nopObserver) Skipped(string)                  {}

@@ -2,8 +2,10 @@ package fire_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -19,6 +21,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
 	"github.com/pulsequeue/pulse/pkg/server/pglisten"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/pkg/server/schedule"
 	"github.com/pulsequeue/pulse/services/scheduler/internal/fire"
 )
@@ -67,7 +70,8 @@ func testPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	t0 := time.Now()
 	reg := prometheus.NewRegistry()
 	m := fire.NewMetrics(reg)
-	loop := fire.New(fire.Config{Batch: 2}, store, m, discard)
+	var logs proctest.Buffer // the loop writes while the test reads
+	loop := fire.New(fire.Config{Batch: 2}, store, m, slog.New(slog.NewJSONHandler(&logs, nil)))
 
 	every := create(t, store, schedule.KindEvery, "2s", t0.Add(2*time.Second))
 	cronS, _ := schedule.Parse(schedule.KindCron, "*/3 * * * * *", "UTC")
@@ -91,13 +95,31 @@ func testPassFiresEveryCronAndAtOnTime(t *testing.T) {
 	}
 	require.Equal(t, 9.0, testutil.ToFloat64(m.Fires.WithLabelValues("fire.test")))
 	require.Equal(t, 3.0, testutil.ToFloat64(m.Schedules.WithLabelValues("enabled")))
+	require.Zero(t, testutil.ToFloat64(m.Missed.WithLabelValues("fire.test")), "every occurrence fired on time")
+	require.NotContains(t, logs.String(), fire.MissedOccurrencesMsg)
 
-	// Downtime: 30s pass without a pass; the latest missed fires once.
+	// Downtime: 30s pass without a pass; the latest missed fires once, and
+	// the fire says which occurrences it skipped.
+	cursor, err := store.GetSchedule(ctx, every.ID)
+	require.NoError(t, err)
 	time.Sleep(30 * time.Second)
 	_, err = loop.Pass(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobsOf(t, store, every.ID), 6)
 	require.Len(t, jobsOf(t, store, cron.ID), 4)
+	require.Equal(t, 2.0, testutil.ToFloat64(m.Missed.WithLabelValues("fire.test")), "the every and the cron schedule")
+	var missed []map[string]any
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == fire.MissedOccurrencesMsg && rec["schedule_id"] == every.ID.String() {
+			missed = append(missed, rec)
+		}
+	}
+	require.Len(t, missed, 1)
+	latest := jobsOf(t, store, every.ID)[0].NextRunAt // newest first
+	require.Equal(t, cursor.NextRunAt.UTC().Format(time.RFC3339Nano), missed[0]["missed_from"])
+	require.Equal(t, latest.UTC().Format(time.RFC3339Nano), missed[0]["occurrence"])
+	require.Equal(t, "WARN", missed[0]["level"])
 }
 
 func TestRunSleepsUntilTheNextDueAndWakesOnChange(t *testing.T) {
