@@ -94,7 +94,14 @@ const (
 	// statement instead of one cascade per deleted row. No service
 	// requires it: the rules and their errors are the keys'.
 	VersionJobReferencesByStatement int64 = 22
+	// VersionInsertWakeAfterCommit lets an insert's transaction have its
+	// pulse_jobs_ready payloads collected for after its commit instead of
+	// notified at it (00023, ADR-0061), so submits' commits no longer
+	// queue behind each other on Postgres's NOTIFY lock. No service
+	// requires it: on an older schema the trigger notifies at the commit
+	// and the wake sent after it is empty.
+	VersionInsertWakeAfterCommit int64 = 23
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobReferencesByStatement
+const Latest = VersionInsertWakeAfterCommit

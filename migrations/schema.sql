@@ -591,6 +591,15 @@ DECLARE
     marker text := CASE WHEN clock_timestamp() - transaction_timestamp() < interval '10 milliseconds'
                         THEN ' new' ELSE '' END;
 BEGIN
+    IF current_setting('pulse.ready_after_commit', true) = 'on' THEN
+        PERFORM set_config('pulse.ready_payloads',
+                           concat_ws(',', NULLIF(current_setting('pulse.ready_payloads', true), ''),
+                                     string_agg(t.topic || marker, ',')),
+                           false)
+        FROM (SELECT DISTINCT topic FROM inserted_jobs
+              WHERE status = 'PENDING' AND next_run_at <= now()) AS t;
+        RETURN NULL;
+    END IF;
     PERFORM pg_notify('pulse_jobs_ready', t.topic || marker)
     FROM (SELECT DISTINCT topic FROM inserted_jobs
           WHERE status = 'PENDING' AND next_run_at <= now()) AS t;

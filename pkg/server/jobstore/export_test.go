@@ -17,6 +17,7 @@ const (
 	QueueDepthSQL  = queueDepthSQL
 	HeartbeatSQL   = heartbeatSQL
 	TopicsSQL      = topicsSQL
+	NotifyReadySQL = notifyReadySQL
 )
 
 // The settling statements, built with the throughput rollup's writer

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pinnedPlanSQL pins the plan of the hot statements: those that read the
@@ -92,20 +91,6 @@ func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []a
 		return err
 	}
 	return br.Close()
-}
-
-// execPinned is queryPinned for a statement that returns no rows: sql runs
-// behind pinnedPlanSQL in one round trip, and its command tag is returned.
-func (s *Store) execPinned(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
-	br, err := s.sendPinned(ctx, pinnedPlanSQL, sql, args)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
 }
 
 // sendPinned sends planSQL and sql as one pipelined batch (one round trip,

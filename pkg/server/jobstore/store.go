@@ -28,6 +28,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	// writer names this process in job_throughput (throughput.go).
 	writer string
+	// onWakeError is told when the wake after a committed insert failed
+	// (LogWakeErrors).
+	onWakeError func(error)
 
 	readOnce sync.Once
 	readDB   *bun.DB

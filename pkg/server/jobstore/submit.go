@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
 	"github.com/pulsequeue/pulse/pkg/server/storable"
 )
 
@@ -299,7 +301,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 	// the batch is inserted the ordinary way below, so a repeated id is still
 	// a duplicate, never an error.
 	if plainBatch(jobs) {
-		tag, err := s.execPinned(ctx, insertRowsSQL, insertParams(jobs))
+		tag, err := s.insertWakingAfterCommit(ctx, insertRowsSQL, insertParams(jobs), nil)
 		switch {
 		case err == nil && tag.RowsAffected() == int64(n):
 			for i := range fresh {
@@ -334,7 +336,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 // inserted, with the pinned plan settings (pinnedPlanSQL).
 func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool)
-	err := s.queryPinned(ctx, stmt, params, func(rows pgx.Rows) error {
+	_, err := s.insertWakingAfterCommit(ctx, stmt, params, func(rows pgx.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(uuidDest(&id)); err != nil {
 			return err
@@ -346,6 +348,126 @@ func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) 
 		return nil, err
 	}
 	return inserted, nil
+}
+
+// readyAfterCommitSQL begins an insert's transaction: the pinned plan
+// settings (pinnedPlanSQL), then the two settings with which the insert
+// trigger (migration 00023, ADR-0061) collects its pulse_jobs_ready
+// payloads in pulse.ready_payloads for after the commit instead of
+// notifying at it. The payloads start empty in every such transaction.
+const readyAfterCommitSQL = pinnedPlanSQL + `, set_config('pulse.ready_after_commit', 'on', true), set_config('pulse.ready_payloads', '', false)`
+
+// notifyReadySQL sends the payloads the insert trigger collected, in a
+// transaction of its own after the insert's commit. Postgres folds a
+// payload repeated within one transaction into one notification.
+const notifyReadySQL = `SELECT count(pg_notify('` + ReadyChannel + `', p))
+FROM unnest(string_to_array(NULLIF(current_setting('pulse.ready_payloads', true), ''), ',')) AS p`
+
+// insertWakingAfterCommit runs an insert statement (with scan for its
+// rows, or nil) in a transaction of its own and sends the gateways' wake
+// after its commit, in one round trip: BEGIN, readyAfterCommitSQL, the
+// statement, COMMIT, notifyReadySQL, pipelined on one connection.
+//
+// Postgres serializes the commits of all transactions that sent a NOTIFY,
+// each holding one cluster-wide lock until its commit record is flushed;
+// an insert that notified at its commit therefore never shared a WAL
+// flush with another, and under load waited in line for each one before
+// it (ADR-0061). The transaction that only notifies writes no WAL of its
+// own, so it does not wait for a flush. The wake reaches the gateways
+// when it did before, after the commit; it is only sent from the next
+// statement on the same backend. A schema older than migration 00023
+// ignores the settings and notifies at the commit, as it always did.
+//
+// Errors are Postgres's own, uninterpreted (Isolate tells a data error
+// from an outage by them). A refused statement leaves the explicit
+// transaction aborted, which is rolled back here, so the connection goes
+// back to the pool rather than being closed by it. Once the COMMIT has
+// succeeded the jobs are in, and a failure of the wake (Postgres's NOTIFY
+// queue full, because a listener stopped reading) is not the insert's:
+// it goes to the store's LogWakeErrors, and the gateways find the jobs at
+// their next poll. Before ADR-0061 that failure failed the INSERT's
+// commit instead.
+func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params []any, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(readyAfterCommitSQL)
+	b.Queue(stmt, params...)
+	b.Queue("COMMIT")
+	b.Queue(notifyReadySQL)
+	br := conn.SendBatch(ctx, b)
+	tag, committed, err := readInsertBatch(br, scan)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if committed {
+		if err != nil && s.onWakeError != nil {
+			s.onWakeError(err)
+		}
+		return tag, nil
+	}
+	if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+		// The statement was refused inside BEGIN: end that transaction
+		// (it writes nothing) so the pool keeps the connection.
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			conn.Conn().PgConn().Close(context.WithoutCancel(ctx))
+		}
+	}
+	return tag, err
+}
+
+// readInsertBatch reads insertWakingAfterCommit's results in order: the
+// insert's command tag, whether its COMMIT succeeded, and the first error.
+func readInsertBatch(br pgx.BatchResults, scan func(pgx.Rows) error) (tag pgconn.CommandTag, committed bool, err error) {
+	for range 2 { // BEGIN, the settings
+		if _, err := br.Exec(); err != nil {
+			return tag, false, err
+		}
+	}
+	if scan == nil {
+		if tag, err = br.Exec(); err != nil {
+			return tag, false, err
+		}
+	} else {
+		rows, err := br.Query()
+		if err != nil {
+			return tag, false, err
+		}
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				rows.Close()
+				return tag, false, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return tag, false, err
+		}
+		tag = rows.CommandTag()
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return tag, false, err
+	}
+	_, err = br.Exec() // the wake
+	return tag, true, err
+}
+
+// LogWakeErrors has the store log, as a warning on l, a wake that failed
+// after its insert committed (ADR-0061). The jobs are in and the gateways
+// find them at their next poll, so the insert succeeds; but a wake fails
+// only when Postgres's NOTIFY queue is full, because some listener
+// stopped reading, which is worth an operator's attention.
+func LogWakeErrors(l *slog.Logger) Option {
+	return func(s *Store) {
+		s.onWakeError = func(err error) {
+			l.Warn("the gateways' wake after a committed submit failed; they find its jobs at their next poll",
+				logging.Error, err)
+		}
+	}
 }
 
 // insertStatement is the statement that inserts jobs with conflict

@@ -112,7 +112,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 	if cfg.MetricsAuth && authn == nil {
 		return serverconfig.Invalid("PULSE_METRICS_AUTH", "is true but authentication is off (PULSE_AUTH=none)")
 	}
-	store := jobstore.New(s.Pool())
+	store := jobstore.New(s.Pool(), jobstore.LogWakeErrors(logger))
 	m := api.NewMetrics(s.Registry())
 	authn.OnRefusal(m.AuthRefused)
 	// The store's read side (bun over the pool) closes after the handlers.

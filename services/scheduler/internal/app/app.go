@@ -41,7 +41,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"reconcile", cfg.ScheduleReconcile},
 		Build: func(_ context.Context, s *service.Service) error {
-			store := jobstore.New(s.Pool())
+			store := jobstore.New(s.Pool(), jobstore.LogWakeErrors(s.Logger()))
 			// The read side closes last, after the loop using it.
 			s.AddBackend("store", service.Closer(store.Close))
 			m := fire.NewMetrics(s.Registry())
