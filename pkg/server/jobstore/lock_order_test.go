@@ -43,7 +43,9 @@ func TestAHeartbeatAndAReportOfTheSameJobsDoNotDeadlock(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	slices.SortFunc(claimed, func(x, y pulsetype.Claimed) int { return bytes.Compare(x.ID[:], y.ID[:]) })
-	ref := func(c pulsetype.Claimed) pulsetype.AttemptRef { return pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt} }
+	ref := func(c pulsetype.Claimed) pulsetype.AttemptRef {
+		return pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
+	}
 	a, bb, x := claimed[0], claimed[1], claimed[2]
 
 	tx, err := b.pool.Begin(ctx)
@@ -93,4 +95,57 @@ func TestAHeartbeatAndAReportOfTheSameJobsDoNotDeadlock(t *testing.T) {
 	require.Equal(t, pulsetype.StatusCompleted, statusOf(t, b.pool, a.ID))
 	require.Equal(t, pulsetype.StatusCompleted, statusOf(t, b.pool, bb.ID))
 	require.Equal(t, pulsetype.StatusRunning, statusOf(t, b.pool, x.ID))
+}
+
+// Two batches holding the same idempotency keys in opposite orders, inserted
+// at the same time: the first holds k1 and waits on a third transaction's
+// uncommitted kx, the second inserts k2 and then waits on the first's k1.
+// Inserted in the order they were given, the first would go on to k2 and
+// wait on the second — a deadlock Postgres ends by failing one batch whole.
+// Both insert their keys in one order, so the second waits for the first,
+// then finds its keys taken and answers the first's jobs.
+func TestKeyedBatchesInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keyed := func(key string) pulsetype.NewJob {
+		j := newJob("keys.order", 5)
+		j.IdempotencyKey = key
+		return j
+	}
+	type answer struct {
+		res  []pulsetype.Inserted
+		errs []error
+	}
+	insert := func(jobs []pulsetype.NewJob) <-chan answer {
+		done := make(chan answer, 1)
+		go func() {
+			res, errs := b.store.InsertEach(ctx, jobs)
+			done <- answer{res, errs}
+		}()
+		return done
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below
+	_, err = tx.Exec(ctx, `INSERT INTO jobs (id, topic, idempotency_key) VALUES (gen_random_uuid(), 'keys.order', 'kx')`)
+	require.NoError(t, err)
+
+	first := []pulsetype.NewJob{keyed("k1"), keyed("kx"), keyed("k2")}
+	second := []pulsetype.NewJob{keyed("k2"), keyed("k1")}
+	firstDone := insert(first)
+	waitForLockWaiters(t, b, 1) // the first waits on kx
+	secondDone := insert(second)
+	waitForLockWaiters(t, b, 2) // the second waits on the first
+	require.NoError(t, tx.Rollback(ctx))
+
+	a1, a2 := <-firstDone, <-secondDone
+	require.Nil(t, a1.errs)
+	require.Nil(t, a2.errs)
+	for i, j := range first {
+		require.Equal(t, pulsetype.Inserted{ID: j.ID}, a1.res[i], "the first batch inserts %s", j.IdempotencyKey)
+	}
+	require.Equal(t, []pulsetype.Inserted{{ID: first[2].ID, Duplicate: true}, {ID: first[0].ID, Duplicate: true}}, a2.res,
+		"the second batch answers the first's jobs")
+	require.Equal(t, 3, countTopic(t, b.pool, "keys.order"))
 }
