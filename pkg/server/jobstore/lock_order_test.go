@@ -33,15 +33,7 @@ func waitForLockWaiters(t *testing.T, b *testBundle, n int) {
 func TestAHeartbeatAndAReportOfTheSameJobsDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	jobs := make([]pulsetype.NewJob, 3)
-	for i := range jobs {
-		jobs[i] = newJob("lock.order", 5)
-	}
-	_, err := b.store.Insert(ctx, jobs)
-	require.NoError(t, err)
-	claimed, err := b.store.Claim(ctx, []string{"lock.order"}, slots("w", 3), ttl)
-	require.NoError(t, err)
-	require.Len(t, claimed, 3)
+	claimed := claimN(t, b.store, "lock.order", 3, 3, "w")
 	slices.SortFunc(claimed, func(x, y pulsetype.Claimed) int { return bytes.Compare(x.ID[:], y.ID[:]) })
 	ref := func(c pulsetype.Claimed) pulsetype.AttemptRef {
 		return pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
