@@ -101,7 +101,13 @@ const (
 	// requires it: on an older schema the trigger notifies at the commit
 	// and the wake sent after it is empty.
 	VersionInsertWakeAfterCommit int64 = 23
+	// VersionInsertWakeSaysWhen puts the inserting transaction's start in
+	// the wake sent after its commit ('<topic> at <µs>', 00024, ADR-0063),
+	// so a gateway claims an insert that committed behind its cursor from
+	// there. No service requires it: on an older schema the wake says
+	// ' new' or nothing, as before.
+	VersionInsertWakeSaysWhen int64 = 24
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionInsertWakeAfterCommit
+const Latest = VersionInsertWakeSaysWhen

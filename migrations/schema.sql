@@ -592,6 +592,7 @@ DECLARE
                         THEN ' new' ELSE '' END;
 BEGIN
     IF current_setting('pulse.ready_after_commit', true) = 'on' THEN
+        marker := ' at ' || (extract(epoch FROM transaction_timestamp()) * 1000000)::bigint;
         PERFORM set_config('pulse.ready_payloads',
                            concat_ws(',', NULLIF(current_setting('pulse.ready_payloads', true), ''),
                                      string_agg(t.topic || marker, ',')),

@@ -10,6 +10,9 @@ if [ -z "${PULSE_TEST_DATABASE_URL:-}" ]; then
   scripts/ensure-postgres.sh
 fi
 scripts/ensure-tools.sh
+# make dev's fleet runs the Python SDK's demo worker beside the Go one, and
+# TestPulseDev requires it: Debian's python3-grpcio and python3-protobuf.
+sdk/python/scripts/ensure-deps.sh >/dev/null
 
 mapfile -t pkgs < <(go list -m -f '{{.Dir}}/...')
 echo "test: go vet"

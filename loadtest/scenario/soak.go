@@ -186,7 +186,7 @@ func Soak(ctx context.Context, name string, side soakSide, adminURL string, p So
 		released bool
 	)
 	snapFrom, snapTo := p.SnapshotAt, p.SnapshotAt+p.SnapshotFor
-	fmt.Fprintf(p.Out, "%s %6s %9s %8s %8s %9s %10s %10s %10s\n", name, "minute", "jobs/s", "lag_p50", "lag_p99", "claim_ms", "heap_MB", "index_MB", "dead_tup")
+	fmt.Fprintf(p.Out, "%s %6s %9s %8s %8s %8s %9s %10s %10s %10s\n", name, "minute", "jobs/s", "lag_p50", "lag_p99", "lag_max", "claim_ms", "heap_MB", "index_MB", "dead_tup")
 	var rows []map[string]float64
 	var steady soakTable
 	steadyAt := soakSteadyAt(p)
@@ -225,7 +225,7 @@ func Soak(ctx context.Context, name string, side soakSide, adminURL string, p So
 		}
 		from, to := int((at-p.Interval)/time.Second), int(at/time.Second)
 		n, lags := rec.window(from, to)
-		p50, _, p99, _ := Percentiles(lags)
+		p50, _, p99, pmax := Percentiles(lags)
 		tab, err := readSoakTable(ctx, conn, side)
 		if err != nil {
 			return Result{}, err
@@ -244,12 +244,12 @@ func Soak(ctx context.Context, name string, side soakSide, adminURL string, p So
 		}
 		row := map[string]float64{
 			"minute": at.Minutes(), "jobs_per_s": float64(n) / p.Interval.Seconds(), "lag_p50_ms": p50, "lag_p99_ms": p99,
-			"claim_mean_ms": claimMean, "heap_mb": float64(tab.heap) / (1 << 20), "index_mb": float64(tab.indexes) / (1 << 20),
+			"lag_max_ms": pmax, "claim_mean_ms": claimMean, "heap_mb": float64(tab.heap) / (1 << 20), "index_mb": float64(tab.indexes) / (1 << 20),
 			"dead_tuples": float64(tab.dead),
 		}
 		rows = append(rows, row)
-		fmt.Fprintf(p.Out, "%s %6.1f %9.0f %8.1f %8.1f %9.2f %10.1f %10.1f %10d\n", name, at.Minutes(), row["jobs_per_s"], p50, p99,
-			claimMean, row["heap_mb"], row["index_mb"], tab.dead)
+		fmt.Fprintf(p.Out, "%s %6.1f %9.0f %8.1f %8.1f %8.0f %9.2f %10.1f %10.1f %10d\n", name, at.Minutes(), row["jobs_per_s"], p50, p99,
+			pmax, claimMean, row["heap_mb"], row["index_mb"], tab.dead)
 		if p.Emit != nil {
 			p.Emit(Result{Scenario: name + "-soak-minute", Params: map[string]any{"rate": int(rate)}, Metrics: row})
 		}

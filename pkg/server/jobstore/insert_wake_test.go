@@ -105,6 +105,40 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 		}
 	})
 
+	// The wake sent after the commit names the inserting transaction's
+	// start, which is every inserted job's submitted_at, to the
+	// microsecond: where a gateway whose claims are past it claims from
+	// (ADR-0063).
+	t.Run("TheWakeAfterTheCommitNamesWhenItsJobsWereSubmitted", func(t *testing.T) {
+		t.Parallel()
+		pool, store := oneConnStore(t)
+		listener, err := pgx.Connect(ctx, pool.Config().ConnString())
+		require.NoError(t, err)
+		t.Cleanup(func() { listener.Close(ctx) })
+		_, err = listener.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+		require.NoError(t, err)
+
+		jobs := []pulsetype.NewJob{newJob("when.a", 5), newJob("when.b", 5), newJob("when.a", 5)}
+		_, err = store.Insert(ctx, jobs)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
+		require.NoError(t, err)
+		got := readyUntilMarker(t, listener)
+		require.Len(t, got, 3)
+
+		var submitted time.Time
+		require.NoError(t, pool.QueryRow(ctx, `SELECT DISTINCT submitted_at FROM jobs`).Scan(&submitted),
+			"one INSERT: one submitted_at")
+		var topics []string
+		for _, p := range got[:2] {
+			topic, at, ok := jobstore.ReadyAt(p)
+			require.True(t, ok, "%q", p)
+			require.True(t, at.Equal(submitted), "%q names %v, the jobs were submitted at %v", p, at, submitted)
+			topics = append(topics, topic)
+		}
+		require.ElementsMatch(t, []string{"when.a", "when.b"}, topics)
+	})
+
 	t.Run("ARefusedInsertSendsNoWakeAndKeepsItsConnection", func(t *testing.T) {
 		t.Parallel()
 		pool, store := oneConnStore(t)
@@ -197,10 +231,15 @@ func splitPayloads(s string) []string {
 	return strings.Split(s, ",")
 }
 
-// topicsOf strips the ' new' marker (ADR-0055) from payloads.
+// topicsOf strips the ' new' marker (ADR-0055) and the submit time
+// (ADR-0063) from payloads.
 func topicsOf(payloads []string) []string {
 	out := make([]string, len(payloads))
 	for i, p := range payloads {
+		if topic, _, ok := jobstore.ReadyAt(p); ok {
+			out[i] = topic
+			continue
+		}
 		out[i] = strings.TrimSuffix(p, jobstore.NewJobsReady)
 	}
 	return out

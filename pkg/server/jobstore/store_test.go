@@ -272,23 +272,27 @@ func TestInsert(t *testing.T) {
 			if n.Payload == "marker" {
 				break
 			}
-			got[strings.TrimSuffix(n.Payload, jobstore.NewJobsReady)]++
+			topic, _, ok := jobstore.ReadyAt(n.Payload)
+			require.True(t, ok, "the store's insert names its jobs' submit time: %q", n.Payload)
+			got[topic]++
 		}
 		require.Equal(t, map[string]int{"a": 1, "b": 1}, got)
 	})
 
-	// An insert's notification says its jobs are new when the statement
-	// ran within moments of its transaction's start (ADR-0055): they sort
-	// after every claim cursor. The judgement is the clock's, so a
-	// statement descheduled for 10 ms says nothing new; of several inserts
-	// one at least is new.
+	// An insert that notifies at its commit (a producer's own, through
+	// pulsetx; the store's wake after the commit names a time instead,
+	// ADR-0063) says its jobs are new when the statement ran within
+	// moments of its transaction's start (ADR-0055): they sort after every
+	// claim cursor. The judgement is the clock's, so a statement
+	// descheduled for 10 ms says nothing new; of several inserts one at
+	// least is new.
 	t.Run("AnInsertSaysItsJobsAreNew", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		conn := listenReady(t, b)
 		payloads := map[string]int{}
 		for range 10 {
-			_, err := b.store.Insert(ctx, []pulsetype.NewJob{newJob("fresh", 5)})
+			_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic, args) VALUES (gen_random_uuid(), 'fresh', '{}')`)
 			require.NoError(t, err)
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			n, err := conn.WaitForNotification(wctx)

@@ -3,6 +3,7 @@ package jobstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -329,6 +330,28 @@ const RateLimitsChanged = " limits"
 // cursor finds them. Every other notification of the channel may be of
 // jobs sorting before a cursor (a released child, a retried job).
 const NewJobsReady = " new"
+
+// SubmittedReady joins a topic and its jobs' submitted_at in the payload
+// of the pulse_jobs_ready notification an insert's wake sends after its
+// commit ("<topic> at <microseconds since the epoch>", migration 00024,
+// ADR-0063). The jobs are visible when it arrives, and they sort at that
+// time: a gateway whose claims resume after a later job finds them from
+// there instead of waiting for a rescan.
+const SubmittedReady = " at "
+
+// ReadyAt splits a SubmittedReady payload into its topic and time; ok is
+// false for any other payload.
+func ReadyAt(payload string) (topic string, at time.Time, ok bool) {
+	topic, micros, ok := strings.Cut(payload, SubmittedReady)
+	if !ok {
+		return "", time.Time{}, false
+	}
+	us, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return topic, time.UnixMicro(us), true
+}
 
 // ValidateRateLimit checks a rate limit as the schema will, with errors
 // naming the field (rate_limit, rate_interval, rate_key).

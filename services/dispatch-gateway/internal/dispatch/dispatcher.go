@@ -82,6 +82,11 @@ type Observer interface {
 	// Claimed: a claim that started from (ClaimFromHead, ClaimFromCursor,
 	// ClaimRescan) lasted took and returned jobs or err.
 	Claimed(took time.Duration, from string, jobs []pulsetype.Claimed, err error)
+	// ClaimedBehind: of the jobs a lookback or a rescan (from) took, n
+	// sorted before the group's cursor less jobstore.ClaimSkewMargin:
+	// their inserts committed later than a claim resuming there allows
+	// for (ADR-0063).
+	ClaimedBehind(from string, n int)
 	Undeliverable(jobs []pulsetype.Claimed)
 	// ClaimsPaused counts a wake-up that issued no claim because dispatch
 	// is globally paused.
@@ -163,8 +168,13 @@ type Dispatcher struct {
 	// off. Only the loop reads and writes it.
 	cursors map[string]groupCursor
 	// maySortBefore counts the wakes that may be of jobs sorting before a
-	// claim cursor: every one but an insert's of new jobs (ADR-0055).
+	// claim cursor: every one but an insert's of new jobs (ADR-0055) or
+	// of jobs whose submit time it names (ADR-0063).
 	maySortBefore uint64
+	// lateFrom holds, per topic, the earliest submit time named by an
+	// insert's wake (jobstore.SubmittedReady) since a claim of the topic
+	// last took it into account; at most maxLateTopics topics.
+	lateFrom map[string]time.Time
 }
 
 // groupCursor is where a group's claims resume, when the group last
@@ -191,6 +201,14 @@ const (
 	// (a retry come due, a higher priority, a resumed topic) can wait
 	// while the group claims around it.
 	MaxRescanGap = 30 * time.Second
+	// MaxLookback is how far before its cursor a group's claim starts
+	// when a wake names jobs submitted there (ADR-0063): its walk steps
+	// over the jobs claimed since, so an insert later than this is left
+	// to a rescan, as any wake of jobs that may sort before the cursor.
+	MaxLookback = 5 * time.Second
+	// maxLateTopics bounds Dispatcher.lateFrom; a wake past it counts as
+	// one of jobs that may sort before a cursor.
+	maxLateTopics = 1024
 )
 
 // gap is the cursor's rescan interval given the configured one.
@@ -215,6 +233,7 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 		backoff:   map[string]claimBackoff{},
 		rateWait:  map[string]jobstore.RateWait{},
 		cursors:   map[string]groupCursor{},
+		lateFrom:  map[string]time.Time{},
 	}
 	d.registry = NewRegistry(d.slotsFreed)
 	return d
@@ -243,7 +262,9 @@ func (d *Dispatcher) JobsReady() {
 }
 
 // TopicReady is JobsReady for a pulse_jobs_ready notification whose
-// payload names what changed: new jobs of a topic (jobstore.NewJobsReady
+// payload names what changed: jobs of a topic submitted at a given time
+// (jobstore.SubmittedReady), which a group whose cursor is past that time
+// claims from there (ADR-0063); new jobs of a topic (jobstore.NewJobsReady
 // at its end), which sort after every cursor; a topic whose jobs may be
 // ready wherever they sort (a plain topic); or a topic's limits
 // (jobstore.RateLimitsChanged at its end). A change of limits ends the
@@ -251,11 +272,25 @@ func (d *Dispatcher) JobsReady() {
 // another key may have room for. A topic limited as a whole keeps
 // waiting: nothing of it can start before its window opens.
 func (d *Dispatcher) TopicReady(payload string) {
-	topic, fresh := strings.CutSuffix(payload, jobstore.NewJobsReady)
+	topic, at, timed := jobstore.ReadyAt(payload)
+	fresh := timed
+	if !timed {
+		topic, fresh = strings.CutSuffix(payload, jobstore.NewJobsReady)
+	}
 	topic, limits := strings.CutSuffix(topic, jobstore.RateLimitsChanged)
 	d.mu.Lock()
 	if w, ok := d.rateWait[topic]; ok && (limits || w.Keyed) {
 		delete(d.rateWait, topic)
+	}
+	if timed {
+		_, waiting := d.lateFrom[topic]
+		switch {
+		case waiting && !at.Before(d.lateFrom[topic]):
+		case waiting || len(d.lateFrom) < maxLateTopics:
+			d.lateFrom[topic] = at
+		default:
+			fresh = false // no room to remember it: leave it to a rescan
+		}
 	}
 	if !fresh {
 		d.maySortBefore++
@@ -269,6 +304,66 @@ func (d *Dispatcher) sortsBeforeCount() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.maySortBefore
+}
+
+// takeLate removes the submit times wakes named for topics and returns
+// the earliest; ok is false when there was none.
+func (d *Dispatcher) takeLate(topics []string) (earliest time.Time, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range topics {
+		at, found := d.lateFrom[t]
+		if !found {
+			continue
+		}
+		delete(d.lateFrom, t)
+		if !ok || at.Before(earliest) {
+			earliest, ok = at, true
+		}
+	}
+	return earliest, ok
+}
+
+// lateSince records at as the earliest submit time waiting for topics'
+// claims, where it is earlier than what waits already.
+func (d *Dispatcher) lateSince(topics []string, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range topics {
+		if prev, ok := d.lateFrom[t]; ok && !at.Before(prev) {
+			continue
+		} else if ok || len(d.lateFrom) < maxLateTopics {
+			d.lateFrom[t] = at
+		}
+	}
+}
+
+// lookBack is where a group's claim resuming after cur starts when a wake
+// named jobs submitted at late (ADR-0063): at late within the cursor's
+// priority, before every job submitted at that instant, when that is
+// before where the claim would start anyway (ClaimSkewMargin before the
+// cursor) and at most MaxLookback before the cursor. far is true when late
+// is further back than that: those jobs are left to a rescan.
+func lookBack(cur jobstore.ClaimCursor, late time.Time) (from jobstore.ClaimCursor, ok, far bool) {
+	start := cur.Back(jobstore.ClaimSkewMargin)
+	switch {
+	case !late.Before(start.SubmittedAt):
+		return start, false, false
+	case cur.SubmittedAt.Sub(late) > MaxLookback:
+		return start, false, true
+	}
+	return jobstore.ClaimCursor{Priority: cur.Priority, SubmittedAt: late}, true, false
+}
+
+// behind counts the jobs that sort before at.
+func behind(jobs []pulsetype.Claimed, at jobstore.ClaimCursor) int {
+	n := 0
+	for _, j := range jobs {
+		if (jobstore.ClaimCursor{Priority: j.Priority, SubmittedAt: j.SubmittedAt, ID: j.ID}).Before(at) {
+			n++
+		}
+	}
+	return n
 }
 
 // rateWaiting must be called with mu held.
@@ -646,7 +741,9 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claime
 // ADR-0050) once a claim of the group took jobs and while all its topics
 // are claimable: resuming after the cursor (ClaimSkewMargin before it),
 // or, once the group's rescan interval has passed since it last looked
-// before it, rescanning before it first. A claim that takes jobs leaves
+// before it, rescanning before it first; or, when a wake named jobs of the
+// group submitted before where that claim would start (an insert that
+// committed late, ADR-0063), from that time on (lookBack). A claim that takes jobs leaves
 // the cursor at the last job taken (never moving it back: a rescan's jobs
 // may all sort before it); a short one keeps it, so a queue that keeps up
 // with its producers (every claim short) still claims around its cursor
@@ -663,7 +760,7 @@ func (d *Dispatcher) claimGroup(ctx context.Context, g Group) []pulsetype.Claime
 // claim from the head that took nothing.
 func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([]pulsetype.Claimed, error) {
 	now := time.Now()
-	told := d.sortsBeforeCount()
+	late, wokenLate := d.takeLate(topics)
 	cur, ok := d.cursors[g.Key]
 	from := ClaimFromHead
 	switch {
@@ -674,9 +771,33 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 	default:
 		from = ClaimFromCursor
 	}
-	claimed, err := d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
-	if from == ClaimFromCursor && err == nil && len(claimed) == 0 && cur.rescanGap <= d.cfg.ClaimRescanInterval &&
-		told != cur.sortsBeforeSeen {
+	start := cur.at.Back(jobstore.ClaimSkewMargin)
+	if from == ClaimFromCursor && wokenLate {
+		// A wake named jobs submitted before where this claim would start:
+		// an insert that committed after a claim took later jobs.
+		var back, far bool
+		if start, back, far = lookBack(cur.at, late); back {
+			from = ClaimLookback
+		} else if far {
+			d.mu.Lock()
+			d.maySortBefore++
+			d.mu.Unlock()
+		}
+	}
+	told := d.sortsBeforeCount()
+	claimed, err := d.claim(ctx, topics, g.Slots, from, start)
+	if (from == ClaimRescan || from == ClaimLookback) && err == nil && d.observer != nil {
+		d.observer.ClaimedBehind(from, behind(claimed, cur.at.Back(jobstore.ClaimSkewMargin)))
+	}
+	if from == ClaimLookback && err == nil && len(claimed) == len(g.Slots) {
+		// Every slot went to jobs from the lookback on: if they all sort
+		// before the cursor, more of that insert's jobs may be left there.
+		if last, _ := jobstore.LastClaimed(claimed); last.Before(cur.at) {
+			d.lateSince(topics, last.SubmittedAt)
+		}
+	}
+	if (from == ClaimFromCursor || from == ClaimLookback) && err == nil && len(claimed) == 0 &&
+		cur.rescanGap <= d.cfg.ClaimRescanInterval && told != cur.sortsBeforeSeen {
 		// Nothing follows the cursor, the group was told of jobs that may
 		// sort before it (a child its parent's settle released, a retried
 		// job), and its rescans are cheap: look there now rather than at
@@ -684,6 +805,9 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 		now = time.Now()
 		from, cur.scannedAt = ClaimRescan, now
 		claimed, err = d.claim(ctx, topics, g.Slots, from, cur.at.Back(jobstore.ClaimSkewMargin))
+		if err == nil && d.observer != nil {
+			d.observer.ClaimedBehind(from, behind(claimed, cur.at.Back(jobstore.ClaimSkewMargin)))
+		}
 	}
 	if from != ClaimFromCursor && err == nil {
 		cur.sortsBeforeSeen = told
@@ -727,9 +851,10 @@ func (d *Dispatcher) forgetCursors() {
 // Where a claim starts (ADR-0022): the from label of
 // pulse_gateway_claims_total.
 const (
-	ClaimFromHead   = "head"   // the head of the queue
-	ClaimFromCursor = "cursor" // after the group's cursor, then before it
-	ClaimRescan     = "rescan" // before the cursor, then after it
+	ClaimFromHead   = "head"     // the head of the queue
+	ClaimFromCursor = "cursor"   // after the group's cursor
+	ClaimRescan     = "rescan"   // before the cursor, then after it
+	ClaimLookback   = "lookback" // after a time a wake named, before the cursor (ADR-0063)
 )
 
 // claim runs one claim, from the head or around the cursor at, and tells
@@ -739,7 +864,7 @@ func (d *Dispatcher) claim(ctx context.Context, topics, slots []string, from str
 	var claimed []pulsetype.Claimed
 	var err error
 	switch from {
-	case ClaimFromCursor:
+	case ClaimFromCursor, ClaimLookback:
 		claimed, err = d.claimer.ClaimAfter(ctx, topics, slots, d.cfg.LeaseTTL, at)
 	case ClaimRescan:
 		claimed, err = d.claimer.ClaimBefore(ctx, topics, slots, d.cfg.LeaseTTL, at)

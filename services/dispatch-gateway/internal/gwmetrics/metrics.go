@@ -29,7 +29,12 @@ type Metrics struct {
 	ClaimDuration prometheus.Histogram
 	// Claims counts claims by where they started (dispatch.ClaimFromHead,
 	// ClaimFromCursor, ClaimRescan).
-	Claims          *prometheus.CounterVec
+	Claims *prometheus.CounterVec
+	// ClaimedJobs counts the jobs those claims took, by the same label.
+	ClaimedJobs *prometheus.CounterVec
+	// BehindCursor counts the jobs of lookbacks and rescans that sorted
+	// before their group's cursor (dispatch.Observer.ClaimedBehind).
+	BehindCursor    *prometheus.CounterVec
 	ClaimErrors     prometheus.Counter
 	ClaimBatch      prometheus.Histogram
 	UndeliveredJobs prometheus.Counter
@@ -92,6 +97,14 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 			Name: "pulse_gateway_claims_total",
 			Help: "Claims, by where they started (ADR-0022): head (the queue's head), cursor (after the last job the group's previous claim took), rescan (before that point first).",
 		}, []string{"from"}),
+		ClaimedJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_gateway_claimed_jobs_total",
+			Help: "Jobs claimed, by where their claim started (head, cursor, rescan): many found by rescans are jobs that committed later than the claims' margin allows for (ADR-0050).",
+		}, []string{"from"}),
+		BehindCursor: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_gateway_claimed_behind_cursor_total",
+			Help: "Jobs a lookback or a rescan (from) claimed that sorted before their group's cursor less the 25 ms skew margin: inserts that committed late (ADR-0063).",
+		}, []string{"from"}),
 		ClaimErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_claim_errors_total", Help: "Claim statements that failed.",
 		}),
@@ -137,7 +150,7 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 		}),
 		now: time.Now,
 	}
-	reg.MustRegister(m.AuthRefusals, m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims,
+	reg.MustRegister(m.AuthRefusals, m.Dispatched, m.Settled, m.Rejected, m.QueueWait, m.RunDuration, m.ClaimDuration, m.Claims, m.ClaimedJobs, m.BehindCursor,
 		m.ClaimErrors, m.ClaimErrorsByReason, m.ClaimBatch, m.UndeliveredJobs, m.SentJobs, m.Workers, m.FreeSlots,
 		m.DispatchPaused, m.GateRefreshErrors, m.GateFlip, m.PausedWakeups, m.PresenceErrors, m.ExcessCredit)
 	// Every reason and start from the start, so a rate over it is 0, not
@@ -145,8 +158,12 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 	for _, r := range []string{dispatch.ClaimErrorData, dispatch.ClaimErrorUnavailable, dispatch.ClaimErrorOther} {
 		m.ClaimErrorsByReason.WithLabelValues(r)
 	}
-	for _, f := range []string{dispatch.ClaimFromHead, dispatch.ClaimFromCursor, dispatch.ClaimRescan} {
+	for _, f := range []string{dispatch.ClaimFromHead, dispatch.ClaimFromCursor, dispatch.ClaimRescan, dispatch.ClaimLookback} {
 		m.Claims.WithLabelValues(f)
+		m.ClaimedJobs.WithLabelValues(f)
+	}
+	for _, f := range []string{dispatch.ClaimRescan, dispatch.ClaimLookback} {
+		m.BehindCursor.WithLabelValues(f)
 	}
 	for _, r := range auth.Refusals {
 		m.AuthRefusals.WithLabelValues(string(r))
@@ -195,6 +212,7 @@ func (m *Metrics) Claimed(took time.Duration, from string, jobs []pulsetype.Clai
 		return
 	}
 	m.ClaimBatch.Observe(float64(len(jobs)))
+	m.ClaimedJobs.WithLabelValues(from).Add(float64(len(jobs)))
 	now := m.now()
 	// A claim's jobs mostly share a topic: look the labelled children up
 	// once per run of equal topics, not once per job (a hash of the label
@@ -215,6 +233,12 @@ func (m *Metrics) Claimed(took time.Duration, from string, jobs []pulsetype.Clai
 			observeWithTrace(wait, now.Sub(j.SubmittedAt).Seconds(), j.TraceParent)
 		}
 	}
+}
+
+// ClaimedBehind counts the jobs of a lookback or a rescan that sorted
+// before their group's cursor.
+func (m *Metrics) ClaimedBehind(from string, n int) {
+	m.BehindCursor.WithLabelValues(from).Add(float64(n))
 }
 
 // Undeliverable records claimed jobs whose stream vanished.
