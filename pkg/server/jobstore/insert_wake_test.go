@@ -112,14 +112,10 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 	t.Run("TheWakeAfterTheCommitNamesWhenItsJobsWereSubmitted", func(t *testing.T) {
 		t.Parallel()
 		pool, store := oneConnStore(t)
-		listener, err := pgx.Connect(ctx, pool.Config().ConnString())
-		require.NoError(t, err)
-		t.Cleanup(func() { listener.Close(ctx) })
-		_, err = listener.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
-		require.NoError(t, err)
+		listener := listenOn(t, pool)
 
 		jobs := []pulsetype.NewJob{newJob("when.a", 5), newJob("when.b", 5), newJob("when.a", 5)}
-		_, err = store.Insert(ctx, jobs)
+		_, err := store.Insert(ctx, jobs)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
@@ -142,13 +138,9 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 	t.Run("ARefusedInsertSendsNoWakeAndKeepsItsConnection", func(t *testing.T) {
 		t.Parallel()
 		pool, store := oneConnStore(t)
-		listener, err := pgx.Connect(ctx, pool.Config().ConnString())
-		require.NoError(t, err)
-		t.Cleanup(func() { listener.Close(ctx) })
-		_, err = listener.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
-		require.NoError(t, err)
+		listener := listenOn(t, pool)
 
-		_, err = pool.Exec(ctx, `SELECT 1`) // the pool's one connection
+		_, err := pool.Exec(ctx, `SELECT 1`) // the pool's one connection
 		require.NoError(t, err)
 		conns := pool.Stat().NewConnsCount()
 
@@ -204,6 +196,18 @@ CREATE TRIGGER zz_oversized_wake AFTER INSERT ON jobs FOR EACH STATEMENT EXECUTE
 	_, err = store.Insert(ctx, []pulsetype.NewJob{newJob("wake.fails", 5)})
 	require.NoError(t, err)
 	require.Equal(t, 2, countJobs(t, b.pool))
+}
+
+// listenOn is a connection of its own to pool's database, listening on
+// ReadyChannel.
+func listenOn(t *testing.T, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	listener, err := pgx.Connect(ctx, pool.Config().ConnString())
+	require.NoError(t, err)
+	t.Cleanup(func() { listener.Close(ctx) })
+	_, err = listener.Exec(ctx, "LISTEN "+jobstore.ReadyChannel)
+	require.NoError(t, err)
+	return listener
 }
 
 // readyUntilMarker reads the listener's ReadyChannel payloads up to and

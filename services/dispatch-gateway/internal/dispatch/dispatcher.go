@@ -173,7 +173,7 @@ type Dispatcher struct {
 	maySortBefore uint64
 	// lateFrom holds, per topic, the earliest submit time named by an
 	// insert's wake (jobstore.SubmittedReady) since a claim of the topic
-	// last took it into account; at most maxLateTopics topics.
+	// last took it into account; at most MaxLateTopics topics.
 	lateFrom map[string]time.Time
 }
 
@@ -206,9 +206,10 @@ const (
 	// over the jobs claimed since, so an insert later than this is left
 	// to a rescan, as any wake of jobs that may sort before the cursor.
 	MaxLookback = 5 * time.Second
-	// maxLateTopics bounds Dispatcher.lateFrom; a wake past it counts as
-	// one of jobs that may sort before a cursor.
-	maxLateTopics = 1024
+	// MaxLateTopics bounds the topics whose late wakes a dispatcher
+	// remembers; a wake past it counts as one of jobs that may sort
+	// before a cursor.
+	MaxLateTopics = 1024
 )
 
 // gap is the cursor's rescan interval given the configured one.
@@ -282,15 +283,8 @@ func (d *Dispatcher) TopicReady(payload string) {
 	if w, ok := d.rateWait[topic]; ok && (limits || w.Keyed) {
 		delete(d.rateWait, topic)
 	}
-	if timed {
-		_, waiting := d.lateFrom[topic]
-		switch {
-		case waiting && !at.Before(d.lateFrom[topic]):
-		case waiting || len(d.lateFrom) < maxLateTopics:
-			d.lateFrom[topic] = at
-		default:
-			fresh = false // no room to remember it: leave it to a rescan
-		}
+	if timed && !d.noteLate(topic, at) {
+		fresh = false // no room to remember it: leave it to a rescan
 	}
 	if !fresh {
 		d.maySortBefore++
@@ -330,12 +324,23 @@ func (d *Dispatcher) lateSince(topics []string, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, t := range topics {
-		if prev, ok := d.lateFrom[t]; ok && !at.Before(prev) {
-			continue
-		} else if ok || len(d.lateFrom) < maxLateTopics {
-			d.lateFrom[t] = at
-		}
+		d.noteLate(t, at)
 	}
+}
+
+// noteLate records at as the earliest submit time waiting for topic's
+// claims, unless an earlier one waits already; false when lateFrom is
+// full. mu must be held.
+func (d *Dispatcher) noteLate(topic string, at time.Time) bool {
+	prev, waiting := d.lateFrom[topic]
+	switch {
+	case waiting && !at.Before(prev):
+	case waiting || len(d.lateFrom) < MaxLateTopics:
+		d.lateFrom[topic] = at
+	default:
+		return false
+	}
+	return true
 }
 
 // lookBack is where a group's claim resuming after cur starts when a wake

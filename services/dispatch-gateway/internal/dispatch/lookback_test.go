@@ -75,30 +75,27 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		})
 	})
 
-	t.Run("JobsWithinTheMarginChangeNothing", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			q := &queueClaimer{backlog: 1000}
-			d, w := start(t, q)
-			twoClaims(t, d, w)
-			d.TopicReady(wake("t", epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)))
-			claimAgain(d, w)
-			f := q.claimedFrom()
-			require.Len(t, f, 3)
-			require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)), "%v", f[2].at.SubmittedAt)
+	// A wake of jobs that sort within the margin is an insert's new jobs;
+	// another topic's is not this group's.
+	for name, payload := range map[string]string{
+		"JobsWithinTheMarginChangeNothing":    wake("t", epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)),
+		"AnotherTopicsWakeIsNotThisGroups":    wake("other", epoch.Add(-time.Second)),
+		"AnInsertsNewJobsChangeNothingEither": "t" + jobstore.NewJobsReady,
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := &queueClaimer{backlog: 1000}
+				d, w := start(t, q)
+				twoClaims(t, d, w)
+				d.TopicReady(payload)
+				claimAgain(d, w)
+				f := q.claimedFrom()
+				require.Len(t, f, 3)
+				require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)),
+					"the claim resumes the margin before the cursor: %v", f[2].at.SubmittedAt)
+			})
 		})
-	})
-
-	t.Run("AnotherTopicsWakeIsNotThisGroups", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			q := &queueClaimer{backlog: 1000}
-			d, w := start(t, q)
-			twoClaims(t, d, w)
-			d.TopicReady(wake("other", epoch.Add(-time.Second)))
-			claimAgain(d, w)
-			f := q.claimedFrom()
-			require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)), "%v", f[2].at.SubmittedAt)
-		})
-	})
+	}
 
 	t.Run("TheEarliestOfSeveralWakesIsWhereTheClaimStarts", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -132,6 +129,30 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 			require.Len(t, f, 4)
 			require.Equal(t, "after", f[2].from)
 			require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)), "%v", f[2].at.SubmittedAt)
+			require.Equal(t, "before", f[3].from, "nothing after the cursor: a rescan at once")
+		})
+	})
+
+	// What a dispatcher remembers is bounded: past MaxLateTopics topics a
+	// late wake counts as one of jobs that may sort before a cursor.
+	t.Run("PastMaxLateTopicsAWakeIsLeftToARescan", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d, w := start(t, q)
+			twoClaims(t, d, w)
+			for i := range dispatch.MaxLateTopics {
+				d.TopicReady(wake("idle."+strconv.Itoa(i), epoch.Add(-time.Second))) // no worker claims them
+			}
+			synctest.Wait()
+			q.mu.Lock()
+			q.afterEmpty = true
+			q.mu.Unlock()
+			d.TopicReady(wake("t", epoch.Add(-time.Second)))
+			claimAgain(d, w)
+			f := q.claimedFrom()
+			require.Len(t, f, 4)
+			require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)),
+				"no lookback: %v", f[2].at.SubmittedAt)
 			require.Equal(t, "before", f[3].from, "nothing after the cursor: a rescan at once")
 		})
 	})
