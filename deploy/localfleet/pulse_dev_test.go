@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -45,9 +46,24 @@ func TestPulseDev(t *testing.T) {
 	dev.Dir = root
 	dev.Stdout, dev.Stderr = &stdout, &stderr
 	require.NoError(t, dev.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- dev.Wait() }()
-	t.Cleanup(func() { _ = dev.Process.Kill() }) // only matters when the test failed early
+	exited, gone := make(chan error, 1), make(chan struct{})
+	go func() { exited <- dev.Wait(); close(gone) }()
+	t.Cleanup(func() {
+		// Only matters when the test failed early: stop it as Ctrl-C does,
+		// so that its Postgres and services go with it (a killed pulse-dev
+		// leaves them running), and kill it only if it will not stop.
+		select {
+		case <-gone:
+			return
+		default:
+		}
+		_ = dev.Process.Signal(os.Interrupt)
+		select {
+		case <-gone:
+		case <-time.After(time.Minute):
+			_ = dev.Process.Kill()
+		}
+	})
 	output := func() string { return "stdout:\n" + stdout.String() + "\nstderr:\n" + stderr.String() }
 
 	// Wait for the summary; its last fleet line is "pids:".

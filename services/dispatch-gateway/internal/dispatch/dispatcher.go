@@ -344,7 +344,7 @@ func (d *Dispatcher) noteLate(topic string, at time.Time) bool {
 }
 
 // lookBack is where a group's claim resuming after cur starts when a wake
-// named jobs submitted at late (ADR-0063): at late within the cursor's
+// named jobs submitted at late while its rescans are slow (ADR-0063): at late within the cursor's
 // priority, before every job submitted at that instant, when that is
 // before where the claim would start anyway (ClaimSkewMargin before the
 // cursor) and at most MaxLookback before the cursor. far is true when late
@@ -779,14 +779,20 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 	start := cur.at.Back(jobstore.ClaimSkewMargin)
 	if from == ClaimFromCursor && wokenLate {
 		// A wake named jobs submitted before where this claim would start:
-		// an insert that committed after a claim took later jobs.
+		// an insert that committed after a claim took later jobs. While
+		// rescans are cheap the next one finds them within the configured
+		// interval, as it always did; while an old snapshot makes them
+		// slow, this claim starts where the jobs are.
 		var back, far bool
-		if start, back, far = lookBack(cur.at, late); back {
+		if start, back, far = lookBack(cur.at, late); back && cur.rescanGap > d.cfg.ClaimRescanInterval {
 			from = ClaimLookback
-		} else if far {
-			d.mu.Lock()
-			d.maySortBefore++
-			d.mu.Unlock()
+		} else {
+			start = cur.at.Back(jobstore.ClaimSkewMargin)
+			if back || far {
+				d.mu.Lock()
+				d.maySortBefore++
+				d.mu.Unlock()
+			}
 		}
 	}
 	told := d.sortsBeforeCount()

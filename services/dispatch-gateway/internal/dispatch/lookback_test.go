@@ -37,9 +37,27 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 	wake := func(topic string, at time.Time) string {
 		return topic + jobstore.SubmittedReady + strconv.FormatInt(at.UnixMicro(), 10)
 	}
-	// twoClaims leaves the group's cursor at job 20 with every slot busy:
-	// a claim from the head, then one resuming after job 10.
-	twoClaims := func(t *testing.T, d *dispatch.Dispatcher, w *dispatch.Worker) {
+	// twoClaims leaves the group's cursor at job 20 with every slot busy
+	// and its rescans slow, as an old snapshot makes them: a claim from
+	// the head, then a rescan that took 50 ms (the next waits 1 s).
+	twoClaims := func(t *testing.T, d *dispatch.Dispatcher, w *dispatch.Worker, q *queueClaimer) {
+		d.JobsReady()
+		synctest.Wait()
+		require.Len(t, w.TakeOutbox(), 10)
+		q.mu.Lock()
+		q.rescanCost = 50 * time.Millisecond
+		q.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		d.Registry().Credit(w, 10)
+		time.Sleep(q.rescanCost + time.Millisecond)
+		synctest.Wait()
+		require.Len(t, w.TakeOutbox(), 10)
+		require.Equal(t, "before", q.claimedFrom()[1].from)
+	}
+	// cheapClaims leaves the group's cursor at job 20 with every slot busy
+	// and its rescans cheap: a claim from the head, then one resuming
+	// after job 10.
+	cheapClaims := func(t *testing.T, d *dispatch.Dispatcher, w *dispatch.Worker) {
 		d.JobsReady()
 		synctest.Wait()
 		require.Len(t, w.TakeOutbox(), 10)
@@ -56,7 +74,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q)
-			twoClaims(t, d, w)
+			twoClaims(t, d, w, q)
 			late := epoch.Add(-time.Second) // an insert that committed a second late
 			d.TopicReady(wake("t", late))
 			claimAgain(d, w)
@@ -86,7 +104,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				q := &queueClaimer{backlog: 1000}
 				d, w := start(t, q)
-				twoClaims(t, d, w)
+				twoClaims(t, d, w, q)
 				d.TopicReady(payload)
 				claimAgain(d, w)
 				f := q.claimedFrom()
@@ -101,7 +119,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q)
-			twoClaims(t, d, w)
+			twoClaims(t, d, w, q)
 			d.TopicReady(wake("t", epoch.Add(-time.Second)))
 			d.TopicReady(wake("t", epoch.Add(-3*time.Second)))
 			d.TopicReady(wake("t", epoch.Add(-2*time.Second)))
@@ -119,7 +137,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q)
-			twoClaims(t, d, w)
+			cheapClaims(t, d, w)
 			q.mu.Lock()
 			q.afterEmpty = true
 			q.mu.Unlock()
@@ -139,7 +157,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q)
-			twoClaims(t, d, w)
+			cheapClaims(t, d, w)
 			for i := range dispatch.MaxLateTopics {
 				d.TopicReady(wake("idle."+strconv.Itoa(i), epoch.Add(-time.Second))) // no worker claims them
 			}
@@ -157,6 +175,26 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		})
 	})
 
+	// While rescans are cheap the next one finds a late insert's jobs
+	// within the configured interval: no lookback, and a claim after the
+	// cursor that finds nothing rescans at once (ADR-0050).
+	t.Run("WhileRescansAreCheapALateWakeIsLeftToTheNextRescan", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			q := &queueClaimer{backlog: 1000}
+			d, w := start(t, q)
+			cheapClaims(t, d, w)
+			q.mu.Lock()
+			q.afterEmpty = true
+			q.mu.Unlock()
+			d.TopicReady(wake("t", epoch.Add(-time.Second)))
+			claimAgain(d, w)
+			f := q.claimedFrom()
+			require.Len(t, f, 4)
+			require.True(t, f[2].at.SubmittedAt.Equal(epoch.Add(20*time.Microsecond-jobstore.ClaimSkewMargin)), "no lookback: %v", f[2].at.SubmittedAt)
+			require.Equal(t, "before", f[3].from, "nothing after the cursor: a rescan at once")
+		})
+	})
+
 	// A lookback that filled every slot with jobs sorting before the
 	// cursor may have left more of the late insert's jobs there: the next
 	// claim looks back again, from the last job it took.
@@ -164,7 +202,7 @@ func TestAWakeNamingLateJobsClaimsFromTheirTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			q := &queueClaimer{backlog: 1000}
 			d, w := start(t, q)
-			twoClaims(t, d, w)
+			twoClaims(t, d, w, q)
 			q.mu.Lock()
 			q.taken = -100000 // the next jobs handed out sort 100 ms before the epoch
 			q.mu.Unlock()
