@@ -343,21 +343,20 @@ func (d *Dispatcher) noteLate(topic string, at time.Time) bool {
 	return true
 }
 
-// lookBack is where a group's claim resuming after cur starts when a wake
-// named jobs submitted at late while its rescans are slow (ADR-0063): at late within the cursor's
-// priority, before every job submitted at that instant, when that is
-// before where the claim would start anyway (ClaimSkewMargin before the
-// cursor) and at most MaxLookback before the cursor. far is true when late
-// is further back than that: those jobs are left to a rescan.
-func lookBack(cur jobstore.ClaimCursor, late time.Time) (from jobstore.ClaimCursor, ok, far bool) {
-	start := cur.Back(jobstore.ClaimSkewMargin)
-	switch {
-	case !late.Before(start.SubmittedAt):
-		return start, false, false
-	case cur.SubmittedAt.Sub(late) > MaxLookback:
-		return start, false, true
+// lookBack says whether a wake's late submit time sorts before where a
+// claim resuming after cur starts (ClaimSkewMargin before it): back when
+// it does, at most MaxLookback before the cursor, so the claim may start
+// at late within the cursor's priority, before every job submitted at
+// that instant (ADR-0063); far when it is further back than that, and
+// the jobs are left to a rescan.
+func lookBack(cur jobstore.ClaimCursor, late time.Time) (back, far bool) {
+	if !late.Before(cur.Back(jobstore.ClaimSkewMargin).SubmittedAt) {
+		return false, false
 	}
-	return jobstore.ClaimCursor{Priority: cur.Priority, SubmittedAt: late}, true, false
+	if cur.SubmittedAt.Sub(late) > MaxLookback {
+		return false, true
+	}
+	return true, false
 }
 
 // behind counts the jobs that sort before at.
@@ -783,16 +782,13 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 		// rescans are cheap the next one finds them within the configured
 		// interval, as it always did; while an old snapshot makes them
 		// slow, this claim starts where the jobs are.
-		var back, far bool
-		if start, back, far = lookBack(cur.at, late); back && cur.rescanGap > d.cfg.ClaimRescanInterval {
-			from = ClaimLookback
-		} else {
-			start = cur.at.Back(jobstore.ClaimSkewMargin)
-			if back || far {
-				d.mu.Lock()
-				d.maySortBefore++
-				d.mu.Unlock()
-			}
+		switch back, far := lookBack(cur.at, late); {
+		case back && cur.rescanGap > d.cfg.ClaimRescanInterval:
+			from, start = ClaimLookback, jobstore.ClaimCursor{Priority: cur.at.Priority, SubmittedAt: late}
+		case back || far:
+			d.mu.Lock()
+			d.maySortBefore++
+			d.mu.Unlock()
 		}
 	}
 	told := d.sortsBeforeCount()
@@ -807,7 +803,7 @@ func (d *Dispatcher) claimNext(ctx context.Context, g Group, topics []string) ([
 			d.lateSince(topics, last.SubmittedAt)
 		}
 	}
-	if (from == ClaimFromCursor || from == ClaimLookback) && err == nil && len(claimed) == 0 &&
+	if from == ClaimFromCursor && err == nil && len(claimed) == 0 &&
 		cur.rescanGap <= d.cfg.ClaimRescanInterval && told != cur.sortsBeforeSeen {
 		// Nothing follows the cursor, the group was told of jobs that may
 		// sort before it (a child its parent's settle released, a retried
