@@ -84,7 +84,7 @@ func build(ctx context.Context, cfg config.Config, s *service.Service) error {
 		return err
 	}
 
-	dispatcher := dispatch.NewDispatcher(dispatch.DispatcherConfig{
+	dispatcher := dispatch.NewLanes(cfg.ClaimLanes, dispatch.DispatcherConfig{
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, Batch: cfg.ClaimBatch, ClaimCooldown: cfg.ClaimCooldown,
 		ClaimRescanInterval: cfg.ClaimRescanInterval,
 	}, store, nil, logger)

@@ -23,8 +23,13 @@ const (
 	HeartbeatIntervalDefault = 10 * time.Second // three beats per TTL: one lost beat never loses a lease
 	PollIntervalDefault      = 500 * time.Millisecond
 	ClaimBatchDefault        = 500
-	DBMaxConnsDefault        = 10
-	ShutdownTimeoutDefault   = 20 * time.Second
+	// ClaimLanesDefault is how many claim loops a gateway runs (ADR-0064):
+	// two, so a busy group's claim never holds up every other group's.
+	ClaimLanesDefault = 2
+	// MaxClaimLanes is the most PULSE_CLAIM_LANES takes.
+	MaxClaimLanes          = 16
+	DBMaxConnsDefault      = 10
+	ShutdownTimeoutDefault = 20 * time.Second
 	// MinLeaseTTL keeps heartbeats from becoming a DoS of their own.
 	MinLeaseTTL = time.Second
 	// MaxStreamsPerIdentityDefault caps the job streams one authenticated
@@ -62,6 +67,9 @@ type Config struct {
 	// ClaimRescanInterval: how long claims may resume where the last one
 	// left off before one starts from the queue's head again (ADR-0022).
 	ClaimRescanInterval time.Duration `envconfig:"CLAIM_RESCAN_INTERVAL" default:"100ms"`
+	// ClaimLanes: the claim loops, each claiming for its share of the
+	// worker groups, one claim in flight per lane (ADR-0064).
+	ClaimLanes int `envconfig:"CLAIM_LANES" default:"2"`
 	// RetryBackoffUnit and RetryBackoffMax, when set, write the retry
 	// policy (the retry_policy row, shared with the reaper and every other
 	// gateway) at start; unset, the row is left as it is (ADR-0013).
@@ -120,8 +128,12 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_CLAIM_COOLDOWN", "is %s; it must be between 0 and 1s", c.ClaimCooldown)
 	case c.ClaimRescanInterval < 0 || c.ClaimRescanInterval > time.Minute:
 		return config.Invalid("PULSE_CLAIM_RESCAN_INTERVAL", "is %s; it must be between 0 (every claim from the head) and 1m", c.ClaimRescanInterval)
+	case c.ClaimLanes < 1 || c.ClaimLanes > MaxClaimLanes:
+		return config.Invalid("PULSE_CLAIM_LANES", "is %d; it must be between 1 and %d", c.ClaimLanes, MaxClaimLanes)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the gateway needs at least 2 (claims plus reports)", c.DBMaxConns)
+	case int(c.DBMaxConns) <= c.ClaimLanes:
+		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; it must be more than PULSE_CLAIM_LANES (%d): every lane may hold a connection for its claim, and reports need one beside them", c.DBMaxConns, c.ClaimLanes)
 	case c.ShutdownTimeout <= 0:
 		return config.Invalid("PULSE_SHUTDOWN_TIMEOUT", "is %s; it must be positive", c.ShutdownTimeout)
 	}

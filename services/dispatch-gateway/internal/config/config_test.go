@@ -91,3 +91,18 @@ func TestClaimDurations(t *testing.T) {
 		})
 	}
 }
+
+// PULSE_CLAIM_LANES: two claim loops by default (ADR-0064), at most
+// MaxClaimLanes, and fewer than the pool's connections, so reports always
+// find one.
+func TestClaimLanes(t *testing.T) {
+	env(t)
+	require.Equal(t, gwconfig.ClaimLanesDefault, load(t).ClaimLanes)
+	for _, bad := range []string{"0", "-1", "17", "two", "99999999999999999999"} {
+		configtest.RequireRefused(t, gwconfig.Config{}, "PULSE_CLAIM_LANES", bad)
+	}
+	env(t, "PULSE_CLAIM_LANES", "16", "PULSE_DB_MAX_CONNS", "17")
+	require.Equal(t, 16, load(t).ClaimLanes)
+	env(t, "PULSE_CLAIM_LANES", "4")
+	configtest.RequireRefused(t, gwconfig.Config{}, "PULSE_DB_MAX_CONNS", "4")
+}

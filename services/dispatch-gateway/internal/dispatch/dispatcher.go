@@ -126,7 +126,8 @@ type DispatcherConfig struct {
 	ClaimRescanInterval time.Duration
 }
 
-// Dispatcher is the gateway's single claim loop. It claims when there are
+// Dispatcher is a claim loop: the gateway's only one, or one of its Lanes
+// (then it claims for the groups of its lane only). It claims when there are
 // free slots and there may be work: after a NOTIFY, on every poll tick, and
 // for as long as claims come back full. A claim that comes back short means
 // the group's queue is empty, so later credits from that group's workers do
@@ -146,6 +147,12 @@ type Dispatcher struct {
 	observer Observer
 	gate     Gate
 	logger   *slog.Logger
+	// owns says which groups this loop claims for; nil: every group. A
+	// gateway's lanes (Lanes) share one registry and split its groups.
+	owns func(groupKey string) bool
+	// resume is where the loop's next reservation starts
+	// (Registry.ReserveFrom). Only the loop reads and writes it.
+	resume string
 
 	wake chan struct{}
 
@@ -224,7 +231,14 @@ type claimBackoff struct {
 
 // NewDispatcher builds the loop; call Run to start it.
 func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, logger *slog.Logger) *Dispatcher {
-	d := &Dispatcher{
+	d := newDispatcher(cfg, claimer, observer, logger)
+	d.registry = NewRegistry(d.slotsFreed)
+	return d
+}
+
+// newDispatcher is NewDispatcher without a registry.
+func newDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, logger *slog.Logger) *Dispatcher {
+	return &Dispatcher{
 		cfg:       cfg,
 		claimer:   claimer,
 		observer:  observer,
@@ -236,8 +250,6 @@ func NewDispatcher(cfg DispatcherConfig, claimer Claimer, observer Observer, log
 		cursors:   map[string]groupCursor{},
 		lateFrom:  map[string]time.Time{},
 	}
-	d.registry = NewRegistry(d.slotsFreed)
-	return d
 }
 
 // SetObserver sets who is told about claims; call before Run.
@@ -603,9 +615,8 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // came back full (their queues held more than the free slots took), nil
 // when none did.
 func (d *Dispatcher) claimRound(ctx context.Context, resting map[string]bool) (full map[string]bool) {
-	wanted := d.mayHaveWork
-	if len(resting) > 0 {
-		wanted = func(groupKey string) bool { return !resting[groupKey] && d.mayHaveWork(groupKey) }
+	wanted := func(groupKey string) bool {
+		return !resting[groupKey] && (d.owns == nil || d.owns(groupKey)) && d.mayHaveWork(groupKey)
 	}
 	for ctx.Err() == nil {
 		if d.gate != nil && d.gate.GloballyPaused() {
@@ -614,7 +625,8 @@ func (d *Dispatcher) claimRound(ctx context.Context, resting map[string]bool) (f
 			}
 			return full // resume calls JobsReady
 		}
-		groups := d.registry.Reserve(wanted, d.cfg.Batch)
+		var groups []Group
+		groups, d.resume = d.registry.ReserveFrom(wanted, d.cfg.Batch, d.resume)
 		if len(groups) == 0 {
 			return full
 		}

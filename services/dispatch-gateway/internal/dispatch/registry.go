@@ -171,6 +171,17 @@ type Group struct {
 // groups (all groups when wanted is nil), interleaving workers so a batch
 // spreads across them. Reserved slots must be settled with Settle.
 func (r *Registry) Reserve(wanted func(groupKey string) bool, limit int) []Group {
+	groups, _ := r.ReserveFrom(wanted, limit, "")
+	return groups
+}
+
+// ReserveFrom is Reserve taking the groups in key order from the first
+// key at or after from, wrapping around. When limit runs out, next is
+// the key of the first group it left out (empty otherwise): a caller that
+// passes it to its next reservation serves the groups after it before
+// the ones before it, so groups early in key order cannot take every
+// batch while the others wait.
+func (r *Registry) ReserveFrom(wanted func(groupKey string) bool, limit int, from string) (groups []Group, next string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	byKey := map[string][]*Worker{}
@@ -185,9 +196,15 @@ func (r *Registry) Reserve(wanted func(groupKey string) bool, limit int) []Group
 		byKey[w.groupKey] = append(byKey[w.groupKey], w)
 	}
 	slices.Sort(order)
-	var groups []Group
+	if i, _ := slices.BinarySearch(order, from); i < len(order) {
+		order = append(order[i:], order[:i]...)
+	}
 	total := 0
 	for _, key := range order {
+		if total >= limit {
+			next = key
+			break
+		}
 		ws := byKey[key]
 		g := Group{Key: key, Topics: ws[0].Topics}
 		// Round-robin one slot per worker per pass.
@@ -213,7 +230,7 @@ func (r *Registry) Reserve(wanted func(groupKey string) bool, limit int) []Group
 			groups = append(groups, g)
 		}
 	}
-	return groups
+	return groups, next
 }
 
 // Settle hands claimed jobs to the workers whose slots they filled and
@@ -256,6 +273,17 @@ func (r *Registry) Settle(g Group, claimed []pulsetype.Claimed) (undeliverable [
 		w.mu.Unlock()
 	}
 	return undeliverable
+}
+
+// GroupKeys returns the keys of the groups that have workers.
+func (r *Registry) GroupKeys() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make(map[string]bool, len(r.workers))
+	for w := range r.workers {
+		keys[w.groupKey] = true
+	}
+	return keys
 }
 
 // Stats reports connected workers and their free slots.
