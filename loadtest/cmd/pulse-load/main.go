@@ -54,7 +54,7 @@ func run() error {
 		producers   = flag.Int("producers", 4, "throughput: concurrent producers")
 		batch       = flag.Int("batch", 500, "throughput: jobs per SubmitJobs call")
 		workers     = flag.Int("workers", 4, "throughput, river: SDK worker processes (in this process); river alone: one per gateway unless given")
-		concurrency = flag.Int("concurrency", 256, "throughput, river: handler slots per worker; river alone: 1024 split over the workers unless given")
+		concurrency = flag.Int("concurrency", 256, "throughput, river: handler slots per worker; river alone and soak: River's MaxWorkers (2,000) split over the workers unless given")
 		samples     = flag.Int("samples", 300, "latency: jobs submitted one at a time")
 		pauses      = flag.Int("pauses", 120, "pause: pause/resume rounds (random scope and mode), judged by commit order")
 		idleWorkers = flag.Int("idle-workers", 1000, "idle: connected idle workers")
@@ -375,8 +375,9 @@ func defaultGateways(want map[string]bool) int {
 }
 
 // riverSlots is the comparison's slot count when neither -workers nor
-// -concurrency is given: the other scenarios' default, 4 × 256.
-const riverSlots = 1024
+// -concurrency is given: River's MaxWorkers in its CLI's benchmark, so
+// both sides run as many handlers at once (ADR-0065).
+const riverSlots = scenario.RiverMaxWorkers
 
 // riverWorkers is pulse's side of a comparison with River alone: one SDK
 // worker per gateway, each starting at a different one, with its share of

@@ -38,11 +38,11 @@ func TestRiverWorkers(t *testing.T) {
 		conc                  int
 		wantWorkers, wantConc int
 	}{
-		{"one a side", 1, false, 4, false, 256, 1, 1024},
-		{"two a side", 2, false, 4, false, 256, 2, 512},
-		{"uneven split rounds down", 3, false, 4, false, 256, 3, 341},
-		{"workers given", 1, true, 4, false, 256, 4, 256},
-		{"workers given, slots still split", 2, true, 8, false, 256, 8, 128},
+		{"one a side", 1, false, 4, false, 256, 1, 2000},
+		{"two a side", 2, false, 4, false, 256, 2, 1000},
+		{"uneven split rounds down", 3, false, 4, false, 256, 3, 666},
+		{"workers given", 1, true, 4, false, 256, 4, 500},
+		{"workers given, slots still split", 2, true, 8, false, 256, 8, 250},
 		{"concurrency given", 2, false, 4, true, 100, 2, 100},
 		{"both given", 1, true, 3, true, 7, 3, 7},
 		{"more gateways than slots", 2000, false, 4, false, 256, 2000, 1},
