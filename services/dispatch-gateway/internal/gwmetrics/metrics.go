@@ -137,7 +137,7 @@ func New(reg prometheus.Registerer, stats func() (workers, free int)) *Metrics {
 			Name: "pulse_dispatch_gate_flip_seconds", Help: "Time from a pause or resume (its statement's start) to this gateway's gate holding it.", Buckets: latencyBuckets,
 		}),
 		PausedWakeups: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pulse_dispatch_paused_wakeups_total", Help: "Dispatcher wake-ups (poll ticks, NOTIFYs, credits) that issued no claim query because dispatch is globally paused.",
+			Name: "pulse_dispatch_paused_wakeups_total", Help: "Claim-lane wake-ups (poll ticks, NOTIFYs, credits) that issued no claim query because dispatch is globally paused; each lane counts its own.",
 		}),
 		PresenceErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_gateway_presence_errors_total", Help: "Failed worker_presence refreshes and deletes; the rows expire after PULSE_PRESENCE_TTL unless a later refresh succeeds.",
