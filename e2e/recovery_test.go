@@ -45,7 +45,9 @@ type jobHeld struct {
 func TestRecoveryFromWorkerFailures(t *testing.T) {
 	t.Parallel()
 	f := upChaosFleet(t, localfleet.Options{Gateways: 2, Reaper: true}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// No deadline here: the parallel subtests may start minutes later,
+	// once the package's other tests free a slot; each sets its own.
+	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, f.DatabaseURL)
 	require.NoError(t, err)
@@ -70,6 +72,8 @@ func TestRecoveryFromWorkerFailures(t *testing.T) {
 
 	t.Run("KillWorkerMidJob", func(t *testing.T) {
 		t.Parallel()
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
 		const topic = "recovery.kill-worker"
 		// The first worker's handler blocks until the process dies.
 		victim := startWorker(t, f, workerSpec{ID: "kill-victim", Topic: topic, Gateways: []string{a, b},
@@ -101,6 +105,8 @@ func TestRecoveryFromWorkerFailures(t *testing.T) {
 
 	t.Run("ZombieWorkerIsFencedOut", func(t *testing.T) {
 		t.Parallel()
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
 		const topic = "recovery.zombie"
 		dir := t.TempDir()
 		zombieRelease, successorRelease := filepath.Join(dir, "zombie"), filepath.Join(dir, "successor")
