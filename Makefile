@@ -15,8 +15,12 @@ dev: ## run the whole fleet locally without Docker (throwaway Postgres, 1 gatewa
 	go run ./deploy/localfleet/cmd/pulse-dev
 
 .PHONY: test
-test: ## run every test against real Postgres (installs the server binaries if missing)
+test: ## every module's tests but e2e, -race, real Postgres (about 6 min on 2 cores; installs the server binaries if missing)
 	scripts/test.sh
+
+.PHONY: test-long
+test-long: ## the long tier: e2e's real fleets, browsers and short chaos, and the tests -short leaves out (release, image build, make dev)
+	scripts/test-long.sh
 
 # FUZZTIME is how long make fuzz runs each fuzz target.
 FUZZTIME ?= 30s

@@ -24,7 +24,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/claimwitness"
 )
 
-// The chaos test's knobs: make test runs a short seeded form, make chaos a
+// The chaos test's knobs: make test-long runs a short seeded form, make chaos a
 // long one. PULSE_CHAOS_SEED replays a run (the seed is printed first).
 const (
 	envChaosDuration = "PULSE_CHAOS_DURATION"

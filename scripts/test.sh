@@ -1,29 +1,18 @@
 #!/usr/bin/env bash
-# The one test command (make test): every module of the workspace, against
-# real PostgreSQL clusters the tests start themselves. Set
-# PULSE_TEST_DATABASE_URL to use an existing server instead.
+# The test command (make test): every module of the workspace but e2e,
+# with the race detector, against real PostgreSQL clusters the tests start
+# themselves (set PULSE_TEST_DATABASE_URL to use an existing server
+# instead). `-short` leaves out the few tests that build every binary or
+# open a thousand streams; make test-long (scripts/test-long.sh) runs them
+# and the e2e module's fleets. ADR-0066.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-command -v go >/dev/null 2>&1 || { echo "test: Go is not on PATH (need Go >= 1.26.7)" >&2; exit 1; }
-if [ -z "${PULSE_TEST_DATABASE_URL:-}" ]; then
-  scripts/ensure-postgres.sh
-fi
-scripts/ensure-tools.sh
-# make dev's fleet runs the Python SDK's demo worker beside the Go one, and
-# TestPulseDev requires it: Debian's python3-grpcio and python3-protobuf.
-sdk/python/scripts/ensure-deps.sh >/dev/null
+. scripts/test-env.sh
 
 mapfile -t pkgs < <(go list -m -f '{{.Dir}}/...')
 echo "test: go vet"
 go vet "${pkgs[@]}"
-# The end-to-end module (real fleets, headless Chromium, Prometheus) runs
-# after the others rather than beside them: on two cores, a browser and a
-# fleet next to fourteen other test binaries starved both sides into
-# timeouts (a page read before its refresh finished, a claim retried past
-# a test's bound), which no test should have to allow for.
 e2e="$PWD/e2e/..."
 mapfile -t rest < <(printf '%s\n' "${pkgs[@]}" | grep -vxF "$e2e")
-echo "test: go test (${#rest[@]} modules, then e2e)"
-go test -count=1 -race -timeout 14m "$@" "${rest[@]}"
-go test -count=1 -race -timeout 14m "$@" "$e2e"
+echo "test: go test -short (${#rest[@]} modules; make test-long runs e2e and the long tests)"
+go test -count=1 -race -short -timeout 14m "$@" "${rest[@]}"

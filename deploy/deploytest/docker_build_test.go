@@ -23,6 +23,9 @@ import (
 // needs and that every binary the image targets COPY is produced.
 func TestDockerBuildStage(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs the image build stage: builds every binary from a copy of the repo (about 25 s on two cores); make test-long runs it")
+	}
 	df := parseDockerfile(t, repoPath(t, dockerfilePath))
 	build := df.stages["build"]
 	require.NotNil(t, build)

@@ -35,6 +35,9 @@ var releaseBinaries = []string{"pulse", "control-api", "dispatch-gateway", "reap
 // used (IMAGES=0, which the script must say it skipped).
 func TestRelease(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("rehearses a release: builds every binary twice (about 90 s on two cores); make test-long runs it")
+	}
 	for _, tool := range []string{"git", "tar", "gzip", "sha256sum"} {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "make release needs %s", tool)

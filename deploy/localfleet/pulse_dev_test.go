@@ -28,6 +28,9 @@ import (
 // no process and no file is left behind.
 func TestPulseDev(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs make dev's whole fleet with its Go, Python and TypeScript workers (about 50 s on two cores); make test-long runs it")
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	root, err := FindRepoRoot(".")

@@ -303,7 +303,7 @@ func TestPresence(t *testing.T) {
 func TestIdleWorkersCostTheDatabaseLittle(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("opens 1,000 streams")
+		t.Skip("opens 1,000 streams; make test-long runs it")
 	}
 	counter := &roundTrips{}
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
