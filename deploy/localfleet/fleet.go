@@ -451,7 +451,7 @@ func (f *Fleet) down() error {
 	}
 	if f.Cluster != nil {
 		if f.opts.KeepData {
-			errs = append(errs, stopPostgresKeepingData(f.Cluster))
+			errs = append(errs, f.Cluster.StopKeepingData())
 		} else {
 			errs = append(errs, f.Cluster.Stop())
 		}

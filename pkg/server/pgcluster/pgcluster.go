@@ -2,6 +2,11 @@
 // installed on the machine (initdb and pg_ctl on PATH or under
 // /usr/lib/postgresql/*/bin). Tests, the no-Docker dev fleet and the load
 // test use it; nothing in production does.
+//
+// The server is a child of the process that started it and dies with it:
+// a test binary killed by a timeout, a Ctrl-C or kill -9 takes its cluster
+// along instead of leaving it running, and the next Start removes the
+// files such a cluster left behind.
 package pgcluster
 
 import (
@@ -47,18 +52,38 @@ type Cluster struct {
 	port    int
 	binDir  string
 	cred    *syscall.Credential
+
+	mu     sync.Mutex
+	server *server // nil while stopped
 }
 
-// BinDir finds the directory holding initdb and pg_ctl.
+// server is one run of the postmaster, a child of this process.
+type server struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the postmaster has exited
+}
+
+// ownerFile, in a cluster's root, holds the process id of the process that
+// started it; removeAbandoned reads it.
+const ownerFile = "owner.pid"
+
+// tempPattern names the roots Start creates.
+const tempPattern = "pulse-pg-"
+
+// BinDir finds the directory holding the server binaries: initdb, pg_ctl
+// and postgres.
 func BinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if _, err := exec.LookPath("initdb"); err == nil {
-			return filepath.Dir(p), nil
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			if _, err := exec.LookPath("initdb"); err == nil {
+				return dir, nil
+			}
 		}
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(matches) == 0 {
-		return "", errors.New("pgcluster: no PostgreSQL server binaries found (pg_ctl on PATH or /usr/lib/postgresql/*/bin); install postgresql or set PULSE_TEST_DATABASE_URL")
+		return "", errors.New("pgcluster: no PostgreSQL server binaries found (pg_ctl and postgres on PATH or /usr/lib/postgresql/*/bin); install postgresql or set PULSE_TEST_DATABASE_URL")
 	}
 	sort.Slice(matches, func(i, j int) bool { return versionOf(matches[i]) > versionOf(matches[j]) })
 	return filepath.Dir(matches[0]), nil
@@ -83,9 +108,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	root := opts.Dir
 	if root == "" {
-		root, err = os.MkdirTemp("", "pulse-pg-")
+		removeAbandoned(os.TempDir())
+		root, err = os.MkdirTemp("", tempPattern)
 		if err != nil {
 			return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(root, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			os.RemoveAll(root)
+			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 	}
 	c := &Cluster{root: root, dataDir: filepath.Join(root, "data"), binDir: bin}
@@ -165,33 +195,94 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// Restart starts the server if it is stopped, or restarts it if it runs; it
-// returns once the server accepts connections.
+// Restart starts the server if it is stopped, or stops it the way pg_ctl's
+// fast mode does and starts it again if it runs; it returns once the
+// server accepts connections.
 func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.server != nil {
+		if err := c.stopServer(syscall.SIGINT); err != nil {
+			return err
+		}
+	}
 	logFile := filepath.Join(c.root, "postgres.log")
-	mode := "start"
-	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
-		mode = "restart"
+	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgcluster: open log: %w", err)
 	}
-	if out, err := c.run(ctx, "pg_ctl", mode, "-D", c.dataDir, "-l", logFile, "-w", "-t", "60", "-m", "fast"); err != nil {
+	closeInheritedOnExec()
+	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), "-D", c.dataDir)
+	cmd.Dir = c.root
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group keeps a terminal's Ctrl-C away from the
+	// server: it stops because its parent does. Pdeathsig sends it
+	// SIGQUIT (an immediate shutdown, its backends with it) when the
+	// thread that started it exits; Go ends a thread only when a goroutine
+	// locked to it returns, which Restart's callers do not do, so in
+	// effect when this process exits, however it exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
+	}
+	srv := &server{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // how it exited is in its log
+		log.Close()
+		close(srv.exited)
+	}()
+	c.server = srv
+	if err := c.waitReady(ctx, srv); err != nil {
+		_ = c.stopServer(syscall.SIGQUIT)
 		logTail, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pgcluster: pg_ctl %s: %w: %s\n%s", mode, err, out, logTail)
-	}
-	return c.waitReady(ctx)
-}
-
-// Crash stops the server the way a crash does (pg_ctl stop -m
-// immediate: no checkpoint, every connection cut); Restart brings it back
-// through crash recovery.
-func (c *Cluster) Crash(ctx context.Context) error {
-	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-t", "60", "-m", "immediate"); err != nil {
-		return fmt.Errorf("pgcluster: pg_ctl stop -m immediate: %w: %s", err, out)
+		return fmt.Errorf("pgcluster: start postgres: %w\n%s", err, logTail)
 	}
 	return nil
 }
 
-func (c *Cluster) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
+// Crash stops the server the way a crash does (an immediate shutdown, as
+// pg_ctl stop -m immediate: no checkpoint, every connection cut); Restart
+// brings it back through crash recovery.
+func (c *Cluster) Crash(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopServer(syscall.SIGQUIT)
+}
+
+// stopServer sends the postmaster sig (SIGINT: a fast shutdown, SIGQUIT:
+// an immediate one) and waits for it to exit, killing it after a minute.
+// c.mu is held.
+func (c *Cluster) stopServer(sig syscall.Signal) error {
+	srv := c.server
+	if srv == nil {
+		return nil
+	}
+	c.server = nil
+	select {
+	case <-srv.exited:
+		return nil
+	default:
+	}
+	if err := srv.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgcluster: signal postgres: %w", err)
+	}
+	select {
+	case <-srv.exited:
+		return nil
+	case <-time.After(stopPatience):
+	}
+	_ = srv.cmd.Process.Kill()
+	<-srv.exited
+	return fmt.Errorf("pgcluster: postgres did not stop within %s of %s; killed", stopPatience, sig)
+}
+
+// stopPatience bounds a shutdown before the postmaster is killed.
+const stopPatience = time.Minute
+
+func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
+	deadline := time.Now().Add(time.Minute)
 	for {
 		conn, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err == nil {
@@ -199,9 +290,15 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgcluster: server not accepting connections: %w", err)
+			return fmt.Errorf("server not accepting connections: %w", err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-srv.exited:
+			return errors.New("server exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -216,20 +313,63 @@ func (c *Cluster) Port() int { return c.port }
 // DataDir is the cluster's data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
-// Stop shuts the server down and removes every file it wrote.
+// Stop shuts the server down (an immediate shutdown: nothing of it is
+// kept) and removes every file it wrote.
 func (c *Cluster) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var stopErr error
-	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
-		if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "immediate"); err != nil {
-			stopErr = fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
-		}
-	}
+	c.mu.Lock()
+	stopErr := c.stopServer(syscall.SIGQUIT)
+	c.mu.Unlock()
 	if err := os.RemoveAll(c.root); err != nil && stopErr == nil {
 		stopErr = fmt.Errorf("pgcluster: remove %s: %w", c.root, err)
 	}
 	return stopErr
+}
+
+// StopKeepingData shuts the server down cleanly (a fast shutdown, with its
+// checkpoint) and leaves its files on disk.
+func (c *Cluster) StopKeepingData() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopServer(syscall.SIGINT)
+}
+
+// removeAbandoned removes the roots Start made under dir for processes
+// that have exited while their server is gone too: what a process killed
+// before it could Stop its cluster leaves (its server died with it). A
+// root whose owner or server still runs, or that names no owner, is left
+// alone.
+func removeAbandoned(dir string) {
+	roots, _ := filepath.Glob(filepath.Join(dir, tempPattern+"*"))
+	for _, root := range roots {
+		owner, err := readPID(filepath.Join(root, ownerFile))
+		if err != nil || alive(owner) {
+			continue
+		}
+		if server, err := readPID(filepath.Join(root, "data", "postmaster.pid")); err == nil && alive(server) {
+			continue
+		}
+		_ = os.RemoveAll(root)
+	}
+}
+
+// readPID reads the process id on the first line of path.
+func readPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
+// alive reports whether a process with this id exists (signal 0 checks
+// without sending anything; EPERM means it exists under another user).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {

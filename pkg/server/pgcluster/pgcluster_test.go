@@ -1,0 +1,209 @@
+package pgcluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// ownerEnv makes the test binary an owner process for
+// TestTheServerDiesWithItsOwner: it starts a cluster, prints its port and
+// root, and waits to be killed.
+const ownerEnv = "PGCLUSTER_TEST_OWNER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(ownerEnv) == "1" {
+		runOwner()
+		return
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func runOwner() {
+	c, err := Start(context.Background(), Options{Fast: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("%d %s\n", c.Port(), c.root)
+	select {} // until killed
+}
+
+// patience bounds every wait in these tests.
+const patience = time.Minute
+
+// reachable reports whether the server on port accepts a connection.
+func reachable(ctx context.Context, port int) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	if err != nil {
+		return false
+	}
+	conn.Close(ctx)
+	return true
+}
+
+// sharedTempDir is a t.TempDir the server's user can reach: the test's
+// directory and its parent are private to this process's user otherwise.
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	return dir
+}
+
+func TestTheServerDiesWithItsOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tmp := sharedTempDir(t)
+
+	owner := exec.Command(os.Args[0], "-test.run=^$")
+	owner.Env = append(os.Environ(), ownerEnv+"=1", "TMPDIR="+tmp)
+	owner.Stderr = os.Stderr
+	out, err := owner.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, owner.Start())
+	t.Cleanup(func() { _ = owner.Process.Kill(); _ = owner.Wait() })
+
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the owner process did not report its cluster")
+	portText, root, ok := strings.Cut(strings.TrimSpace(line), " ")
+	require.True(t, ok, "owner said %q", line)
+	port, err := strconv.Atoi(portText)
+	require.NoError(t, err)
+	require.True(t, reachable(ctx, port), "the owner's cluster does not accept connections")
+	require.Equal(t, tmp, filepath.Dir(root))
+
+	// Before the owner dies its root is not abandoned.
+	removeAbandoned(tmp)
+	require.DirExists(t, root)
+
+	require.NoError(t, owner.Process.Kill()) // kill -9: the owner runs no cleanup
+	_ = owner.Wait()
+
+	require.Eventually(t, func() bool { return !reachable(ctx, port) }, patience, 50*time.Millisecond,
+		"the server still accepts connections after its owner was killed")
+	require.Eventually(t, func() bool {
+		pid, err := readPID(filepath.Join(root, "data", "postmaster.pid"))
+		return err != nil || !alive(pid)
+	}, patience, 50*time.Millisecond, "the postmaster outlived its owner")
+
+	removeAbandoned(tmp)
+	require.NoDirExists(t, root, "the next Start's sweep left the dead owner's files")
+}
+
+func TestTheSweepLeavesWhatIsNotAbandoned(t *testing.T) {
+	t.Parallel()
+	tmp := sharedTempDir(t)
+
+	ours := filepath.Join(tmp, tempPattern+"ours")
+	require.NoError(t, os.MkdirAll(ours, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(ours, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644))
+
+	// Being made: no owner file yet.
+	unnamed := filepath.Join(tmp, tempPattern+"unnamed")
+	require.NoError(t, os.MkdirAll(unnamed, 0o755))
+
+	// An owner that exited while its server runs on: the server is left.
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	serving := filepath.Join(tmp, tempPattern+"serving")
+	require.NoError(t, os.MkdirAll(filepath.Join(serving, "data"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(serving, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(serving, "data", "postmaster.pid"), []byte(strconv.Itoa(os.Getpid())+"\n/data\n"), 0o644))
+
+	// An owner that exited and no server: abandoned.
+	gone := filepath.Join(tmp, tempPattern+"gone")
+	require.NoError(t, os.MkdirAll(gone, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(gone, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644))
+
+	// Not one of Start's roots at all.
+	other := filepath.Join(tmp, "other")
+	require.NoError(t, os.MkdirAll(other, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(other, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644))
+
+	removeAbandoned(tmp)
+	require.DirExists(t, ours)
+	require.DirExists(t, unnamed)
+	require.DirExists(t, serving)
+	require.DirExists(t, other)
+	require.NoDirExists(t, gone)
+}
+
+func TestCrashRestartAndStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := Start(ctx, Options{}) // durable: a crash keeps what committed
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)`)
+	require.NoError(t, err)
+	conn.Close(ctx)
+
+	require.NoError(t, c.Crash(ctx))
+	require.False(t, reachable(ctx, c.Port()), "the server accepts connections after Crash returned")
+
+	require.NoError(t, c.Restart(ctx)) // through crash recovery
+	require.NoError(t, c.Restart(ctx)) // a running server: stopped and started
+	conn, err = pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT n FROM kept`).Scan(&n))
+	require.Equal(t, 1, n)
+	conn.Close(ctx)
+
+	require.NoError(t, c.Stop())
+	require.False(t, reachable(ctx, c.Port()))
+	require.NoDirExists(t, c.root)
+}
+
+func TestStopKeepingDataLeavesAStartableCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := sharedTempDir(t)
+	c, err := Start(ctx, Options{Fast: true, Dir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (2)`)
+	require.NoError(t, err)
+	conn.Close(ctx)
+
+	require.NoError(t, c.StopKeepingData())
+	require.False(t, reachable(ctx, c.Port()))
+	require.FileExists(t, filepath.Join(c.DataDir(), "PG_VERSION"))
+	require.NoFileExists(t, filepath.Join(c.DataDir(), "postmaster.pid"), "a fast shutdown removes the lock file")
+
+	require.NoError(t, c.Restart(ctx))
+	conn, err = pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT n FROM kept`).Scan(&n))
+	require.Equal(t, 2, n)
+	conn.Close(ctx)
+}
