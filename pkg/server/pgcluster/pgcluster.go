@@ -3,10 +3,10 @@
 // /usr/lib/postgresql/*/bin). Tests, the no-Docker dev fleet and the load
 // test use it; nothing in production does.
 //
-// The server is a child of the process that started it and dies with it:
-// a test binary killed by a timeout, a Ctrl-C or kill -9 takes its cluster
-// along instead of leaving it running, and the next Start removes the
-// files such a cluster left behind.
+// The server dies with the process that started it: a test binary killed
+// by a timeout, a Ctrl-C or kill -9 takes its cluster along instead of
+// leaving it running (see watcher), and the next Start removes the files
+// such a cluster left behind.
 package pgcluster
 
 import (
@@ -53,15 +53,27 @@ type Cluster struct {
 	binDir  string
 	cred    *syscall.Credential
 
-	mu     sync.Mutex
-	server *server // nil while stopped
+	mu      sync.Mutex
+	watcher *watcher // nil while the server is stopped
 }
 
-// server is one run of the postmaster, a child of this process.
-type server struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the postmaster has exited
+// watcher stops the server when this process exits, however it exits. It
+// is a child process (sh) reading a pipe whose only write end this
+// process holds: when the process ends the kernel closes that end, the
+// read returns, and the watcher sends the postmaster SIGQUIT, an immediate
+// shutdown that takes its backends with it. pg_ctl detaches the
+// postmaster from this process, so nothing else would stop it.
+//
+// A process, not a goroutine: a test may start its package's cluster from
+// inside a testing/synctest bubble, which must not be left with a
+// goroutine that outlives it.
+type watcher struct {
+	cmd  *exec.Cmd
+	pipe *os.File // the write end, close-on-exec: no other child inherits it
 }
+
+// watchScript waits for end of input, then stops the postmaster ($1).
+const watchScript = `read -r _; kill -QUIT "$1" 2>/dev/null`
 
 // ownerFile, in a cluster's root, holds the process id of the process that
 // started it; removeAbandoned reads it.
@@ -70,20 +82,16 @@ const ownerFile = "owner.pid"
 // tempPattern names the roots Start creates.
 const tempPattern = "pulse-pg-"
 
-// BinDir finds the directory holding the server binaries: initdb, pg_ctl
-// and postgres.
+// BinDir finds the directory holding initdb and pg_ctl.
 func BinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		dir := filepath.Dir(p)
-		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
-			if _, err := exec.LookPath("initdb"); err == nil {
-				return dir, nil
-			}
+		if _, err := exec.LookPath("initdb"); err == nil {
+			return filepath.Dir(p), nil
 		}
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(matches) == 0 {
-		return "", errors.New("pgcluster: no PostgreSQL server binaries found (pg_ctl and postgres on PATH or /usr/lib/postgresql/*/bin); install postgresql or set PULSE_TEST_DATABASE_URL")
+		return "", errors.New("pgcluster: no PostgreSQL server binaries found (pg_ctl on PATH or /usr/lib/postgresql/*/bin); install postgresql or set PULSE_TEST_DATABASE_URL")
 	}
 	sort.Slice(matches, func(i, j int) bool { return versionOf(matches[i]) > versionOf(matches[j]) })
 	return filepath.Dir(matches[0]), nil
@@ -195,94 +203,79 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// Restart starts the server if it is stopped, or stops it the way pg_ctl's
-// fast mode does and starts it again if it runs; it returns once the
-// server accepts connections.
+// Restart starts the server if it is stopped, or restarts it if it runs; it
+// returns once the server accepts connections.
 func (c *Cluster) Restart(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.server != nil {
-		if err := c.stopServer(syscall.SIGINT); err != nil {
-			return err
-		}
-	}
+	c.unwatch()
 	logFile := filepath.Join(c.root, "postgres.log")
-	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("pgcluster: open log: %w", err)
+	mode := "start"
+	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
+		mode = "restart"
 	}
-	closeInheritedOnExec()
-	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), "-D", c.dataDir)
-	cmd.Dir = c.root
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group keeps a terminal's Ctrl-C away from the
-	// server: it stops because its parent does. Pdeathsig sends it
-	// SIGQUIT (an immediate shutdown, its backends with it) when the
-	// thread that started it exits; Go ends a thread only when a goroutine
-	// locked to it returns, which Restart's callers do not do, so in
-	// effect when this process exits, however it exits.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("pgcluster: start postgres: %w", err)
-	}
-	srv := &server{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait() // how it exited is in its log
-		log.Close()
-		close(srv.exited)
-	}()
-	c.server = srv
-	if err := c.waitReady(ctx, srv); err != nil {
-		_ = c.stopServer(syscall.SIGQUIT)
+	if out, err := c.run(ctx, "pg_ctl", mode, "-D", c.dataDir, "-l", logFile, "-w", "-t", "60", "-m", "fast"); err != nil {
 		logTail, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pgcluster: start postgres: %w\n%s", err, logTail)
+		return fmt.Errorf("pgcluster: pg_ctl %s: %w: %s\n%s", mode, err, out, logTail)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return err
+	}
+	return c.watch()
+}
+
+// Crash stops the server the way a crash does (pg_ctl stop -m
+// immediate: no checkpoint, every connection cut); Restart brings it back
+// through crash recovery.
+func (c *Cluster) Crash(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unwatch()
+	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-t", "60", "-m", "immediate"); err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl stop -m immediate: %w: %s", err, out)
 	}
 	return nil
 }
 
-// Crash stops the server the way a crash does (an immediate shutdown, as
-// pg_ctl stop -m immediate: no checkpoint, every connection cut); Restart
-// brings it back through crash recovery.
-func (c *Cluster) Crash(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stopServer(syscall.SIGQUIT)
+// watch starts the watcher of the running server. c.mu is held.
+func (c *Cluster) watch() error {
+	pid, err := readPID(filepath.Join(c.dataDir, "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("pgcluster: the postmaster's pid: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("pgcluster: watcher pipe: %w", err)
+	}
+	defer r.Close() // the watcher holds its own copy
+	closeInheritedOnExec()
+	cmd := exec.Command("sh", "-c", watchScript, "pgcluster-watch", strconv.Itoa(pid))
+	cmd.Stdin = r
+	// Its own process group, so a terminal's Ctrl-C reaches this process
+	// and not the watcher, which must outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("pgcluster: start watcher: %w", err)
+	}
+	c.watcher = &watcher{cmd: cmd, pipe: w}
+	return nil
 }
 
-// stopServer sends the postmaster sig (SIGINT: a fast shutdown, SIGQUIT:
-// an immediate one) and waits for it to exit, killing it after a minute.
-// c.mu is held.
-func (c *Cluster) stopServer(sig syscall.Signal) error {
-	srv := c.server
-	if srv == nil {
-		return nil
+// unwatch stops the watcher, before this process stops the server
+// itself. c.mu is held.
+func (c *Cluster) unwatch() {
+	if c.watcher == nil {
+		return
 	}
-	c.server = nil
-	select {
-	case <-srv.exited:
-		return nil
-	default:
-	}
-	if err := srv.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("pgcluster: signal postgres: %w", err)
-	}
-	select {
-	case <-srv.exited:
-		return nil
-	case <-time.After(stopPatience):
-	}
-	_ = srv.cmd.Process.Kill()
-	<-srv.exited
-	return fmt.Errorf("pgcluster: postgres did not stop within %s of %s; killed", stopPatience, sig)
+	_ = c.watcher.cmd.Process.Kill() // before the pipe closes: it must not signal anything
+	_ = c.watcher.cmd.Wait()
+	c.watcher.pipe.Close()
+	c.watcher = nil
 }
 
-// stopPatience bounds a shutdown before the postmaster is killed.
-const stopPatience = time.Minute
-
-func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
-	deadline := time.Now().Add(time.Minute)
+func (c *Cluster) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err == nil {
@@ -290,15 +283,9 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server not accepting connections: %w", err)
+			return fmt.Errorf("pgcluster: server not accepting connections: %w", err)
 		}
-		select {
-		case <-srv.exited:
-			return errors.New("server exited")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -313,24 +300,37 @@ func (c *Cluster) Port() int { return c.port }
 // DataDir is the cluster's data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
-// Stop shuts the server down (an immediate shutdown: nothing of it is
-// kept) and removes every file it wrote.
+// Stop shuts the server down and removes every file it wrote.
 func (c *Cluster) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	c.mu.Lock()
-	stopErr := c.stopServer(syscall.SIGQUIT)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.unwatch()
+	var stopErr error
+	if _, err := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); err == nil {
+		if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "immediate"); err != nil {
+			stopErr = fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+		}
+	}
 	if err := os.RemoveAll(c.root); err != nil && stopErr == nil {
 		stopErr = fmt.Errorf("pgcluster: remove %s: %w", c.root, err)
 	}
 	return stopErr
 }
 
-// StopKeepingData shuts the server down cleanly (a fast shutdown, with its
-// checkpoint) and leaves its files on disk.
+// StopKeepingData shuts the server down cleanly (pg_ctl stop -m fast, with
+// its checkpoint) and leaves its files on disk.
 func (c *Cluster) StopKeepingData() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stopServer(syscall.SIGINT)
+	c.unwatch()
+	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "fast"); err != nil {
+		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
 }
 
 // removeAbandoned removes the roots Start made under dir for processes

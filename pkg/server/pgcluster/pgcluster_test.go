@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -178,6 +179,24 @@ func TestCrashRestartAndStop(t *testing.T) {
 	require.NoError(t, c.Stop())
 	require.False(t, reachable(ctx, c.Port()))
 	require.NoDirExists(t, c.root)
+}
+
+// TestAClusterStartedInABubbleLeavesNoGoroutineInIt: a test package's
+// first database may be asked for from inside a testing/synctest bubble
+// (pgtest starts the package's cluster then), and a bubble whose
+// goroutine outlives it never ends: this test would hang until its
+// timeout.
+func TestAClusterStartedInABubbleLeavesNoGoroutineInIt(t *testing.T) {
+	t.Parallel()
+	var c *Cluster
+	synctest.Test(t, func(t *testing.T) {
+		var err error
+		c, err = Start(t.Context(), Options{Fast: true})
+		require.NoError(t, err)
+	})
+	require.NotNil(t, c)
+	require.True(t, reachable(context.Background(), c.Port()))
+	require.NoError(t, c.Stop())
 }
 
 func TestStopKeepingDataLeavesAStartableCluster(t *testing.T) {
