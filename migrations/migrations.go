@@ -107,14 +107,7 @@ const (
 	// there. No service requires it: on an older schema the wake says
 	// ' new' or nothing, as before.
 	VersionInsertWakeSaysWhen int64 = 24
-	// VersionInsertWakeWithoutTransitionTable wakes the gateways from a
-	// row trigger that transactions sending their own wake skip
-	// (pulse.wakes_sent, 00025, ADR-0067), instead of a statement trigger
-	// whose transition table copied every inserted row. No service
-	// requires it: on an older schema control-api's wake is collected by
-	// the old trigger as well, and Postgres sends a repeated payload once.
-	VersionInsertWakeWithoutTransitionTable int64 = 25
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionInsertWakeWithoutTransitionTable
+const Latest = VersionInsertWakeSaysWhen

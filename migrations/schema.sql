@@ -588,19 +588,22 @@ CREATE FUNCTION public.jobs_notify_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    payload text;
+    marker text := CASE WHEN clock_timestamp() - transaction_timestamp() < interval '10 milliseconds'
+                        THEN ' new' ELSE '' END;
 BEGIN
     IF current_setting('pulse.ready_after_commit', true) = 'on' THEN
-        payload := NEW.topic || ' at ' || (extract(epoch FROM transaction_timestamp()) * 1000000)::bigint;
-        IF strpos(',' || current_setting('pulse.ready_payloads', true) || ',', ',' || payload || ',') = 0 THEN
-            PERFORM set_config('pulse.ready_payloads',
-                               concat_ws(',', NULLIF(current_setting('pulse.ready_payloads', true), ''), payload),
-                               false);
-        END IF;
+        marker := ' at ' || (extract(epoch FROM transaction_timestamp()) * 1000000)::bigint;
+        PERFORM set_config('pulse.ready_payloads',
+                           concat_ws(',', NULLIF(current_setting('pulse.ready_payloads', true), ''),
+                                     string_agg(t.topic || marker, ',')),
+                           false)
+        FROM (SELECT DISTINCT topic FROM inserted_jobs
+              WHERE status = 'PENDING' AND next_run_at <= now()) AS t;
         RETURN NULL;
     END IF;
-    PERFORM pg_notify('pulse_jobs_ready', NEW.topic ||
-        CASE WHEN clock_timestamp() - transaction_timestamp() < interval '10 milliseconds' THEN ' new' ELSE '' END);
+    PERFORM pg_notify('pulse_jobs_ready', t.topic || marker)
+    FROM (SELECT DISTINCT topic FROM inserted_jobs
+          WHERE status = 'PENDING' AND next_run_at <= now()) AS t;
     RETURN NULL;
 END
 $$;
@@ -1629,7 +1632,7 @@ CREATE TRIGGER jobs_guard_truncate BEFORE TRUNCATE ON public.jobs FOR EACH STATE
 -- Name: jobs jobs_notify_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER jobs_notify_insert AFTER INSERT ON public.jobs FOR EACH ROW WHEN (((current_setting('pulse.wakes_sent'::text, true) IS DISTINCT FROM 'on'::text) AND (new.status = 'PENDING'::text) AND (new.next_run_at <= now()))) EXECUTE FUNCTION public.jobs_notify_insert();
+CREATE TRIGGER jobs_notify_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS inserted_jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_insert();
 
 --
 -- Name: jobs jobs_record_replacement; Type: TRIGGER; Schema: public; Owner: -

@@ -37,9 +37,6 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 		return pool, newStore(t, pool)
 	}
 
-	// A control-api of the build before migration 00025 asks only for its
-	// payloads to be collected (pulse.ready_after_commit); the trigger
-	// still does that for it.
 	t.Run("ATransactionThatAsksForItGetsNoNotifyFromTheTrigger", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -70,59 +67,12 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('pulse.ready_payloads')`).Scan(&payloads))
 		require.ElementsMatch(t, []string{"later.a", "later.b"}, topicsOf(splitPayloads(payloads)))
 		var sent int
-		var emptied string
-		require.NoError(t, conn.QueryRow(ctx, jobstore.NotifyReadySQL).Scan(&sent, &emptied))
+		require.NoError(t, conn.QueryRow(ctx, jobstore.NotifyReadySQL).Scan(&sent))
 		require.Equal(t, 2, sent)
 		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
 		got := readyUntilMarker(t, listener)
 		require.ElementsMatch(t, []string{"later.a", "later.b", "marker"}, topicsOf(got))
-	})
-
-	// control-api's submits (migration 00025, ADR-0067) send their own
-	// wake and say so: the trigger neither notifies nor collects.
-	t.Run("ATransactionThatSendsItsOwnWakeGetsNothingFromTheTrigger", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		listener := listenReady(t, b)
-		conn, err := pgx.Connect(ctx, b.pool.Config().ConnString())
-		require.NoError(t, err)
-		t.Cleanup(func() { conn.Close(ctx) })
-
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `SELECT set_config('pulse.wakes_sent', 'on', true), set_config('pulse.ready_after_commit', 'on', true), set_config('pulse.ready_payloads', 'own', false)`)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `INSERT INTO jobs (id, topic, args) VALUES (gen_random_uuid(), 'own.a', '{}'), (gen_random_uuid(), 'own.b', '{}')`)
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit(ctx))
-
-		_, err = b.pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
-		require.NoError(t, err)
-		require.Equal(t, []string{"marker"}, readyUntilMarker(t, listener))
-		var payloads string
-		require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('pulse.ready_payloads')`).Scan(&payloads))
-		require.Equal(t, "own", payloads, "the trigger added to the transaction's own payloads")
-	})
-
-	// No insert trigger declares a transition table: Postgres would copy
-	// every row each INSERT writes into it (a third of a 1,000-job
-	// INSERT's time, ADR-0067), whatever the trigger then did.
-	t.Run("NoInsertTriggerCopiesTheRowsItInserts", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		var copying []string
-		rows, err := b.pool.Query(ctx, `
-SELECT tgname FROM pg_trigger
-WHERE tgrelid = 'jobs'::regclass AND tgnewtable IS NOT NULL AND tgtype & 4 <> 0`) // TRIGGER_TYPE_INSERT
-		require.NoError(t, err)
-		for rows.Next() {
-			var name string
-			require.NoError(t, rows.Scan(&name))
-			copying = append(copying, name)
-		}
-		require.NoError(t, rows.Err())
-		require.Empty(t, copying)
 	})
 
 	t.Run("ATransactionThatDoesNotAskNotifiesAtItsCommit", func(t *testing.T) {
@@ -137,32 +87,21 @@ WHERE tgrelid = 'jobs'::regclass AND tgnewtable IS NOT NULL AND tgtype & 4 <> 0`
 		require.Equal(t, []string{"at.commit", "marker"}, topicsOf(readyUntilMarker(t, listener)))
 	})
 
-	t.Run("TheStoresInsertWakesOnlyAfterTheCommitForItsReadyTopics", func(t *testing.T) {
+	t.Run("TheStoresInsertLeavesItsWakeForAfterTheCommit", func(t *testing.T) {
 		t.Parallel()
 		pool, store := oneConnStore(t)
-		listener := listenOn(t, pool)
 		keyed := newJob("store.b", 5)
 		keyed.IdempotencyKey = "wake-after-commit"
-		later := newJob("store.later", 5)
-		later.RunAt = time.Now().Add(time.Hour)
 		for _, batch := range [][]pulsetype.NewJob{
-			{newJob("store.a", 5), newJob("store.b", 5), newJob("store.a", 5), later}, // the plain INSERT
-			{newJob("store.a", 5), keyed, later},                                      // the INSERT with conflict handling
+			{newJob("store.a", 5), newJob("store.b", 5), newJob("store.a", 5)}, // the plain INSERT
+			{newJob("store.a", 5), keyed},                                      // the INSERT with conflict handling
 		} {
 			_, err := store.Insert(ctx, batch)
 			require.NoError(t, err)
-			_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
-			require.NoError(t, err)
-			got := readyUntilMarker(t, listener)
-			for _, p := range got[:len(got)-1] {
-				_, _, timed := jobstore.ReadyAt(p)
-				require.True(t, timed, "%q was not the wake sent after the commit", p)
-			}
-			require.ElementsMatch(t, []string{"store.a", "store.b", "marker"}, topicsOf(got),
-				"one wake per ready topic, none for a job that runs in an hour")
 			var payloads string
 			require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('pulse.ready_payloads', true)`).Scan(&payloads))
-			require.Empty(t, payloads, "a sent wake is not left for the next insert")
+			require.ElementsMatch(t, []string{"store.a", "store.b"}, topicsOf(splitPayloads(payloads)),
+				"the insert's transaction collected its wake instead of notifying at its commit")
 		}
 	})
 
@@ -205,9 +144,6 @@ WHERE tgrelid = 'jobs'::regclass AND tgnewtable IS NOT NULL AND tgtype & 4 <> 0`
 		require.NoError(t, err)
 		conns := pool.Stat().NewConnsCount()
 
-		_, err = store.Insert(ctx, []pulsetype.NewJob{newJob("before", 5)})
-		require.NoError(t, err)
-
 		refused := []pulsetype.NewJob{newJob("refused", 5), newJob("refused", 5)}
 		refused[1].Args = []byte(`{"a":"x\u0000y"}`) // jsonb cannot hold it
 		_, err = store.Insert(ctx, refused)
@@ -218,11 +154,11 @@ WHERE tgrelid = 'jobs'::regclass AND tgnewtable IS NOT NULL AND tgtype & 4 <> 0`
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
-		require.Equal(t, []string{"before", "accepted", "marker"}, topicsOf(readyUntilMarker(t, listener)),
-			"the refused batch's topic was never announced, nor the insert's before it again")
+		require.Equal(t, []string{"accepted", "marker"}, topicsOf(readyUntilMarker(t, listener)),
+			"the refused batch's topic was never announced")
 		require.Equal(t, conns, pool.Stat().NewConnsCount(),
 			"the refused insert's aborted transaction was rolled back, not its connection closed")
-		require.Equal(t, 2, countJobs(t, pool))
+		require.Equal(t, 1, countJobs(t, pool))
 	})
 }
 

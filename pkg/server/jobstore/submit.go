@@ -301,7 +301,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 	// the batch is inserted the ordinary way below, so a repeated id is still
 	// a duplicate, never an error.
 	if plainBatch(jobs) {
-		tag, err := s.insertWakingAfterCommit(ctx, readyTopics(jobs), insertRowsSQL, insertParams(jobs), nil)
+		tag, err := s.insertWakingAfterCommit(ctx, insertRowsSQL, insertParams(jobs), nil)
 		switch {
 		case err == nil && tag.RowsAffected() == int64(n):
 			for i := range fresh {
@@ -318,7 +318,7 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 	stmt := insertStatement(jobs)
 	params := insertParams(inKeyOrder(jobs))
 	for try := 1; ; try++ {
-		inserted, err := s.insertReturning(ctx, readyTopics(jobs), stmt, params)
+		inserted, err := s.insertReturning(ctx, stmt, params)
 		if isUniqueRace(err) && try < uniqueRaceRetries {
 			continue
 		}
@@ -333,11 +333,10 @@ func (s *Store) insertRows(ctx context.Context, jobs []pulsetype.NewJob) ([]bool
 }
 
 // insertReturning runs an insert statement that returns the ids it
-// inserted, with the pinned plan settings (pinnedPlanSQL), waking the
-// gateways for the topics in wake after its commit.
-func (s *Store) insertReturning(ctx context.Context, wake []string, stmt string, params []any) (map[uuid.UUID]bool, error) {
+// inserted, with the pinned plan settings (pinnedPlanSQL).
+func (s *Store) insertReturning(ctx context.Context, stmt string, params []any) (map[uuid.UUID]bool, error) {
 	inserted := make(map[uuid.UUID]bool)
-	_, err := s.insertWakingAfterCommit(ctx, wake, stmt, params, func(rows pgx.Rows) error {
+	_, err := s.insertWakingAfterCommit(ctx, stmt, params, func(rows pgx.Rows) error {
 		var id uuid.UUID
 		if err := rows.Scan(uuidDest(&id)); err != nil {
 			return err
@@ -352,50 +351,22 @@ func (s *Store) insertReturning(ctx context.Context, wake []string, stmt string,
 }
 
 // readyAfterCommitSQL begins an insert's transaction: the pinned plan
-// settings (pinnedPlanSQL), then the wake it will send after its commit.
-// pulse.wakes_sent tells the insert trigger that this transaction sends
-// its own (migration 00025, ADR-0067), so it does nothing; the payloads go
-// in pulse.ready_payloads now, one per ready topic named in $1, each with
-// the transaction's start, which is every inserted job's submitted_at
-// (ADR-0063). pulse.ready_after_commit keeps a schema before migration
-// 00025 from notifying at the commit (its trigger adds the same payloads,
-// and Postgres folds a payload repeated in one transaction into one).
-const readyAfterCommitSQL = pinnedPlanSQL + `, set_config('pulse.wakes_sent', 'on', true),
-       set_config('pulse.ready_after_commit', 'on', true),
-       set_config('pulse.ready_payloads', COALESCE((
-           SELECT string_agg(t || '` + SubmittedReady + `' || (extract(epoch FROM transaction_timestamp()) * 1000000)::bigint, ',')
-           FROM unnest($1::text[]) AS t), ''), false)`
+// settings (pinnedPlanSQL), then the two settings with which the insert
+// trigger (migration 00023, ADR-0061) collects its pulse_jobs_ready
+// payloads in pulse.ready_payloads for after the commit instead of
+// notifying at it. The payloads start empty in every such transaction.
+const readyAfterCommitSQL = pinnedPlanSQL + `, set_config('pulse.ready_after_commit', 'on', true), set_config('pulse.ready_payloads', '', false)`
 
-// notifyReadySQL sends the payloads readyAfterCommitSQL set, in a
-// transaction of its own after the insert's commit, and empties them: an
-// insert that fails rolls its settings back to what was there before it
-// began, which is then nothing, not the last insert's wake. Postgres folds
-// a payload repeated within one transaction into one notification.
-const notifyReadySQL = `SELECT count(pg_notify('` + ReadyChannel + `', p)), set_config('pulse.ready_payloads', '', false)
+// notifyReadySQL sends the payloads the insert trigger collected, in a
+// transaction of its own after the insert's commit. Postgres folds a
+// payload repeated within one transaction into one notification.
+const notifyReadySQL = `SELECT count(pg_notify('` + ReadyChannel + `', p))
 FROM unnest(string_to_array(NULLIF(current_setting('pulse.ready_payloads', true), ''), ',')) AS p`
-
-// readyTopics are the distinct topics of jobs that are ready when they are
-// inserted (no run_at in the future): the topics of an insert's wake.
-func readyTopics(jobs []pulsetype.NewJob) []string {
-	now := time.Now()
-	seen := make(map[string]struct{}, 1)
-	var topics []string
-	for i := range jobs {
-		j := &jobs[i]
-		if _, dup := seen[j.Topic]; dup || j.RunAt.After(now) {
-			continue
-		}
-		seen[j.Topic] = struct{}{}
-		topics = append(topics, j.Topic)
-	}
-	return topics
-}
 
 // insertWakingAfterCommit runs an insert statement (with scan for its
 // rows, or nil) in a transaction of its own and sends the gateways' wake
-// for the topics in wake (readyTopics) after its commit, in one round
-// trip: BEGIN, readyAfterCommitSQL, the statement, COMMIT,
-// notifyReadySQL, pipelined on one connection.
+// after its commit, in one round trip: BEGIN, readyAfterCommitSQL, the
+// statement, COMMIT, notifyReadySQL, pipelined on one connection.
 //
 // Postgres serializes the commits of all transactions that sent a NOTIFY,
 // each holding one cluster-wide lock until its commit record is flushed;
@@ -416,7 +387,7 @@ func readyTopics(jobs []pulsetype.NewJob) []string {
 // it goes to the store's LogWakeErrors, and the gateways find the jobs at
 // their next poll. Before ADR-0061 that failure failed the INSERT's
 // commit instead.
-func (s *Store) insertWakingAfterCommit(ctx context.Context, wake []string, stmt string, params []any, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
+func (s *Store) insertWakingAfterCommit(ctx context.Context, stmt string, params []any, scan func(pgx.Rows) error) (pgconn.CommandTag, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -424,7 +395,7 @@ func (s *Store) insertWakingAfterCommit(ctx context.Context, wake []string, stmt
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(readyAfterCommitSQL, wake)
+	b.Queue(readyAfterCommitSQL)
 	b.Queue(stmt, params...)
 	b.Queue("COMMIT")
 	b.Queue(notifyReadySQL)
