@@ -144,6 +144,12 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 		require.NoError(t, err)
 		conns := pool.Stat().NewConnsCount()
 
+		// An insert before it leaves its payloads in the session; the
+		// refused insert's pipeline stops at its error, so its wake, which
+		// would read them, never runs.
+		_, err = store.Insert(ctx, []pulsetype.NewJob{newJob("before", 5)})
+		require.NoError(t, err)
+
 		refused := []pulsetype.NewJob{newJob("refused", 5), newJob("refused", 5)}
 		refused[1].Args = []byte(`{"a":"x\u0000y"}`) // jsonb cannot hold it
 		_, err = store.Insert(ctx, refused)
@@ -154,11 +160,11 @@ func TestInsertWakesAfterItsCommit(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `SELECT pg_notify($1, 'marker')`, jobstore.ReadyChannel)
 		require.NoError(t, err)
-		require.Equal(t, []string{"accepted", "marker"}, topicsOf(readyUntilMarker(t, listener)),
-			"the refused batch's topic was never announced")
+		require.Equal(t, []string{"before", "accepted", "marker"}, topicsOf(readyUntilMarker(t, listener)),
+			"the refused batch's topic was never announced, nor the insert's before it again")
 		require.Equal(t, conns, pool.Stat().NewConnsCount(),
 			"the refused insert's aborted transaction was rolled back, not its connection closed")
-		require.Equal(t, 1, countJobs(t, pool))
+		require.Equal(t, 2, countJobs(t, pool))
 	})
 }
 
