@@ -158,23 +158,13 @@ func TestCrashRestartAndStop(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop() })
 
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)`)
-	require.NoError(t, err)
-	conn.Close(ctx)
-
+	keep(t, c, 1)
 	require.NoError(t, c.Crash(ctx))
 	require.False(t, reachable(ctx, c.Port()), "the server accepts connections after Crash returned")
 
 	require.NoError(t, c.Restart(ctx)) // through crash recovery
 	require.NoError(t, c.Restart(ctx)) // a running server: stopped and started
-	conn, err = pgx.Connect(ctx, c.URL("postgres"))
-	require.NoError(t, err)
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT n FROM kept`).Scan(&n))
-	require.Equal(t, 1, n)
-	conn.Close(ctx)
+	require.Equal(t, 1, kept(t, c))
 
 	require.NoError(t, c.Stop())
 	require.False(t, reachable(ctx, c.Port()))
@@ -207,22 +197,35 @@ func TestStopKeepingDataLeavesAStartableCluster(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop() })
 
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (2)`)
-	require.NoError(t, err)
-	conn.Close(ctx)
-
+	keep(t, c, 2)
 	require.NoError(t, c.StopKeepingData())
 	require.False(t, reachable(ctx, c.Port()))
 	require.FileExists(t, filepath.Join(c.DataDir(), "PG_VERSION"))
 	require.NoFileExists(t, filepath.Join(c.DataDir(), "postmaster.pid"), "a fast shutdown removes the lock file")
 
 	require.NoError(t, c.Restart(ctx))
-	conn, err = pgx.Connect(ctx, c.URL("postgres"))
+	require.Equal(t, 2, kept(t, c))
+}
+
+// keep commits a table kept holding n.
+func keep(t *testing.T, c *Cluster, n int) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), c.URL("postgres"))
 	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	_, err = conn.Exec(t.Context(), `CREATE TABLE kept (n int)`)
+	require.NoError(t, err)
+	_, err = conn.Exec(t.Context(), `INSERT INTO kept VALUES ($1)`, n)
+	require.NoError(t, err)
+}
+
+// kept reads back what keep committed.
+func kept(t *testing.T, c *Cluster) int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), c.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
 	var n int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT n FROM kept`).Scan(&n))
-	require.Equal(t, 2, n)
-	conn.Close(ctx)
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT n FROM kept`).Scan(&n))
+	return n
 }
