@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -320,7 +321,9 @@ func (c *Cluster) Stop() error {
 }
 
 // StopKeepingData shuts the server down cleanly (pg_ctl stop -m fast, with
-// its checkpoint) and leaves its files on disk.
+// its checkpoint) and leaves its files on disk, for good: their root no
+// longer names an owner, so no later Start takes them for a killed
+// process's leftovers.
 func (c *Cluster) StopKeepingData() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -329,6 +332,9 @@ func (c *Cluster) StopKeepingData() error {
 	c.unwatch()
 	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "fast"); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+	}
+	if err := os.Remove(filepath.Join(c.root, ownerFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
 }

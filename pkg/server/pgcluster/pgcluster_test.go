@@ -207,6 +207,30 @@ func TestStopKeepingDataLeavesAStartableCluster(t *testing.T) {
 	require.Equal(t, 2, kept(t, c))
 }
 
+// TestKeptDataIsNotSweptAway: a cluster in a root Start made, stopped
+// keeping its data (make dev -keep-data), is not a killed process's
+// leftovers once its process has exited.
+func TestKeptDataIsNotSweptAway(t *testing.T) {
+	tmp := sharedTempDir(t)
+	t.Setenv("TMPDIR", tmp) // Start's root goes under it
+	c, err := Start(t.Context(), Options{Fast: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	require.Equal(t, tmp, filepath.Dir(c.root))
+	require.NoError(t, c.StopKeepingData())
+
+	// As the next process would find it, its owner gone: whatever owner
+	// the root still names is one that has exited.
+	owner := filepath.Join(c.root, ownerFile)
+	if _, err := os.Stat(owner); err == nil {
+		dead := exec.Command("true")
+		require.NoError(t, dead.Run())
+		require.NoError(t, os.WriteFile(owner, []byte(strconv.Itoa(dead.Process.Pid)), 0o644))
+	}
+	removeAbandoned(tmp)
+	require.FileExists(t, filepath.Join(c.DataDir(), "PG_VERSION"))
+}
+
 // keep commits a table kept holding n.
 func keep(t *testing.T, c *Cluster, n int) {
 	t.Helper()
