@@ -410,11 +410,8 @@ func (f *Fleet) PIDs() map[string]int {
 		pids[p.Name] = p.PID()
 	}
 	if f.Cluster != nil {
-		if b, err := os.ReadFile(filepath.Join(f.Cluster.DataDir(), "postmaster.pid")); err == nil {
-			first, _, _ := strings.Cut(string(b), "\n")
-			if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
-				pids["postgres"] = pid
-			}
+		if pid, err := f.Cluster.PID(); err == nil {
+			pids["postgres"] = pid
 		}
 	}
 	return pids

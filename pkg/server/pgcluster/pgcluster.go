@@ -240,7 +240,7 @@ func (c *Cluster) Crash(ctx context.Context) error {
 
 // watch starts the watcher of the running server. c.mu is held.
 func (c *Cluster) watch() error {
-	pid, err := readPID(filepath.Join(c.dataDir, "postmaster.pid"))
+	pid, err := c.PID()
 	if err != nil {
 		return fmt.Errorf("pgcluster: the postmaster's pid: %w", err)
 	}
@@ -297,6 +297,11 @@ func (c *Cluster) URL(database string) string {
 
 // Port the server listens on.
 func (c *Cluster) Port() int { return c.port }
+
+// PID is the running postmaster's process id, from its lock file.
+func (c *Cluster) PID() (int, error) {
+	return readPID(filepath.Join(c.dataDir, "postmaster.pid"))
+}
 
 // DataDir is the cluster's data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
