@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulsequeue/pulse/pkg/server/ownedtemp"
 	"github.com/pulsequeue/pulse/pkg/server/pgcluster"
 )
 
@@ -134,6 +135,12 @@ type Fleet struct {
 	downErr        error
 }
 
+// workDirPattern names the work directories Up creates. Each names the
+// process that created it, and the next Up removes those whose process
+// exited without taking the fleet Down (killed by a test timeout, Ctrl-C
+// or kill -9; its services died with it, see Start).
+const workDirPattern = "pulse-fleet-"
+
 // Up builds and starts a fleet and returns once every service answers
 // /readyz. On failure it stops whatever it started and removes its files.
 func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
@@ -161,7 +168,8 @@ func Up(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	}
 	f := &Fleet{opts: opts, logger: opts.Logger, WorkDir: opts.WorkDir, AdminURLs: map[string]string{}, httpClient: httpClient}
 	if f.WorkDir == "" {
-		if f.WorkDir, err = os.MkdirTemp("", "pulse-fleet-"); err != nil {
+		ownedtemp.RemoveAbandoned("", workDirPattern, nil)
+		if f.WorkDir, err = ownedtemp.Make("", workDirPattern); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
 		}
 		f.createdWorkDir = true
@@ -452,6 +460,9 @@ func (f *Fleet) down() error {
 		} else {
 			errs = append(errs, f.Cluster.Stop())
 		}
+	}
+	if f.opts.KeepData && f.createdWorkDir {
+		errs = append(errs, ownedtemp.Disown(f.WorkDir))
 	}
 	if !f.opts.KeepData {
 		for _, p := range f.Paths() {

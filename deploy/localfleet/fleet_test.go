@@ -6,10 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/ownedtemp"
 )
 
 func TestUp(t *testing.T) {
@@ -61,6 +65,39 @@ func TestUp(t *testing.T) {
 		for _, p := range paths {
 			require.NoDirExists(t, p)
 		}
+	})
+
+	t.Run("KeepDataLeavesFilesNoSweepTakes", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		root, err := FindRepoRoot(".")
+		require.NoError(t, err)
+		prebuilt, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
+		require.NoError(t, err, "build the services")
+
+		f, err := Up(ctx, Options{
+			Gateways: 1,
+			KeepData: true,
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Binaries: prebuilt,
+		})
+		require.NoError(t, err)
+		paths := f.Paths()
+		t.Cleanup(func() {
+			for _, p := range paths {
+				_ = os.RemoveAll(p)
+			}
+		})
+		require.NoError(t, f.Down())
+		// What the next fleet's start sweeps: nothing kept is taken.
+		ownedtemp.RemoveAbandoned("", workDirPattern, nil)
+		for _, p := range paths {
+			require.DirExists(t, p)
+			require.NoFileExists(t, filepath.Join(p, ownedtemp.OwnerFile), "kept files still name an owner")
+		}
+		require.FileExists(t, filepath.Join(f.Cluster.DataDir(), "PG_VERSION"))
+		require.DirExists(t, f.LogDir)
 	})
 
 	t.Run("FailsCleanlyWhenADatabaseIsUnreachable", func(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -28,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pulsequeue/pulse/pkg/server/freeport"
+	"github.com/pulsequeue/pulse/pkg/server/ownedtemp"
 )
 
 // Options tune the cluster. The zero value is a durable-enough cluster for
@@ -76,10 +76,6 @@ type watcher struct {
 // watchScript waits for end of input, then stops the postmaster ($1).
 const watchScript = `read -r _; kill -QUIT "$1" 2>/dev/null`
 
-// ownerFile, in a cluster's root, holds the process id of the process that
-// started it; removeAbandoned reads it.
-const ownerFile = "owner.pid"
-
 // tempPattern names the roots Start creates.
 const tempPattern = "pulse-pg-"
 
@@ -117,13 +113,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	root := opts.Dir
 	if root == "" {
-		removeAbandoned(os.TempDir())
-		root, err = os.MkdirTemp("", tempPattern)
-		if err != nil {
-			return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(root, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			os.RemoveAll(root)
+		removeAbandoned("")
+		if root, err = ownedtemp.Make("", tempPattern); err != nil {
 			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 	}
@@ -300,7 +291,7 @@ func (c *Cluster) Port() int { return c.port }
 
 // PID is the running postmaster's process id, from its lock file.
 func (c *Cluster) PID() (int, error) {
-	return readPID(filepath.Join(c.dataDir, "postmaster.pid"))
+	return ownedtemp.ReadPID(filepath.Join(c.dataDir, "postmaster.pid"))
 }
 
 // DataDir is the cluster's data directory.
@@ -338,49 +329,22 @@ func (c *Cluster) StopKeepingData() error {
 	if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dataDir, "-w", "-m", "fast"); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
 	}
-	if err := os.Remove(filepath.Join(c.root, ownerFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := ownedtemp.Disown(c.root); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return nil
 }
 
-// removeAbandoned removes the roots Start made under dir for processes
-// that have exited while their server is gone too: what a process killed
-// before it could Stop its cluster leaves (its server died with it). A
-// root whose owner or server still runs, or that names no owner, is left
-// alone.
+// removeAbandoned removes the roots Start made under dir (the temporary
+// directory when empty) for processes that have exited while their server
+// is gone too: what a process killed before it could Stop its cluster
+// leaves (its server died with it). A root whose owner or server still
+// runs, or that names no owner, is left alone.
 func removeAbandoned(dir string) {
-	roots, _ := filepath.Glob(filepath.Join(dir, tempPattern+"*"))
-	for _, root := range roots {
-		owner, err := readPID(filepath.Join(root, ownerFile))
-		if err != nil || alive(owner) {
-			continue
-		}
-		if server, err := readPID(filepath.Join(root, "data", "postmaster.pid")); err == nil && alive(server) {
-			continue
-		}
-		_ = os.RemoveAll(root)
-	}
-}
-
-// readPID reads the process id on the first line of path.
-func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	return strconv.Atoi(strings.TrimSpace(first))
-}
-
-// alive reports whether a process with this id exists (signal 0 checks
-// without sending anything; EPERM means it exists under another user).
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	ownedtemp.RemoveAbandoned(dir, tempPattern, func(root string) bool {
+		server, err := ownedtemp.ReadPID(filepath.Join(root, "data", "postmaster.pid"))
+		return err == nil && ownedtemp.Alive(server)
+	})
 }
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
