@@ -270,7 +270,7 @@ func claimIndexBuffers(t *testing.T, b *testBundle, sql string, args ...any) int
 		Plan bufferNode `json:"Plan"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &parsed))
-	total, walks := parsed[0].Plan.claimIndex()
+	total, walks := parsed[0].Plan.indexBuffers("jobs_claim_idx")
 	require.Positive(t, walks, "no walk of jobs_claim_idx in %s", raw)
 	return total
 }
@@ -283,13 +283,13 @@ type bufferNode struct {
 	Plans     []bufferNode `json:"Plans"`
 }
 
-// claimIndex sums the buffers of the index scans of jobs_claim_idx under n.
-func (n bufferNode) claimIndex() (buffers, walks int) {
-	if n.NodeType == "Index Scan" && n.IndexName == "jobs_claim_idx" {
+// indexBuffers sums the buffers of the index scans of index under n.
+func (n bufferNode) indexBuffers(index string) (buffers, walks int) {
+	if n.NodeType == "Index Scan" && n.IndexName == index {
 		buffers, walks = n.Hit+n.Read, 1
 	}
 	for _, c := range n.Plans {
-		b, w := c.claimIndex()
+		b, w := c.indexBuffers(index)
 		buffers, walks = buffers+b, walks+w
 	}
 	return buffers, walks

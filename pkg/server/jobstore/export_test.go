@@ -29,6 +29,7 @@ var (
 	ClaimBeforeSQL  = claimBeforeSQL
 	ReportSQL       = reportSQL
 	ReapSQL         = reapSQL
+	ReapRecentSQL   = reapRecentSQL
 )
 
 // JobAheadSQL is exported to the plan test of ExplainWait.

@@ -2,6 +2,8 @@ package jobstore
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -36,10 +38,30 @@ const LeaseExpiredError = "worker lease expired"
 // job_throughput (countSettledSQL, writer $2), as failed attempts, and
 // wakes the gateways for the limited topics whose room it freed
 // (wakeLimitedSQL, as the report does).
-var reapSQL = `
+//
+// The settling UPDATE's fence is written (status || ”) = 'RUNNING', as
+// the report's is, so the planner cannot match it to
+// jobs_expired_lease_idx's predicate: written status = 'RUNNING' it could,
+// and on some statistics it read every lapsed lease into memory and
+// compared each with the batch, a cost quadratic in a mass expiry. A
+// primary-key probe per picked job is the only plan left.
+var reapSQL = reapStatement("")
+
+// reapRecentSQL is reapSQL for the leases that lapsed at most $3
+// microseconds ago: the walk of jobs_expired_lease_idx starts there
+// instead of at the index's head. Under a snapshot held open (a long
+// analytics query) the head holds the entry of every job that ran since
+// it opened, none of which Postgres may clean up yet, and a walk from the
+// head visits them all to find nothing (0.3-1.1 s a sweep in the soak,
+// ADR-0067).
+var reapRecentSQL = reapStatement(" AND lease_until >= now() - $3::bigint * interval '1 microsecond'")
+
+// reapStatement is the reap with bound added to the walk's condition.
+func reapStatement(bound string) string {
+	return `
 WITH expired AS (
     SELECT id FROM jobs
-    WHERE status = 'RUNNING' AND lease_until < now()
+    WHERE status = 'RUNNING' AND lease_until < now()` + bound + `
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -53,18 +75,34 @@ WITH expired AS (
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'error', '` + LeaseExpiredError + `', 'worker', j.locked_by, 'at', now()))
     FROM expired
-    WHERE j.id = ANY (ARRAY[expired.id]) AND j.status = 'RUNNING' AND j.lease_until < now()
+    WHERE j.id = ANY (ARRAY[expired.id]) AND (j.status || '') = 'RUNNING' AND j.lease_until < now()
     RETURNING j.id, j.topic, j.status, j.attempts, COALESCE(j.locked_by, '') AS locked_by,
               COALESCE(j.traceparent, '') AS traceparent, COALESCE(j.tracestate, '') AS tracestate
 ), ` + countSettled(2) + `, ` + wakeLimitedSQL + `, ` + notifySettledSQL + `
 SELECT id, topic, status, attempts, locked_by, traceparent, tracestate FROM settled
 ` + wokenFilter
+}
 
 // Reap settles up to limit expired leases in one statement, which counts
 // them in job_throughput under the store's writer.
 func (s *Store) Reap(ctx context.Context, limit int) ([]Reaped, error) {
+	return s.reap(ctx, reapSQL, []any{limit, s.writer})
+}
+
+// ReapRecent is Reap for the leases that lapsed at most within ago, by
+// the database's clock; its walk costs what lapsed in that span, not what
+// an open snapshot keeps in the index from before it. within must be
+// positive.
+func (s *Store) ReapRecent(ctx context.Context, limit int, within time.Duration) ([]Reaped, error) {
+	if within <= 0 {
+		return nil, fmt.Errorf("reap: lapsed-within span %s is not positive", within)
+	}
+	return s.reap(ctx, reapRecentSQL, []any{limit, s.writer, within.Microseconds()})
+}
+
+func (s *Store) reap(ctx context.Context, sql string, args []any) ([]Reaped, error) {
 	var out []Reaped
-	err := s.queryPinned(ctx, reapSQL, []any{limit, s.writer}, func(rows pgx.Rows) error {
+	err := s.queryPinned(ctx, sql, args, func(rows pgx.Rows) error {
 		var r Reaped
 		var status string
 		if err := rows.Scan(&r.ID, &r.Topic, &status, &r.Attempt, &r.LockedBy, &r.TraceParent, &r.TraceState); err != nil {

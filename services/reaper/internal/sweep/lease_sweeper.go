@@ -16,9 +16,11 @@ import (
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 )
 
-// Reaper is the sweep statement (jobstore.Store.Reap).
+// Reaper is the sweep statement (jobstore.Store): Reap walks every lapsed
+// lease, ReapRecent only those that lapsed at most within ago.
 type Reaper interface {
 	Reap(ctx context.Context, limit int) ([]jobstore.Reaped, error)
+	ReapRecent(ctx context.Context, limit int, within time.Duration) ([]jobstore.Reaped, error)
 }
 
 // Observer is told what each statement and each sweep did, for metrics.
@@ -33,20 +35,50 @@ type Observer interface {
 type Config struct {
 	// Batch is the most leases one statement settles.
 	Batch int
+	// WholeEvery is how often a sweep walks every lapsed lease; the sweeps
+	// between walk only the leases that lapsed since Overlap before the
+	// last sweep that succeeded began (ADR-0067). 0 means
+	// WholeEveryDefault.
+	WholeEvery time.Duration
+	// Overlap is how far before the last sweep's start the next one
+	// reaches back: for a lease that committed already lapsed (a claim or
+	// heartbeat slower than its own lease) or that the last sweep skipped
+	// while another transaction held it. 0 means OverlapDefault.
+	Overlap time.Duration
 }
 
+const (
+	// WholeEveryDefault bounds, for a lease a recent walk cannot see, how
+	// long after it lapsed it is reaped.
+	WholeEveryDefault = 5 * time.Minute
+	// OverlapDefault is the recent walk's reach before the last sweep.
+	OverlapDefault = 10 * time.Second
+)
+
 // LeaseSweeper settles lapsed leases, one Sweep per tick of its loop.
+// Sweeps are not concurrent: its loop runs one at a time.
 type LeaseSweeper struct {
 	cfg      Config
 	reaper   Reaper
 	observer Observer
 	logger   *slog.Logger
+
+	// lastStart is when the last sweep that succeeded began, and
+	// lastWhole when the last whole one did (the monotonic clock; zero
+	// before the first).
+	lastStart, lastWhole time.Time
 }
 
 // NewLeaseSweeper builds the sweeper. observer may be nil.
 func NewLeaseSweeper(cfg Config, reaper Reaper, observer Observer, logger *slog.Logger) *LeaseSweeper {
 	if observer == nil {
 		observer = nopObserver{}
+	}
+	if cfg.WholeEvery <= 0 {
+		cfg.WholeEvery = WholeEveryDefault
+	}
+	if cfg.Overlap <= 0 {
+		cfg.Overlap = OverlapDefault
 	}
 	return &LeaseSweeper{cfg: cfg, reaper: reaper, observer: observer, logger: logger.With(logging.Loop, "lease_sweeper")}
 }
@@ -60,9 +92,16 @@ func (s *LeaseSweeper) Sweep(ctx context.Context) (int, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.lease_sweep")
 	defer span.End()
 	start := time.Now()
-	total, err := s.sweep(ctx)
+	whole := s.lastStart.IsZero() || start.Sub(s.lastWhole) >= s.cfg.WholeEvery
+	total, err := s.sweep(ctx, whole)
 	s.observer.Swept(time.Since(start), err)
-	span.SetAttributes(attribute.Int("pulse.reaped", total))
+	if err == nil && ctx.Err() == nil {
+		s.lastStart = start
+		if whole {
+			s.lastWhole = start
+		}
+	}
+	span.SetAttributes(attribute.Int("pulse.reaped", total), attribute.Bool("pulse.sweep.whole", whole))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -70,11 +109,20 @@ func (s *LeaseSweeper) Sweep(ctx context.Context) (int, error) {
 	return total, err
 }
 
-func (s *LeaseSweeper) sweep(ctx context.Context) (int, error) {
+// sweep reaps batch after batch. A recent walk reaches back to Overlap
+// before the last sweep's start, computed at each statement: the span
+// grows with the clock, so its far end stays put however long the sweep.
+func (s *LeaseSweeper) sweep(ctx context.Context, whole bool) (int, error) {
 	total := 0
 	for {
 		started := time.Now()
-		reaped, err := s.reaper.Reap(ctx, s.cfg.Batch)
+		var reaped []jobstore.Reaped
+		var err error
+		if whole {
+			reaped, err = s.reaper.Reap(ctx, s.cfg.Batch)
+		} else {
+			reaped, err = s.reaper.ReapRecent(ctx, s.cfg.Batch, started.Sub(s.lastStart)+s.cfg.Overlap)
+		}
 		if err != nil {
 			return total, err
 		}

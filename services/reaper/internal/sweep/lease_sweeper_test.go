@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,12 +26,13 @@ import (
 	"github.com/pulsequeue/pulse/services/reaper/internal/sweep"
 )
 
-// countingReaper counts reap statements against the real store and can
-// pretend the database is down.
+// countingReaper counts reap statements against the real store, whole
+// walks and recent ones, and can pretend the database is down.
 type countingReaper struct {
-	store *jobstore.Store
-	calls atomic.Int64
-	down  atomic.Bool
+	store  *jobstore.Store
+	calls  atomic.Int64
+	recent atomic.Int64 // of calls, the ReapRecent ones
+	down   atomic.Bool
 }
 
 func (r *countingReaper) Reap(ctx context.Context, limit int) ([]jobstore.Reaped, error) {
@@ -39,6 +41,15 @@ func (r *countingReaper) Reap(ctx context.Context, limit int) ([]jobstore.Reaped
 		return nil, apierr.Unavailable("reap: database unreachable", errors.New("connection refused"))
 	}
 	return r.store.Reap(ctx, limit)
+}
+
+func (r *countingReaper) ReapRecent(ctx context.Context, limit int, within time.Duration) ([]jobstore.Reaped, error) {
+	r.calls.Add(1)
+	r.recent.Add(1)
+	if r.down.Load() {
+		return nil, apierr.Unavailable("reap: database unreachable", errors.New("connection refused"))
+	}
+	return r.store.ReapRecent(ctx, limit, within)
 }
 
 type testBundle struct {
@@ -208,6 +219,102 @@ func TestLeaseSweeper(t *testing.T) {
 		_, err := b.sweeper.Sweep(canceled)
 		require.Error(t, err)
 		require.Equal(t, pulsetype.StatusRunning, fixture.Job(t, b.pool, expired).Status, "a statement cut short rolls back whole")
+	})
+}
+
+// The sweeps between whole walks (ADR-0067) run on the bubble's clock
+// (testing/synctest): it moves only when the test sleeps, by exactly what
+// it sleeps. The database is real, its pool in the bubble, and its clock
+// the real one: leases are placed relative to it.
+
+// lapsedRow builds a RUNNING job whose lease lapsed ago before now, by the
+// database's clock: as a claim or heartbeat that committed late leaves it.
+func lapsedRow(t *testing.T, pool *pgxpool.Pool, ago time.Duration) uuid.UUID {
+	t.Helper()
+	id := fixture.Running(t, pool, fixture.RunningOpts{LeaseIn: time.Hour})
+	_, err := pool.Exec(t.Context(), `UPDATE jobs SET lease_until = now() - $2::bigint * interval '1 microsecond' WHERE id = $1`,
+		id, ago.Microseconds())
+	require.NoError(t, err)
+	return id
+}
+
+// bubbleSetup is setup inside a bubble: the store is closed with the test,
+// since nothing may outlive a bubble.
+func bubbleSetup(t *testing.T, cfg sweep.Config) *testBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	store := jobstore.New(pool, jobstore.ThroughputWriter("reaper-test"))
+	t.Cleanup(func() { _ = store.Close() })
+	b := &testBundle{pool: pool, reaper: &countingReaper{store: store}, metrics: reapmetrics.New(prometheus.NewRegistry())}
+	b.sweeper = sweep.NewLeaseSweeper(cfg, b.reaper, b.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return b
+}
+
+func TestSweepsBetweenWholeWalksWalkOnlyWhatLapsedSinceTheLast(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		b := bubbleSetup(t, sweep.Config{Batch: 100, WholeEvery: 5 * time.Minute, Overlap: 10 * time.Second})
+
+		// The first sweep of a process walks everything.
+		old := lapsedRow(t, b.pool, time.Hour)
+		n, err := b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, old).Status)
+		require.Zero(t, b.reaper.recent.Load())
+
+		// Ten seconds later: what lapsed since is reaped by a recent walk;
+		// a lease that appeared already lapsed an hour ago is not its.
+		time.Sleep(10 * time.Second)
+		fresh := lapsedRow(t, b.pool, 5*time.Second)
+		late := lapsedRow(t, b.pool, time.Hour)
+		n, err = b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, fresh).Status)
+		require.Equal(t, pulsetype.StatusRunning, fixture.Job(t, b.pool, late).Status)
+		require.EqualValues(t, 1, b.reaper.recent.Load())
+
+		// Within the overlap before the last sweep's start: still reaped.
+		time.Sleep(10 * time.Second)
+		edge := lapsedRow(t, b.pool, 15*time.Second)
+		n, err = b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, edge).Status)
+
+		// WholeEvery after the last whole walk, the next walks everything.
+		time.Sleep(5 * time.Minute)
+		n, err = b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, late).Status)
+		require.EqualValues(t, 2, b.reaper.recent.Load(), "the third sweep walked everything")
+	})
+}
+
+func TestAFailedSweepLeavesItsSpanToTheNext(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		b := bubbleSetup(t, sweep.Config{Batch: 100, WholeEvery: time.Hour, Overlap: 10 * time.Second})
+		_, err := b.sweeper.Sweep(ctx) // whole
+		require.NoError(t, err)
+
+		// A minute on, the sweep fails; the next, at once, reaches back to
+		// the last one that succeeded, a minute and its overlap ago.
+		time.Sleep(time.Minute)
+		b.reaper.down.Store(true)
+		_, err = b.sweeper.Sweep(ctx)
+		require.ErrorIs(t, err, apierr.ErrUnavailable)
+		b.reaper.down.Store(false)
+		missed := lapsedRow(t, b.pool, 30*time.Second)
+		n, err := b.sweeper.Sweep(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the lease that lapsed before the failed sweep was left behind")
+		require.Equal(t, pulsetype.StatusRetrying, fixture.Job(t, b.pool, missed).Status)
+		require.EqualValues(t, 2, b.reaper.recent.Load())
 	})
 }
 
