@@ -22,7 +22,7 @@ const unkeyedWindow = 256
 //
 // A keyed topic's jobs fall into lanes: one per concurrency key ('c' and
 // the key), one per sequence key of the jobs without a concurrency key
-// ('s' and the key), and the lane of the jobs with neither (”). The
+// ('s' and the key), and the lane of the jobs with neither (the empty string). The
 // claim serves the lanes round-robin, carried across claims:
 //
 //   - keyed: each keyed topic's room (its max_running room, at most $2)

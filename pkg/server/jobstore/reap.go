@@ -39,12 +39,15 @@ const LeaseExpiredError = "worker lease expired"
 // wakes the gateways for the limited topics whose room it freed
 // (wakeLimitedSQL, as the report does).
 //
-// The settling UPDATE's fence is written (status || ”) = 'RUNNING', as
-// the report's is, so the planner cannot match it to
-// jobs_expired_lease_idx's predicate: written status = 'RUNNING' it could,
-// and on some statistics it read every lapsed lease into memory and
-// compared each with the batch, a cost quadratic in a mass expiry. A
-// primary-key probe per picked job is the only plan left.
+// The settling UPDATE's fence is written as the report's is,
+//
+//	(j.status || '') = 'RUNNING'
+//
+// so the planner cannot match it to jobs_expired_lease_idx's predicate:
+// written j.status = 'RUNNING' it could, and on some statistics it read
+// every lapsed lease into memory and compared each with the batch, a cost
+// quadratic in a mass expiry. A primary-key probe per picked job is the
+// only plan left.
 var reapSQL = reapStatement("")
 
 // reapRecentSQL is reapSQL for the leases that lapsed at most $3

@@ -50,7 +50,10 @@ const retryDelaySQL = `pulse_retry_delay(j.attempts - j.snoozes,
 // writer $8) and wakes the waiters of what it finished
 // (notifySettledSQL).
 //
-// The RUNNING fence is written (status || ”) = 'RUNNING' on purpose: it is
+// The RUNNING fence is written on purpose as
+//
+//	(status || '') = 'RUNNING'
+//
 // the same test, but the planner cannot match it to the partial index
 // jobs_expired_lease_idx (WHERE status = 'RUNNING'). With statistics taken
 // while no job ran, that index looks like "one row" and the planner walked

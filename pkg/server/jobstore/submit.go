@@ -61,8 +61,8 @@ const rateKeyValue = `COALESCE(NULLIF(ratekey, ''), CASE WHEN EXISTS (
 
 // arraySource is a batch as parallel arrays, one row per job; tmo, uniq
 // and the retry policy's rbase, rmax and rfixed are microseconds (0:
-// none); tags are the job's tags joined by commas (”: none; a tag has
-// no comma, pulsetype.TagPattern); ratekey is the job's rate key (”: none).
+// none); tags are the job's tags joined by commas (empty: none; a tag has
+// no comma, pulsetype.TagPattern); ratekey is the job's rate key (empty: none).
 const arraySource = `
 unnest($1::uuid[], $2::text[], $3::text[], $4::smallint[], $5::int[],
        $6::timestamptz[], $7::text[], $8::uuid[], $9::text[], $10::text[],

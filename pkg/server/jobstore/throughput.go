@@ -46,7 +46,7 @@ type ThroughputPoint struct {
 // starts comes from generate_series, and each picks up the rollup rows
 // inside it (a range scan of the primary key, whose first column is the
 // minute) summed over topics and writers. Arguments: end (NULL: the end
-// of the current minute), buckets, step, and the topic (” for all).
+// of the current minute), buckets, step, and the topic (the empty string for all).
 const throughputSQL = `
 WITH bounds AS (
     SELECT COALESCE(?::timestamptz, date_trunc('minute', now()) + interval '1 minute') AS stop,

@@ -199,7 +199,7 @@ type WorkflowPage struct {
 // listWorkflowsSQL walks jobs_workflow_roots_idx newest first from $1 (a
 // nil uuid: the start) for at most $2 workflows, derives each one's status
 // from three probes of jobs_workflow_status_idx, and keeps at most $4 of
-// status $3 (” keeps all). The last row carries how many workflows the
+// status $3 (the empty string keeps all). The last row carries how many workflows the
 // walk examined and the last one's id.
 const listWorkflowsSQL = `
 WITH walk AS MATERIALIZED (
