@@ -16,6 +16,17 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/ownedtemp"
 )
 
+// buildServices builds control-api and the gateway for a test's fleet
+// (Options.Binaries); Up builds the other commands itself.
+func buildServices(ctx context.Context, t *testing.T) map[string]string {
+	t.Helper()
+	root, err := FindRepoRoot(".")
+	require.NoError(t, err)
+	bins, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
+	require.NoError(t, err, "build the services")
+	return bins
+}
+
 func TestUp(t *testing.T) {
 	t.Parallel()
 
@@ -23,10 +34,7 @@ func TestUp(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
-		root, err := FindRepoRoot(".")
-		require.NoError(t, err)
-		prebuilt, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
-		require.NoError(t, err, "build the services")
+		prebuilt := buildServices(ctx, t)
 
 		f, err := Up(ctx, Options{
 			Gateways:  1,
@@ -71,10 +79,7 @@ func TestUp(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
-		root, err := FindRepoRoot(".")
-		require.NoError(t, err)
-		prebuilt, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
-		require.NoError(t, err, "build the services")
+		prebuilt := buildServices(ctx, t)
 
 		f, err := Up(ctx, Options{
 			Gateways: 1,

@@ -74,9 +74,7 @@ func TestAKilledOwnersFleetLeavesNothing(t *testing.T) {
 	defer cancel()
 	root, err := FindRepoRoot(".")
 	require.NoError(t, err)
-	bins, err := Build(ctx, root, t.TempDir(), ControlAPI, DispatchGateway)
-	require.NoError(t, err, "build the services")
-	binsJSON, err := json.Marshal(bins)
+	binsJSON, err := json.Marshal(buildServices(ctx, t))
 	require.NoError(t, err)
 
 	// The owner's temporary files go here; Postgres's user must reach it.

@@ -253,11 +253,20 @@ func cursorOf(t *testing.T, b *testBundle, id uuid.UUID) jobstore.ClaimCursor {
 	return c
 }
 
-// claimIndexBuffers runs sql (a claim statement) under EXPLAIN ANALYZE in
-// a transaction it rolls back, under the claim's plan settings, and
-// returns the shared buffers its walks of jobs_claim_idx touched (index
-// and heap pages).
+// claimIndexBuffers is the buffers of sql's (a claim statement's) walks
+// of jobs_claim_idx, of which there must be some.
 func claimIndexBuffers(t *testing.T, b *testBundle, sql string, args ...any) int {
+	t.Helper()
+	buffers, walks := indexWalkBuffers(t, b, sql, "jobs_claim_idx", args...)
+	require.Positive(t, walks, "no walk of jobs_claim_idx")
+	return buffers
+}
+
+// indexWalkBuffers runs sql under EXPLAIN ANALYZE in a transaction it
+// rolls back, under the store's plan settings, and returns the shared
+// buffers its index scans of index touched (index and heap pages) and how
+// many scans of it the plan has.
+func indexWalkBuffers(t *testing.T, b *testBundle, sql, index string, args ...any) (buffers, walks int) {
 	t.Helper()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -270,9 +279,7 @@ func claimIndexBuffers(t *testing.T, b *testBundle, sql string, args ...any) int
 		Plan bufferNode `json:"Plan"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &parsed))
-	total, walks := parsed[0].Plan.indexBuffers("jobs_claim_idx")
-	require.Positive(t, walks, "no walk of jobs_claim_idx in %s", raw)
-	return total
+	return parsed[0].Plan.indexBuffers(index)
 }
 
 type bufferNode struct {

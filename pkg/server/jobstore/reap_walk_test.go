@@ -1,7 +1,6 @@
 package jobstore_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -134,24 +133,12 @@ func TestReapSettlesByPrimaryKey(t *testing.T) {
 	}
 }
 
-// reapIndexBuffers runs sql (a reap statement) under EXPLAIN ANALYZE in a
-// transaction it rolls back, under the store's plan settings, and returns
-// the shared buffers its walk of jobs_expired_lease_idx touched (index
-// and heap pages). The plan must walk that index once: to pick the batch.
+// reapIndexBuffers is the buffers of sql's (a reap statement's) walk of
+// jobs_expired_lease_idx. The plan must walk that index once: to pick the
+// batch.
 func reapIndexBuffers(t *testing.T, b *testBundle, sql string, args ...any) int {
 	t.Helper()
-	tx, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // the rollback at the end of the test only releases the transaction
-	_, err = tx.Exec(ctx, jobstore.PinnedPlanSQL)
-	require.NoError(t, err)
-	var raw []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&raw))
-	var parsed []struct {
-		Plan bufferNode `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &parsed))
-	total, walks := parsed[0].Plan.indexBuffers("jobs_expired_lease_idx")
-	require.Equal(t, 1, walks, "not one walk of jobs_expired_lease_idx in %s", raw)
-	return total
+	buffers, walks := indexWalkBuffers(t, b, sql, "jobs_expired_lease_idx", args...)
+	require.Equal(t, 1, walks, "not one walk of jobs_expired_lease_idx")
+	return buffers
 }
