@@ -77,6 +77,9 @@ func TestUp(t *testing.T) {
 
 	t.Run("KeepDataLeavesFilesNoSweepTakes", func(t *testing.T) {
 		t.Parallel()
+		if testing.Short() {
+			t.Skip("a second fleet beside the first; make test-long runs it")
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
 		prebuilt := buildServices(ctx, t)

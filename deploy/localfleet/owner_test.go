@@ -70,6 +70,9 @@ func runOwner() error {
 // next fleet's start removes its work directory.
 func TestAKilledOwnersFleetLeavesNothing(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("brings up a fleet of its own in a second process; make test-long runs it")
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	root, err := FindRepoRoot(".")
