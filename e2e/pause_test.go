@@ -516,9 +516,11 @@ func (f *pauseFleet) topStarted(since time.Time, n int) []int {
 	return out
 }
 
-// insertOrphan writes a RUNNING job whose worker vanished: its lease has
-// already lapsed. A job is born PENDING (migration 00005), so it is
-// inserted and claimed in one transaction: no gateway sees it unclaimed.
+// insertOrphan writes a RUNNING job whose worker vanished: its lease
+// lapses a moment later, as a dead worker's does (a lease already lapsed
+// when it became visible waits for the reaper's whole walk, ADR-0067). A
+// job is born PENDING (migration 00005), so it is inserted and claimed in
+// one transaction: no gateway sees it unclaimed.
 func (f *pauseFleet) insertOrphan(topic string) uuid.UUID {
 	f.t.Helper()
 	id := uuid.Must(uuid.NewV7())
@@ -531,7 +533,7 @@ func (f *pauseFleet) insertOrphan(topic string) uuid.UUID {
 		}
 		_, err := tx.Exec(ctx, `
 			UPDATE jobs SET status = 'RUNNING', attempts = 1, locked_by = 'gone-worker',
-			       lease_until = now() - interval '1 minute', started_at = now() - interval '2 minutes'
+			       lease_until = now() + interval '300 milliseconds', started_at = now() - interval '2 minutes'
 			WHERE id = $1`, id)
 		return err
 	})
