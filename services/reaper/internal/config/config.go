@@ -17,8 +17,10 @@ import (
 // Defaults, named so the operations guide and the code say the same thing.
 const (
 	AdminAddrDefault = ":9102"
-	// SweepIntervalDefault is the lease sweep's tick: worst-case
-	// recovery latency is the lease TTL plus one tick.
+	// SweepIntervalDefault is the lease sweep's tick: a lease that
+	// lapses in place (a dead worker's) is recovered within the lease TTL
+	// plus one tick; one that could first be taken already lapsed, within
+	// the sweeper's whole-walk period (ADR-0067).
 	SweepIntervalDefault = 10 * time.Second
 	// SweepBatchDefault bounds one reap statement, so a huge backlog of
 	// expired leases is settled in many short transactions, not one long one.

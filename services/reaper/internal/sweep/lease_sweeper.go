@@ -30,8 +30,10 @@ type Observer interface {
 }
 
 // Config tunes the sweeper. How often it sweeps is the loop's business
-// (app: pkg/server/loop, every PULSE_SWEEP_INTERVAL; worst-case recovery
-// latency is the lease TTL plus one interval).
+// (app: pkg/server/loop, every PULSE_SWEEP_INTERVAL): a lease that lapses
+// in place is recovered within the lease TTL plus one interval, one that
+// a sweep could first take already lapsed by more than Overlap within
+// WholeEvery.
 type Config struct {
 	// Batch is the most leases one statement settles.
 	Batch int
