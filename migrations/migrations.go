@@ -107,7 +107,13 @@ const (
 	// there. No service requires it: on an older schema the wake says
 	// ' new' or nothing, as before.
 	VersionInsertWakeSaysWhen int64 = 24
+	// VersionJobUniquesByStatement replaces job_uniques' ON DELETE CASCADE
+	// foreign key, the last one to jobs, with triggers (00025, ADR-0068):
+	// a DELETE of jobs deletes their unique keys in one statement instead
+	// of one cascade per deleted row. No service requires it: the rule and
+	// its error are the key's.
+	VersionJobUniquesByStatement int64 = 25
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionInsertWakeSaysWhen
+const Latest = VersionJobUniquesByStatement

@@ -167,6 +167,35 @@ END
 $$;
 
 --
+-- Name: job_uniques_jobs_exist(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.job_uniques_jobs_exist() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+        DECLARE
+            ids uuid[] := ARRAY(SELECT DISTINCT job_id FROM written_keys);
+            locked bigint;
+            missing uuid;
+        BEGIN
+            -- By ANY over an array, as the hot statements join jobs
+            -- (ADR-0059): a probe of the primary key per key, whatever
+            -- the planner guesses of a transition table.
+            SELECT count(*) INTO locked FROM (SELECT FROM jobs WHERE id = ANY (ids) FOR KEY SHARE) AS l;
+            IF locked < cardinality(ids) THEN
+                SELECT x INTO missing FROM unnest(ids) AS x
+                WHERE NOT EXISTS (SELECT FROM jobs WHERE id = x) LIMIT 1;
+                RAISE EXCEPTION 'insert or update on table "job_uniques" violates foreign key constraint "job_uniques_job_id_fkey"'
+                    USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'job_uniques_job_id_fkey',
+                          TABLE = 'job_uniques', COLUMN = 'job_id',
+                          DETAIL = format('Key (job_id)=(%s) is not present in table "jobs".', missing);
+            END IF;
+            RETURN NULL;
+        END
+        $$;
+
+--
 -- Name: jobs_delete_references(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -179,12 +208,14 @@ BEGIN
     IF TG_OP = 'TRUNCATE' THEN
         DELETE FROM job_dependencies;
         DELETE FROM job_replacements;
+        DELETE FROM job_uniques;
         RETURN NULL;
     END IF;
     ids := ARRAY(SELECT id FROM deleted_jobs);
     DELETE FROM job_dependencies WHERE parent_id = ANY (ids);
     DELETE FROM job_dependencies WHERE child_id = ANY (ids);
     DELETE FROM job_replacements WHERE job_id = ANY (ids);
+    DELETE FROM job_uniques WHERE job_id = ANY (ids);
     RETURN NULL;
 END
 $$;
@@ -1516,6 +1547,18 @@ CREATE TRIGGER job_replacements_append_only BEFORE DELETE OR UPDATE ON public.jo
 CREATE CONSTRAINT TRIGGER job_replacements_job_id_fkey AFTER INSERT OR UPDATE OF job_id ON public.job_replacements NOT DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.job_replacements_job_exists();
 
 --
+-- Name: job_uniques job_uniques_job_id_fkey; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_uniques_job_id_fkey AFTER INSERT ON public.job_uniques REFERENCING NEW TABLE AS written_keys FOR EACH STATEMENT EXECUTE FUNCTION public.job_uniques_jobs_exist();
+
+--
+-- Name: job_uniques job_uniques_job_id_fkey_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER job_uniques_job_id_fkey_update AFTER UPDATE ON public.job_uniques REFERENCING NEW TABLE AS written_keys FOR EACH STATEMENT EXECUTE FUNCTION public.job_uniques_jobs_exist();
+
+--
 -- Name: jobs jobs_delete_references; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1693,13 +1736,6 @@ CREATE TRIGGER schedules_stamp BEFORE UPDATE ON public.schedules FOR EACH ROW EX
 --
 
 CREATE TRIGGER topic_limits_barrier BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.topic_limits FOR EACH STATEMENT EXECUTE FUNCTION public.topic_limits_barrier();
-
---
--- Name: job_uniques job_uniques_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.job_uniques
-    ADD CONSTRAINT job_uniques_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -4,11 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
@@ -209,3 +213,72 @@ func TestEnqueueSchemaRefusalAbortsTheTransaction(t *testing.T) {
 }
 
 var _ pgx.Tx // the pgx variant takes a pgx.Tx
+
+// An application's role with exactly the grants docs/transactional-enqueue.md
+// lists (INSERT and SELECT on jobs; SELECT on topic_limits; INSERT, UPDATE
+// and SELECT on job_uniques) enqueues plain and unique jobs; and it cannot make a unique
+// key name a job that does not exist, not even with a temporary table of
+// its own called jobs in front of the real one (the key's check runs with
+// the schema owner's rights and search path, ADR-0068).
+func TestEnqueueWithTheDocumentedGrants(t *testing.T) {
+	t.Parallel()
+	pool := setup(t)
+	role := fmt.Sprintf("pulsetx_app_%d", rand.Uint32())
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` NOLOGIN`,
+		`GRANT INSERT, SELECT ON jobs TO ` + role,
+		`GRANT INSERT, UPDATE, SELECT ON job_uniques TO ` + role,
+		`GRANT SELECT ON topic_limits TO ` + role,
+		`GRANT INSERT, SELECT ON orders TO ` + role,
+	} {
+		_, err := pool.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			_, err := pool.Exec(context.Background(), q)
+			require.NoError(t, err, q)
+		}
+	})
+	asApp := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		_, err = tx.Exec(ctx, `SET LOCAL ROLE `+role)
+		require.NoError(t, err)
+		return tx
+	}
+
+	t.Run("EnqueuesPlainAndUniqueJobs", func(t *testing.T) {
+		tx := asApp(t)
+		_, err := tx.Exec(ctx, `INSERT INTO orders VALUES (7, 'g@example.com')`)
+		require.NoError(t, err)
+		plain, err := pulsetx.Enqueue(ctx, tx, "grants.plain", order{7, "g@example.com"})
+		require.NoError(t, err)
+		require.False(t, plain.Duplicate)
+		first, err := pulsetx.Enqueue(ctx, tx, "grants.unique", order{7, "g@example.com"}, pulse.UniqueFor(time.Hour))
+		require.NoError(t, err)
+		again, err := pulsetx.Enqueue(ctx, tx, "grants.unique", order{7, "g@example.com"}, pulse.UniqueFor(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, pulse.Submitted{ID: first.ID, Duplicate: true}, again)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, jobCount(t, pool, "grants.plain"))
+		require.Equal(t, 1, jobCount(t, pool, "grants.unique"))
+	})
+
+	t.Run("CannotMakeAKeyNameAJobThatDoesNotExist", func(t *testing.T) {
+		tx := asApp(t)
+		ghost := uuid.Must(uuid.NewV7())
+		_, err := tx.Exec(ctx, `CREATE TEMP TABLE jobs (id uuid PRIMARY KEY)`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `INSERT INTO pg_temp.jobs VALUES ($1)`, ghost)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `INSERT INTO job_uniques (unique_key, job_id, expires_at)
+			VALUES (gen_random_uuid(), $1, now() + interval '1 hour')`, ghost)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "23503", pgErr.Code, pgErr.Message)
+		require.Equal(t, "job_uniques_job_id_fkey", pgErr.ConstraintName)
+	})
+}

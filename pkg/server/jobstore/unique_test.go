@@ -324,8 +324,10 @@ func TestUniqueForLosesItsIdempotencyKeyMidStatement(t *testing.T) {
 }
 
 // A unique insert, its duplicate, a timed job and a claim of them never
-// call a guard function: the new rules are a CHECK and a table's keys.
-func TestUniqueAndTimeoutPathsNeverEnterPLpgSQL(t *testing.T) {
+// call a jobs guard function: the rules on jobs are a CHECK and a table's
+// keys. (The unique key's own check, that it names a job, is a constraint
+// trigger on job_uniques since ADR-0068: one call per unique job written.)
+func TestUniqueAndTimeoutPathsNeverCallAJobsGuard(t *testing.T) {
 	t.Parallel()
 	pool, guardCalls := guardCallCounter(t)
 	store := newStore(t, pool)
