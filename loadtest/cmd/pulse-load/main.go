@@ -62,6 +62,7 @@ func run() error {
 		waitWindow  = flag.Duration("waiters-window", 65*time.Second, "waiters: how long the database's transactions are counted, idle and with every waiter waiting; longer than two of the SDK's 30 s long-polls, so every waiter renews twice in it")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
+		pgSettings  = flag.String("pg-settings", "", "extra postgresql.conf settings for the throwaway Postgres, KEY=VALUE pairs separated by commas, after the harness's own (e.g. max_wal_size=1GB, Postgres's default)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
 		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
 		warmup      = flag.Int("warmup", 1, "river: rounds run first and reported apart (warmup_ratio_*), outside the medians and minimum: a fresh fleet's first round pays for its processes' memory growing")
@@ -166,7 +167,14 @@ func run() error {
 	// the numbers stay comparable with earlier runs.
 	opts := localfleet.Options{Gateways: *gateways, Env: env, Logger: logger, Reaper: true, Open: true}
 	opts.DurablePostgres = !*fast
-	opts.PostgresSettings = map[string]string{}
+	// Checkpoints come by time (checkpoint_timeout, 5 minutes), not by WAL
+	// volume: with Postgres's default max_wal_size (1 GB) a queue writing
+	// 15 MB of WAL a second checkpoints every 35 s or so, and the first
+	// change to every page after each checkpoint writes the whole page
+	// into the WAL. A deployment that writes at these rates sizes it so
+	// (docs/operations.md, "Postgres"); both sides of a comparison run on
+	// this one cluster.
+	opts.PostgresSettings = map[string]string{"max_wal_size": "'" + benchMaxWALSize + "'"}
 	if *statements {
 		opts.PostgresSettings["shared_preload_libraries"] = "'pg_stat_statements'"
 	}
@@ -177,6 +185,13 @@ func run() error {
 	if want["pause"] || all {
 		// The pause scenario judges by commit time (claimwitness).
 		opts.PostgresSettings["track_commit_timestamp"] = "on"
+	}
+	for _, kv := range strings.Split(*pgSettings, ",") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && k != "" {
+			opts.PostgresSettings[k] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		} else if strings.TrimSpace(kv) != "" {
+			return fmt.Errorf("-pg-settings: %q is not KEY=VALUE", kv)
+		}
 	}
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs, %s/%s, Go %s; Postgres on the same machine (fast=%v)\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), *fast)
@@ -378,6 +393,15 @@ func defaultGateways(want map[string]bool) int {
 // -concurrency is given: River's MaxWorkers in its CLI's benchmark, so
 // both sides run as many handlers at once (ADR-0065).
 const riverSlots = scenario.RiverMaxWorkers
+
+// benchMaxWALSize is the throwaway Postgres's max_wal_size. Postgres asks
+// for a checkpoint once the WAL since the last one passes max_wal_size /
+// (1 + checkpoint_completion_target), 4.2 GB here: at the soak's 9,500
+// jobs/s (about 15 MB of WAL a second) checkpoints come from
+// checkpoint_timeout (5 minutes); at the comparison's 20,000-30,000 jobs/s
+// every two to three minutes, never inside one of its rounds, each of
+// which starts from a CHECKPOINT.
+const benchMaxWALSize = "8GB"
 
 // riverWorkers is pulse's side of a comparison with River alone: one SDK
 // worker per gateway, each starting at a different one, with its share of
