@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -41,6 +42,28 @@ func keysNaming(t *testing.T, pool *pgxpool.Pool, ids ...uuid.UUID) (keys int) {
 // the rule alone; a unique submit writes it in its insert's statement).
 const uniqueKeyOf = `INSERT INTO job_uniques (unique_key, job_id, expires_at)
 	VALUES (gen_random_uuid(), $1, now() + interval '1 hour')`
+
+// requireDeleteWaitsForCommit checks that a DELETE of job waits for tx,
+// which wrote a row naming it (lock_not_available after 100 ms), and then,
+// tx committed, deletes it.
+func requireDeleteWaitsForCommit(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx, job uuid.UUID) {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET lock_timeout = '100ms'`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, job)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "the DELETE must wait for the writing transaction, got %v", err)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %s", pgErr.Message)
+	_, err = conn.Exec(ctx, `RESET lock_timeout`)
+	require.NoError(t, err)
+
+	require.NoError(t, tx.Commit(ctx))
+	_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, job)
+	require.NoError(t, err)
+}
 
 // replacementOf writes a row of job id's replacement history, as the
 // schema's jobs_record_replacement does (raw, to test the rule alone).
@@ -147,21 +170,7 @@ func TestSchemaJobReferences(t *testing.T) {
 		_, err = tx.Exec(ctx, `INSERT INTO job_dependencies (parent_id, child_id) VALUES ($1, $2)`, parent, child)
 		require.NoError(t, err)
 
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		_, err = conn.Exec(ctx, `SET lock_timeout = '100ms'`)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, parent)
-		var pgErr *pgconn.PgError
-		require.True(t, errors.As(err, &pgErr), "the DELETE must wait for the edge's transaction, got %v", err)
-		require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %s", pgErr.Message)
-		_, err = conn.Exec(ctx, `RESET lock_timeout`)
-		require.NoError(t, err)
-
-		require.NoError(t, tx.Commit(ctx))
-		_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, parent)
-		require.NoError(t, err)
+		requireDeleteWaitsForCommit(t, pool, tx, parent)
 		edges, _ := rowsNaming(t, pool, parent, child)
 		require.Zero(t, edges)
 	})
@@ -179,21 +188,7 @@ func TestSchemaJobReferences(t *testing.T) {
 		_, err = tx.Exec(ctx, uniqueKeyOf, job)
 		require.NoError(t, err)
 
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		_, err = conn.Exec(ctx, `SET lock_timeout = '100ms'`)
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, job)
-		var pgErr *pgconn.PgError
-		require.True(t, errors.As(err, &pgErr), "the DELETE must wait for the key's transaction, got %v", err)
-		require.Equal(t, "55P03", pgErr.Code, "lock_not_available: %s", pgErr.Message)
-		_, err = conn.Exec(ctx, `RESET lock_timeout`)
-		require.NoError(t, err)
-
-		require.NoError(t, tx.Commit(ctx))
-		_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE id = $1`, job)
-		require.NoError(t, err)
+		requireDeleteWaitsForCommit(t, pool, tx, job)
 		require.Zero(t, keysNaming(t, pool, job))
 	})
 
