@@ -8,16 +8,15 @@
 --
 -- The key's two halves become triggers that keep its name, its error code
 -- (foreign_key_violation) and its locking, as 00022's do:
---   - a key must name a job: checked after each row written, when the
---     writing statement ends, with the job's row locked FOR KEY SHARE
+--   - a key must name a job: checked when the writing statement ends,
+--     over the rows it wrote, with their jobs' rows locked FOR KEY SHARE
 --     until commit. The unique submit relies on it: a statement that
 --     claims a key for a job it then does not insert (an idempotency key
 --     taken by a transaction that committed after its snapshot) fails
 --     whole with job_uniques_job_id_fkey and is run again (ADR-0016).
 --     The check runs with the privileges of the schema's owner, as the
 --     key's did, so an application's role needs no more than before
---     (INSERT and SELECT on jobs; INSERT, UPDATE and SELECT on
---     job_uniques);
+--     (docs/transactional-enqueue.md lists its grants);
 --   - a DELETE of jobs deletes their keys in jobs_delete_references, one
 --     set-based DELETE over the deleted ids; a TRUNCATE of jobs empties
 --     job_uniques, so TRUNCATE jobs no longer needs to name it.
