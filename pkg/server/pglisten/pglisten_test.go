@@ -118,7 +118,7 @@ func TestListener(t *testing.T) {
 
 		var killed bool
 		require.NoError(t, pool.QueryRow(ctx,
-			`SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pglisten_test'`).Scan(&killed))
+			`SELECT bool_and(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pglisten_test'`).Scan(&killed))
 		require.True(t, killed)
 		// Lost meanwhile or not, the subscriber hears of the reconnect.
 		ev.waitFor(t, event{"pulse_jobs", "resync", ""}, event{"pulse_jobs", "resync", ""})
