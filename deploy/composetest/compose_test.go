@@ -113,6 +113,15 @@ func TestComposeUp(t *testing.T) {
 		}
 	})
 
+	step("PostgresRunsWithTheFilesSettings", func(t *testing.T) {
+		// The image's entrypoint passes the service's command's -c flags on
+		// to postgres: the server running is the one the file describes.
+		out := f.mustCompose(t, time.Minute, "exec", "-T", "postgres",
+			"psql", "-U", "pulse", "-d", "pulse", "-Atc", "SHOW max_wal_size")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Equal(t, "8GB", strings.TrimSpace(lines[len(lines)-1]), "postgres's max_wal_size:\n%s", out)
+	})
+
 	step("PublishedURLsAnswer", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/ui/", "/v1/dispatch"} {
 			require.NoError(t, call(http.MethodGet, f.httpURL()+path, nil, http.StatusOK, nil), "control-api %s", path)
