@@ -172,7 +172,7 @@ func run() error {
 	// 15 MB of WAL a second checkpoints every 35 s or so, and the first
 	// change to every page after each checkpoint writes the whole page
 	// into the WAL. A deployment that writes at these rates sizes it so
-	// (docs/operations.md, "Postgres"); both sides of a comparison run on
+	// (docs/operations.md, "Postgres itself"); both sides of a comparison run on
 	// this one cluster.
 	opts.PostgresSettings = map[string]string{"max_wal_size": "'" + benchMaxWALSize + "'"}
 	if *statements {
