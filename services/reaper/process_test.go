@@ -14,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/migrations"
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 	"github.com/pulsequeue/pulse/pkg/server/proctest"
 	"github.com/pulsequeue/pulse/services/reaper/internal/fixture"
@@ -131,6 +132,34 @@ func TestReaperProcess(t *testing.T) {
 		p.Stop(t)
 	})
 
+	t.Run("RebuildsABloatedIndexAndSaysSo", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.URL(t)
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		defer pool.Close()
+		jobstoretest.BloatIndexes(t, pool, "proc.bloat", 60000, 500)
+		var before int64
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT pg_relation_size('jobs_pkey')`).Scan(&before))
+
+		p := proctest.Start(t, bin, proctest.Env("PULSE_DATABASE_URL="+url, "PULSE_ADMIN_ADDR=127.0.0.1:0",
+			"PULSE_REINDEX_INTERVAL=1s", "PULSE_REINDEX_MIN_FREED_MB=1"))
+		base := "http://" + adminAddr(t, p)
+		rec := p.Logged(t, "rebuilt a bloated index")
+		require.NotEmpty(t, rec["index"])
+		proctest.WaitFor(t, "jobs_pkey rebuilt", func() bool {
+			_, body := proctest.Get(base + "/metrics")
+			return strings.Contains(body, `pulse_reaper_reindexes_total{index="jobs_pkey",result="ok"} 1`)
+		})
+		var after int64
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT pg_relation_size('jobs_pkey')`).Scan(&after))
+		require.Less(t, after, before/4)
+		_, body := proctest.Get(base + "/metrics")
+		require.Contains(t, body, `pulse_reaper_index_bloat_ratio{index="jobs_pkey"}`)
+		p.Stop(t)
+		require.Contains(t, p.Stdout.String(), `"msg":"stopped cleanly"`)
+	})
+
 	t.Run("RefusesASchemaOlderThanItNeeds", func(t *testing.T) {
 		t.Parallel()
 		res := proctest.Run(t, bin, proctest.Env("PULSE_DATABASE_URL="+pgtest.EmptyURL(t), "PULSE_ADMIN_ADDR=127.0.0.1:0"))
@@ -152,7 +181,7 @@ func TestReaperProcess(t *testing.T) {
 		res := proctest.Run(t, bin, proctest.Env(), "-h")
 		require.Equal(t, 0, res.Code, res.Stderr)
 		out := res.Stdout
-		for _, v := range []string{"PULSE_DATABASE_URL", "PULSE_SWEEP_INTERVAL", "PULSE_RETENTION_DEAD_LETTERED", "PULSE_RETRY_BACKOFF_UNIT"} {
+		for _, v := range []string{"PULSE_DATABASE_URL", "PULSE_SWEEP_INTERVAL", "PULSE_RETENTION_DEAD_LETTERED", "PULSE_RETRY_BACKOFF_UNIT", "PULSE_REINDEX_INTERVAL"} {
 			require.Contains(t, out, v)
 		}
 	})

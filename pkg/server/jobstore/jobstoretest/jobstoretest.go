@@ -11,13 +11,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
+	"github.com/pulsequeue/pulse/pkg/server/proctest"
 )
 
 // DB begins the transaction Create works in: a *pgxpool.Pool, a *pgx.Conn
@@ -203,4 +207,84 @@ func timeOrNil(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// Execer runs a statement outside any transaction: a *pgxpool.Pool or a
+// *pgx.Conn.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// BloatIndexes leaves the jobs table's indexes many times larger than their
+// entries need, as a long transaction followed by a vacuum does: it inserts
+// made PENDING jobs of topic, cancels and deletes all but keep of them, and
+// vacuums the table, so the emptied index pages are free for reuse but the
+// files keep their size.
+func BloatIndexes(tb testing.TB, db Execer, topic string, made, keep int) {
+	tb.Helper()
+	ctx := context.Background()
+	steps := []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), $1 FROM generate_series(1, $2::int)`, []any{topic, made}},
+		{`UPDATE jobs SET status = 'CANCELED', finished_at = now()
+		   WHERE id IN (SELECT id FROM jobs WHERE topic = $1 AND status = 'PENDING' ORDER BY id OFFSET $2::int)`, []any{topic, keep}},
+		{`DELETE FROM jobs WHERE topic = $1 AND status = 'CANCELED'`, []any{topic}},
+	}
+	for _, step := range steps {
+		if _, err := db.Exec(ctx, step.sql, step.args...); err != nil {
+			tb.Fatalf("bloat indexes: %v", err)
+		}
+	}
+	if _, err := db.Exec(ctx, `VACUUM (ANALYZE) jobs`); err != nil {
+		tb.Fatalf("bloat indexes: vacuum: %v", err)
+	}
+}
+
+// SlowVacuum starts a VACUUM of the jobs table that sleeps after every page
+// (vacuum_cost_delay), on a connection of its own, and returns once
+// Postgres reports it in progress. The function it returns cancels the
+// vacuum and waits for it to end; it also runs at the test's end. The table
+// needs dead row versions on many pages for the vacuum to take long.
+func SlowVacuum(tb testing.TB, pool *pgxpool.Pool) (stop func()) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatalf("slow vacuum: %v", err)
+	}
+	var pid int32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tb.Fatalf("slow vacuum: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, `SET vacuum_cost_delay = 100; SET vacuum_cost_limit = 1`)
+		if err == nil {
+			_, err = conn.Exec(ctx, `VACUUM jobs`)
+		}
+		_, _ = conn.Exec(ctx, `RESET vacuum_cost_delay; RESET vacuum_cost_limit`)
+		conn.Release()
+		done <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			if _, err := pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
+				tb.Errorf("slow vacuum: cancel: %v", err)
+			}
+			var pgErr *pgconn.PgError
+			if err := <-done; err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "57014") {
+				tb.Errorf("slow vacuum: %v", err) // anything but the cancel
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	proctest.WaitFor(tb, "the vacuum to be in progress", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_progress_vacuum WHERE pid = $1`, pid).Scan(&n)
+		return err == nil && n == 1
+	})
+	return stop
 }

@@ -1,5 +1,5 @@
-// Package app builds the reaper's parts — the lease sweep and retention
-// loops — for the service runtime (pkg/server/service), which runs them
+// Package app builds the reaper's parts — the lease sweep, retention, the
+// circuit breakers and the reindexer — for the service runtime (pkg/server/service), which runs them
 // with the pool and the admin HTTP server.
 package app
 
@@ -15,6 +15,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/service"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
+	"github.com/pulsequeue/pulse/services/reaper/internal/reindex"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
 	"github.com/pulsequeue/pulse/services/reaper/internal/sweep"
 )
@@ -50,7 +51,8 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		AdminAddr: cfg.AdminAddr, ShutdownTimeout: cfg.ShutdownTimeout,
 		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
-			"retention_interval", cfg.RetentionInterval, "breaker_interval", cfg.BreakerInterval, "reaper_id", cfg.ReaperID},
+			"retention_interval", cfg.RetentionInterval, "breaker_interval", cfg.BreakerInterval,
+			"reindex_interval", cfg.ReindexInterval, "reaper_id", cfg.ReaperID},
 		Build: func(ctx context.Context, s *service.Service) error {
 			// The sweep counts what it settles in job_throughput under
 			// this reaper's id.
@@ -84,6 +86,17 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 			// judge them; each transition happens once.
 			s.Every(loop.Config{Name: "breaker", Interval: cfg.BreakerInterval, Immediate: true},
 				func(ctx context.Context) error { return judgeBreakers(ctx, store, m, s.Logger()) })
+			// The reindexer (ADR-0070) on a connection of its own, one
+			// reaper at a time; after an interval, not at start, so a
+			// fleet restarting does not read the catalog all at once.
+			if cfg.ReindexInterval > 0 {
+				reindexer := reindex.NewReindexer(reindex.Config{
+					Bloat: cfg.ReindexBloat, MinFreed: cfg.ReindexMinFreedMB << 20,
+					OldestSnapshot: reindex.OldestSnapshot, VacuumWait: reindex.VacuumWait,
+				}, reindex.StoreOpener(store), m, s.Logger())
+				s.Every(loop.Config{Name: "reindexer", Interval: cfg.ReindexInterval},
+					func(ctx context.Context) error { _, err := reindexer.Pass(ctx); return err })
+			}
 			return nil
 		},
 	}

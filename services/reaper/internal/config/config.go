@@ -48,11 +48,32 @@ const (
 	// topic's circuit breaker (ADR-0053): the longest a failing topic runs
 	// past its threshold, and a half-open trial's outcome waits.
 	BreakerIntervalDefault = 5 * time.Second
-	DBMaxConnsDefault      = 4
-	ShutdownTimeoutDefault = 20 * time.Second
+	// ReindexIntervalDefault is how often the reindexer looks at the jobs
+	// table's indexes (ADR-0070).
+	ReindexIntervalDefault = 5 * time.Minute
+	// ReindexBloatDefault rebuilds an index at four times its estimated
+	// size: well past what page splits leave in a healthy index, so only
+	// the growth a long transaction or a purge leaves behind is rebuilt.
+	ReindexBloatDefault = 4.0
+	// ReindexMinFreedMBDefault is the least a rebuild must give back, in
+	// MiB: a rebuild reads the whole table twice, which is not worth a
+	// few megabytes.
+	ReindexMinFreedMBDefault = 32
+	DBMaxConnsDefault        = 4
+	ShutdownTimeoutDefault   = 20 * time.Second
 
 	// MinInterval keeps a loop from spinning on the database.
 	MinInterval = 10 * time.Millisecond
+	// MinReindexInterval keeps the reindexer from reading the catalog
+	// in a loop.
+	MinReindexInterval = time.Second
+	// MinReindexBloat and MaxReindexBloat bound PULSE_REINDEX_BLOAT: below
+	// 1.5 an index fresh from a rebuild could qualify again after ordinary
+	// page splits; above 1,000 nothing would ever be rebuilt.
+	MinReindexBloat = 1.5
+	MaxReindexBloat = 1000.0
+	// MaxReindexMinFreedMB is a mebibyte short of a pebibyte.
+	MaxReindexMinFreedMB = 1<<30 - 1
 	// MaxBatch keeps one statement's transaction short.
 	MaxBatch = 10000
 )
@@ -88,6 +109,14 @@ type Config struct {
 	// row; zero keeps the audit forever, and anything else is at least
 	// jobstore.AuditRetentionFloor (a day).
 	AuditRetention time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h"`
+	// ReindexInterval is how often the reindexer looks at the jobs table's
+	// indexes and rebuilds the bloated ones; zero turns it off.
+	ReindexInterval time.Duration `envconfig:"REINDEX_INTERVAL" default:"5m"`
+	// ReindexBloat is how many times its estimated size an index must be
+	// to be rebuilt.
+	ReindexBloat float64 `envconfig:"REINDEX_BLOAT" default:"4"`
+	// ReindexMinFreedMB is the least, in MiB, a rebuild must give back.
+	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"32"`
 	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
 	// reaper's metrics (pkg/server/metrics).
 	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
@@ -130,6 +159,12 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_TOPIC_SEEN_RETENTION", "is %s; it must not be negative (0 keeps every topic forever)", c.TopicSeenRetention)
 	case c.AuditRetention < 0 || (c.AuditRetention > 0 && c.AuditRetention < jobstore.AuditRetentionFloor):
 		return config.Invalid("PULSE_AUDIT_RETENTION", "is %s; it must be 0 (keep the audit forever) or at least %s", c.AuditRetention, jobstore.AuditRetentionFloor)
+	case c.ReindexInterval != 0 && c.ReindexInterval < MinReindexInterval:
+		return config.Invalid("PULSE_REINDEX_INTERVAL", "is %s; it must be 0 (no rebuilds) or at least %s", c.ReindexInterval, MinReindexInterval)
+	case !(c.ReindexBloat >= MinReindexBloat && c.ReindexBloat <= MaxReindexBloat):
+		return config.Invalid("PULSE_REINDEX_BLOAT", "is %v; it must be between %v and %v", c.ReindexBloat, MinReindexBloat, MaxReindexBloat)
+	case c.ReindexMinFreedMB < 1 || c.ReindexMinFreedMB > MaxReindexMinFreedMB:
+		return config.Invalid("PULSE_REINDEX_MIN_FREED_MB", "is %d; it must be between 1 and %d", c.ReindexMinFreedMB, MaxReindexMinFreedMB)
 	case c.DBMaxConns < 2:
 		return config.Invalid("PULSE_DB_MAX_CONNS", "is %d; the reaper needs at least 2 (the sweep and retention run side by side)", c.DBMaxConns)
 	case c.ShutdownTimeout <= 0:

@@ -37,6 +37,9 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 		RetentionCanceled:     config.RetentionCanceledDefault,
 		RetentionDeadLettered: config.RetentionDeadLetteredDefault,
 		RetentionBatch:        config.RetentionBatchDefault,
+		ReindexInterval:       config.ReindexIntervalDefault,
+		ReindexBloat:          config.ReindexBloatDefault,
+		ReindexMinFreedMB:     config.ReindexMinFreedMBDefault,
 		DBMaxConns:            config.DBMaxConnsDefault,
 		ShutdownTimeout:       config.ShutdownTimeoutDefault,
 	}, c)
@@ -64,6 +67,14 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_AUDIT_RETENTION", "23h"},
 		{"PULSE_REAPER_ID", strings.Repeat("r", 201)},
 		{"PULSE_REAPER_ID", "r\xff"},
+		{"PULSE_REINDEX_INTERVAL", "10ms"},
+		{"PULSE_REINDEX_INTERVAL", "-5m"},
+		{"PULSE_REINDEX_BLOAT", "1.2"},
+		{"PULSE_REINDEX_BLOAT", "NaN"},
+		{"PULSE_REINDEX_BLOAT", "Inf"},
+		{"PULSE_REINDEX_BLOAT", "four"},
+		{"PULSE_REINDEX_MIN_FREED_MB", "0"},
+		{"PULSE_REINDEX_MIN_FREED_MB", "99999999999999999999"},
 		{"PULSE_DB_MAX_CONNS", "1"},
 		{"PULSE_SHUTDOWN_TIMEOUT", "0s"},
 		{"PULSE_LOG_LEVEL", "loud"},
@@ -73,6 +84,14 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 			configtest.RequireRefused(t, config.Config{}, tc.name, tc.value)
 		})
 	}
+}
+
+func TestAZeroReindexIntervalTurnsTheReindexerOff(t *testing.T) {
+	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	t.Setenv("PULSE_REINDEX_INTERVAL", "0s")
+	var c config.Config
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Zero(t, c.ReindexInterval)
 }
 
 func TestAZeroRetentionAgeIsAllowed(t *testing.T) {

@@ -47,6 +47,11 @@ type Metrics struct {
 	BreakerTransitions *prometheus.CounterVec
 	// BreakerRuns counts breaker evaluations, by result (ok, error).
 	BreakerRuns *prometheus.CounterVec
+	// IndexBloat is each of the jobs table's B-tree indexes' size over the
+	// size a rebuild would give it, as the reindexer last estimated it.
+	IndexBloat *prometheus.GaugeVec
+	// Reindexes counts index rebuilds, by index and result (ok, error).
+	Reindexes *prometheus.CounterVec
 	// topics bounds JobsReaped's topic label (BoundTopics); nil bounds
 	// nothing.
 	topics *metrics.Topics
@@ -95,8 +100,16 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.BreakerRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulse_breaker_evaluations_total", Help: "Evaluations of every topic's circuit breaker, by result (ok, error).",
 	}, []string{"result"})
+	// The index label's values are the jobs table's index names: the
+	// schema's, a fixed few.
+	m.IndexBloat = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pulse_reaper_index_bloat_ratio", Help: "Each B-tree index of the jobs table: its size over the size a rebuild would give it, as the reindexer last estimated (0: its entries not counted yet).",
+	}, []string{"index"})
+	m.Reindexes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_reaper_reindexes_total", Help: "Rebuilds of a bloated index of the jobs table (REINDEX INDEX CONCURRENTLY), by index and result (ok, error).",
+	}, []string{"index", "result"})
 	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted, m.RowsPruned,
-		m.BreakerOpen, m.BreakerTransitions, m.BreakerRuns)
+		m.BreakerOpen, m.BreakerTransitions, m.BreakerRuns, m.IndexBloat, m.Reindexes)
 	// Series that exist from the first scrape, so rate() and alerts see 0.
 	for _, r := range []string{ResultOK, ResultError} {
 		m.BreakerRuns.WithLabelValues(r)
@@ -164,6 +177,19 @@ func (m *Metrics) Breakers(trs []jobstore.BreakerTransition, states []jobstore.B
 	for label, v := range open {
 		m.BreakerOpen.WithLabelValues(label).Set(v)
 	}
+}
+
+// IndexSizes records the reindexer's estimate of every index's bloat.
+func (m *Metrics) IndexSizes(sizes []jobstore.IndexSize) {
+	m.IndexBloat.Reset()
+	for _, s := range sizes {
+		m.IndexBloat.WithLabelValues(s.Name).Set(s.Bloat())
+	}
+}
+
+// Reindexed counts one rebuild.
+func (m *Metrics) Reindexed(index string, err error) {
+	m.Reindexes.WithLabelValues(index, result(err)).Inc()
 }
 
 // Cleaned records one whole retention pass.

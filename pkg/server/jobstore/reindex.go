@@ -1,0 +1,270 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Rebuilding the jobs table's indexes (ADR-0070). A long transaction keeps
+// every row version a claim, a report or retention leaves behind, and the
+// indexes grow with them; once a vacuum has removed those entries, a
+// B-tree's emptied pages are reused but its file keeps its size. The
+// reaper's reindexer estimates how large each index would be rebuilt and
+// rebuilds, with REINDEX INDEX CONCURRENTLY, the ones many times that
+// size. The statements are here, on one dedicated connection
+// (IndexMaintenance), because a rebuild cannot run inside a transaction
+// and holds its session for as long as it reads the table twice.
+
+// ReindexLockKey is the session advisory lock one IndexMaintenance holds, so
+// that of several reapers one rebuilds at a time and none drops the
+// half-built index of another's rebuild as a leftover. Applications sharing
+// pulse's database must not use this advisory lock key.
+const ReindexLockKey = "483006378854" // PauseBarrierKey + 1
+
+// ReindexLockTimeout bounds every lock wait of a rebuild: the table's lock
+// at its start, and the waits for transactions older than each of its
+// phases. Below Postgres's default deadlock_timeout (1 s), so a rebuild that
+// meets an autovacuum of the table gives up rather than have Postgres cancel
+// the vacuum for it.
+const ReindexLockTimeout = 900 * time.Millisecond
+
+// ReindexStatementTimeout bounds one rebuild, which reads the whole table
+// twice.
+const ReindexStatementTimeout = time.Hour
+
+// IndexSize is one of the jobs table's B-tree indexes: its size on disk and
+// the size a rebuild would give it, estimated from the number of entries
+// the last vacuum or analyze counted and the width of its keys.
+type IndexSize struct {
+	Schema, Name string
+	Bytes        int64
+	// Entries is pg_class.reltuples of the index; negative when Postgres
+	// has not counted them yet (never vacuumed or analyzed).
+	Entries float64
+	// KeyWidth is the summed width of the index's columns in bytes: fixed
+	// widths from the catalog, variable ones from pg_stats (32 without
+	// statistics).
+	KeyWidth int64
+}
+
+// btree page layout (PostgreSQL's bufpage.h and nbtree.h): the usable space
+// of an 8 kB page after its header and the B-tree's special space, the
+// fill a rebuild leaves on leaf pages (fillfactor 90), and an entry's
+// overhead: its 8-byte header and 4-byte line pointer.
+const (
+	btreePageBytes     = 8192
+	btreeUsableBytes   = btreePageBytes - 24 - 16
+	btreeLeafFill      = 0.90
+	btreeEntryOverhead = 8 + 4
+)
+
+// CompactBytes is the size a rebuild would give the index: its entries
+// (each key padded to 8 bytes, plus the entry's header and line pointer)
+// on leaf pages filled as a rebuild fills them, a hundredth more for the
+// inner pages, and the metapage. Deduplication makes a rebuilt index with
+// repeated keys smaller still, so the estimate errs large, which errs on
+// the side of not rebuilding. Zero when the entries are not known.
+func (s IndexSize) CompactBytes() int64 {
+	if s.Entries < 0 {
+		return 0
+	}
+	entry := btreeEntryOverhead + (s.KeyWidth+7)/8*8
+	leaves := math.Ceil(s.Entries * float64(entry) / (btreeUsableBytes * btreeLeafFill))
+	pages := math.Max(1, math.Ceil(leaves*1.01)) + 1
+	return int64(pages) * btreePageBytes
+}
+
+// Bloat is Bytes over CompactBytes; 0 when the entries are not known.
+func (s IndexSize) Bloat() float64 {
+	c := s.CompactBytes()
+	if c == 0 {
+		return 0
+	}
+	return float64(s.Bytes) / float64(c)
+}
+
+// indexSizesSQL lists the jobs table's valid B-tree indexes on plain
+// columns (every one but the GIN index on tags) with what IndexSize needs.
+const indexSizesSQL = `
+SELECT n.nspname, c.relname, pg_relation_size(c.oid), c.reltuples::float8,
+       (SELECT COALESCE(sum(CASE WHEN a.attlen > 0 THEN a.attlen ELSE COALESCE(st.avg_width, 32) END), 0)::int8
+          FROM pg_attribute a
+          LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = t.relname AND st.attname = a.attname
+         WHERE a.attrelid = t.oid AND a.attnum = ANY (i.indkey::int2[]))
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_class t ON t.oid = i.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+JOIN pg_am am ON am.oid = c.relam
+WHERE i.indrelid = 'jobs'::regclass AND i.indisvalid AND i.indisready AND am.amname = 'btree' AND i.indexprs IS NULL
+ORDER BY c.relname`
+
+// leftoversSQL finds what failed rebuilds leave: REINDEX CONCURRENTLY builds
+// the new index as <name>_ccnew (invalid until it is done) and keeps the
+// old one as <name>_ccold after the swap until it drops it, so a rebuild
+// cancelled or timed out between those steps leaves an invalid index under
+// one of those names (a digit after it when the name was taken), which
+// Postgres maintains on every write and never uses.
+const leftoversSQL = `
+SELECT n.nspname, c.relname
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE i.indrelid = 'jobs'::regclass AND NOT i.indisvalid
+  AND c.relname ~ '_cc(new|old)[0-9]*$'
+ORDER BY c.relname`
+
+// obstacleSQL says what would make a rebuild wait now: a vacuum of the jobs
+// table in progress (the rebuild's lock would block it, and it the
+// rebuild), and how long the oldest other transaction of this database
+// holding a snapshot has been open (a rebuild waits for every snapshot
+// older than each of its phases).
+const obstacleSQL = `
+SELECT (SELECT count(*) FROM pg_stat_progress_vacuum
+         WHERE datname = current_database() AND relid = 'jobs'::regclass),
+       (SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8
+          FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND backend_type = 'client backend' AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL)`
+
+// IndexMaintenance is one connection of its own, holding ReindexLockKey,
+// on which the reindexer reads index sizes, drops leftovers and rebuilds.
+type IndexMaintenance struct {
+	conn *pgx.Conn
+}
+
+// OpenIndexMaintenance connects with the store's pool settings and takes
+// ReindexLockKey. It returns nil and no error when another session holds
+// the key. The connection is the caller's to Close; it is not the pool's,
+// so a rebuild that takes minutes leaves every pool connection to the
+// other loops.
+func (s *Store) OpenIndexMaintenance(ctx context.Context) (*IndexMaintenance, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, interpretError("index maintenance: connect", err)
+	}
+	var held bool
+	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+ReindexLockKey+`)`).Scan(&held)
+	if err == nil && held {
+		_, err = conn.Exec(ctx, fmt.Sprintf(`SET lock_timeout = %d; SET statement_timeout = %d`,
+			ReindexLockTimeout.Milliseconds(), ReindexStatementTimeout.Milliseconds()))
+	}
+	if err != nil || !held {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, interpretError("index maintenance: lock", err)
+	}
+	return &IndexMaintenance{conn: conn}, nil
+}
+
+// Close ends the session, which releases its advisory lock.
+func (m *IndexMaintenance) Close(ctx context.Context) error {
+	return m.conn.Close(ctx)
+}
+
+// IndexSizes lists the jobs table's B-tree indexes (indexSizesSQL).
+func (m *IndexMaintenance) IndexSizes(ctx context.Context) ([]IndexSize, error) {
+	rows, err := m.conn.Query(ctx, indexSizesSQL)
+	if err != nil {
+		return nil, interpretError("index sizes", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexSize, error) {
+		var s IndexSize
+		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.KeyWidth)
+		return s, err
+	})
+	return out, interpretError("index sizes", err)
+}
+
+// Obstacle is what would make a rebuild wait if it started now.
+type Obstacle struct {
+	// Vacuum is a vacuum of the jobs table in progress: the rebuild's
+	// lock and the vacuum's exclude each other.
+	Vacuum bool
+	// Snapshot is how long the oldest other transaction of this database
+	// holding a snapshot has been open: a rebuild waits for every
+	// snapshot older than each of its phases.
+	Snapshot time.Duration
+}
+
+// Obstacle reads what would make a rebuild wait now (obstacleSQL).
+func (m *IndexMaintenance) Obstacle(ctx context.Context) (Obstacle, error) {
+	var o Obstacle
+	var vacuums int64
+	var openSeconds float64
+	if err := m.conn.QueryRow(ctx, obstacleSQL).Scan(&vacuums, &openSeconds); err != nil {
+		return o, interpretError("index maintenance: obstacles", err)
+	}
+	o.Vacuum = vacuums > 0
+	o.Snapshot = time.Duration(openSeconds * float64(time.Second))
+	return o, nil
+}
+
+// DropLeftovers drops the invalid indexes failed rebuilds left on the jobs
+// table (leftoversSQL), each with DROP INDEX CONCURRENTLY, and returns the
+// names it dropped. It goes on past one it could not drop.
+func (m *IndexMaintenance) DropLeftovers(ctx context.Context) ([]string, error) {
+	rows, err := m.conn.Query(ctx, leftoversSQL)
+	if err != nil {
+		return nil, interpretError("index leftovers", err)
+	}
+	names, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgx.Identifier, error) {
+		var schema, name string
+		err := r.Scan(&schema, &name)
+		return pgx.Identifier{schema, name}, err
+	})
+	if err != nil {
+		return nil, interpretError("index leftovers", err)
+	}
+	var dropped []string
+	var errs []error
+	for _, name := range names {
+		if _, err := m.conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+name.Sanitize()); err != nil {
+			errs = append(errs, fmt.Errorf("drop %s: %w", name[1], err))
+			continue
+		}
+		dropped = append(dropped, name[1])
+	}
+	return dropped, interpretError("index leftovers", errors.Join(errs...))
+}
+
+// Rebuild rebuilds one index of the jobs table with REINDEX INDEX
+// CONCURRENTLY: writes and claims go on while it reads the table twice,
+// and the rebuilt index takes the old one's name and constraint. It
+// returns the index's size after. A rebuild that fails part-way leaves an
+// invalid leftover for DropLeftovers. An index that is not one of the jobs
+// table's is refused before anything runs.
+func (m *IndexMaintenance) Rebuild(ctx context.Context, schema, name string) (int64, error) {
+	notOurs := fmt.Errorf("reindex %q: not an index of the jobs table", name)
+	if !identifier(schema) || !identifier(name) {
+		return 0, notOurs
+	}
+	ident := pgx.Identifier{schema, name}.Sanitize()
+	var ours bool
+	if err := m.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND indrelid = 'jobs'::regclass)`,
+		ident).Scan(&ours); err != nil {
+		return 0, interpretError("reindex "+name, err)
+	}
+	if !ours {
+		return 0, notOurs
+	}
+	if _, err := m.conn.Exec(ctx, `REINDEX INDEX CONCURRENTLY `+ident); err != nil {
+		return 0, interpretError("reindex "+name, err)
+	}
+	var bytes int64
+	err := m.conn.QueryRow(ctx, `SELECT pg_relation_size(to_regclass($1))`, ident).Scan(&bytes)
+	return bytes, interpretError("reindex "+name, err)
+}
+
+// identifier reports whether s can name a Postgres object as it is: valid
+// UTF-8 without NUL (which pgx.Identifier would drop, naming another
+// object), and not empty.
+func identifier(s string) bool {
+	return s != "" && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}

@@ -1,0 +1,240 @@
+package reindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/logging"
+)
+
+const tracerName = "github.com/pulsequeue/pulse/services/reaper/internal/reindex"
+
+const (
+	// OldestSnapshot postpones a pass while another transaction has held
+	// a snapshot for longer: a rebuild waits for every snapshot older than
+	// each of its phases, and gives up after jobstore.ReindexLockTimeout.
+	OldestSnapshot = 10 * time.Second
+	// VacuumWait is how long a pass waits for a vacuum of the jobs table
+	// to end before it postpones. A busy queue's table is vacuumed often
+	// and for long, and a rebuild can start only between two vacuums
+	// (Postgres would cancel the vacuum rather than let the rebuild wait).
+	VacuumWait = 5 * time.Minute
+	// vacuumPoll is how often a waiting pass looks again.
+	vacuumPoll = time.Second
+)
+
+// Session is one maintenance connection (jobstore.IndexMaintenance).
+type Session interface {
+	IndexSizes(ctx context.Context) ([]jobstore.IndexSize, error)
+	Obstacle(ctx context.Context) (jobstore.Obstacle, error)
+	DropLeftovers(ctx context.Context) ([]string, error)
+	Rebuild(ctx context.Context, schema, name string) (int64, error)
+	Close(ctx context.Context) error
+}
+
+// Opener opens a Session, or returns nil and no error when another
+// reaper's session holds the reindex lock.
+type Opener func(ctx context.Context) (Session, error)
+
+// StoreOpener opens sessions on store.
+func StoreOpener(store *jobstore.Store) Opener {
+	return func(ctx context.Context) (Session, error) {
+		m, err := store.OpenIndexMaintenance(ctx)
+		if m == nil || err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+}
+
+// Observer is told what each pass found and did, for metrics.
+type Observer interface {
+	IndexSizes(sizes []jobstore.IndexSize)
+	Reindexed(index string, err error)
+}
+
+// Config tunes the reindexer. How often it runs is the loop's business
+// (app: pkg/server/loop, every PULSE_REINDEX_INTERVAL).
+type Config struct {
+	// Bloat is how many times its estimated size an index must be to be
+	// rebuilt.
+	Bloat float64
+	// MinFreed is the least a rebuild must give back, in bytes.
+	MinFreed int64
+	// OldestSnapshot postpones rebuilds while another transaction has held
+	// a snapshot longer than this.
+	OldestSnapshot time.Duration
+	// VacuumWait is how long a pass waits for a vacuum of the table to end
+	// before it postpones.
+	VacuumWait time.Duration
+}
+
+// Reindexer rebuilds bloated indexes of the jobs table.
+type Reindexer struct {
+	cfg      Config
+	open     Opener
+	observer Observer
+	logger   *slog.Logger
+	// rebuiltTo is each index's size after this process last rebuilt it:
+	// an index is not rebuilt again before it has grown Bloat times past
+	// that, whatever the estimate says, so a count of entries Postgres
+	// took when the index held fewer (a backlog since) cannot have it
+	// rebuilt pass after pass for nothing.
+	rebuiltTo map[string]int64
+}
+
+// NewReindexer builds the reindexer. observer may be nil.
+func NewReindexer(cfg Config, open Opener, observer Observer, logger *slog.Logger) *Reindexer {
+	if observer == nil {
+		observer = nopObserver{}
+	}
+	return &Reindexer{cfg: cfg, open: open, observer: observer,
+		logger: logger.With(logging.Loop, "reindexer"), rebuiltTo: map[string]int64{}}
+}
+
+// Result is what one pass did.
+type Result struct {
+	// Rebuilt names the indexes rebuilt, in the order they were.
+	Rebuilt []string
+	// Dropped names the leftovers of failed rebuilds dropped.
+	Dropped []string
+	// Postponed says why the pass stopped before a rebuild it wanted, or
+	// is empty.
+	Postponed string
+}
+
+// Pass runs once: it drops what failed rebuilds left, then rebuilds every
+// index past the thresholds, the one that gives back most first, looking
+// before each for what would make it wait: it waits out a vacuum of the
+// table (up to VacuumWait) and postpones to the next pass for an old
+// snapshot. It stops at the first rebuild
+// that fails, after dropping what that one left: the next pass tries
+// again. When another reaper holds the reindex lock it does nothing.
+func (r *Reindexer) Pass(ctx context.Context) (Result, error) {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.reindex")
+	defer span.End()
+	res, err := r.pass(ctx)
+	span.SetAttributes(attribute.StringSlice("pulse.reindex.rebuilt", res.Rebuilt))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return res, err
+}
+
+func (r *Reindexer) pass(ctx context.Context) (Result, error) {
+	var res Result
+	s, err := r.open(ctx)
+	if err != nil || s == nil {
+		return res, err
+	}
+	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
+
+	res.Dropped, err = r.dropLeftovers(ctx, s)
+	if err != nil {
+		return res, err
+	}
+	sizes, err := s.IndexSizes(ctx)
+	if err != nil {
+		return res, err
+	}
+	r.observer.IndexSizes(sizes)
+	for _, idx := range r.due(sizes) {
+		reason, err := r.clear(ctx, s)
+		if err != nil {
+			return res, err
+		}
+		if reason != "" {
+			res.Postponed = reason
+			r.logger.InfoContext(ctx, "index rebuild postponed to the next pass", "index", idx.Name, "why", reason,
+				"bytes", idx.Bytes, "estimated_bytes", idx.CompactBytes())
+			return res, nil
+		}
+		start := time.Now()
+		after, err := s.Rebuild(ctx, idx.Schema, idx.Name)
+		r.observer.Reindexed(idx.Name, err)
+		if err != nil {
+			dropped, derr := r.dropLeftovers(ctx, s)
+			res.Dropped = append(res.Dropped, dropped...)
+			return res, errors.Join(err, derr)
+		}
+		r.rebuiltTo[idx.Name] = after
+		res.Rebuilt = append(res.Rebuilt, idx.Name)
+		r.logger.InfoContext(ctx, "rebuilt a bloated index", "index", idx.Name,
+			"bytes_before", idx.Bytes, "bytes_after", after, "estimated_bytes", idx.CompactBytes(),
+			"seconds", time.Since(start).Seconds())
+	}
+	return res, nil
+}
+
+// clear waits, up to VacuumWait, for a vacuum of the jobs table to end, and
+// returns why a rebuild cannot start now, or "" when it can.
+func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
+	deadline := time.Now().Add(r.cfg.VacuumWait)
+	waiting := false
+	for {
+		o, err := s.Obstacle(ctx)
+		switch {
+		case err != nil:
+			return "", err
+		case o.Snapshot > r.cfg.OldestSnapshot:
+			return fmt.Sprintf("a transaction has held a snapshot for %s", o.Snapshot.Round(time.Second)), nil
+		case !o.Vacuum:
+			return "", nil
+		case !time.Now().Before(deadline):
+			return fmt.Sprintf("vacuums of the jobs table ran for all of %s", r.cfg.VacuumWait), nil
+		}
+		if !waiting {
+			waiting = true
+			r.logger.InfoContext(ctx, "waiting for a vacuum of the jobs table to end before a rebuild")
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(vacuumPoll):
+		}
+	}
+}
+
+// due lists the indexes to rebuild, the one that gives back most first.
+func (r *Reindexer) due(sizes []jobstore.IndexSize) []jobstore.IndexSize {
+	var out []jobstore.IndexSize
+	for _, s := range sizes {
+		if s.Bloat() < r.cfg.Bloat || s.Bytes-s.CompactBytes() < r.cfg.MinFreed {
+			continue
+		}
+		if to, ok := r.rebuiltTo[s.Name]; ok && float64(s.Bytes) < r.cfg.Bloat*float64(to) {
+			continue
+		}
+		out = append(out, s)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return out[i].Bytes-out[i].CompactBytes() > out[j].Bytes-out[j].CompactBytes()
+	})
+	return out
+}
+
+func (r *Reindexer) dropLeftovers(ctx context.Context, s Session) ([]string, error) {
+	dropped, err := s.DropLeftovers(ctx)
+	for _, name := range dropped {
+		r.logger.WarnContext(ctx, "dropped an invalid index a failed rebuild left", "index", name)
+	}
+	if err != nil {
+		return dropped, fmt.Errorf("drop leftovers: %w", err)
+	}
+	return dropped, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) IndexSizes([]jobstore.IndexSize) {}
+func (nopObserver) Reindexed(string, error)         {}

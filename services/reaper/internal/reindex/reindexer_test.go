@@ -1,0 +1,260 @@
+package reindex_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pulsequeue/pulse/pkg/server/jobstore"
+	"github.com/pulsequeue/pulse/pkg/server/jobstore/jobstoretest"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
+	"github.com/pulsequeue/pulse/services/reaper/internal/config"
+	"github.com/pulsequeue/pulse/services/reaper/internal/reindex"
+)
+
+var ctx = context.Background()
+
+type testBundle struct {
+	pool     *pgxpool.Pool
+	store    *jobstore.Store
+	observer *recorder
+	r        *reindex.Reindexer
+}
+
+// recorder keeps what the reindexer told its observer.
+type recorder struct {
+	mu        sync.Mutex
+	sizes     map[string]jobstore.IndexSize
+	reindexed map[string][]error
+}
+
+func (o *recorder) IndexSizes(sizes []jobstore.IndexSize) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range sizes {
+		o.sizes[s.Name] = s
+	}
+}
+
+func (o *recorder) Reindexed(index string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reindexed[index] = append(o.reindexed[index], err)
+}
+
+func setup(t *testing.T, cfg reindex.Config) *testBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	store := jobstore.New(pool)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	o := &recorder{sizes: map[string]jobstore.IndexSize{}, reindexed: map[string][]error{}}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return &testBundle{pool: pool, store: store, observer: o,
+		r: reindex.NewReindexer(cfg, reindex.StoreOpener(store), o, logger)}
+}
+
+// defaults is the reaper's configuration (config.ReindexBloatDefault) with a
+// floor of 1 MiB, since a test's table is small.
+var defaults = reindex.Config{Bloat: config.ReindexBloatDefault, MinFreed: 1 << 20,
+	OldestSnapshot: reindex.OldestSnapshot, VacuumWait: reindex.VacuumWait}
+
+func indexBytes(t *testing.T, pool *pgxpool.Pool, name string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_relation_size(to_regclass($1))`, name).Scan(&n))
+	return n
+}
+
+func TestReindexer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RebuildsTheBloatedIndexesOnceAndLeavesTheRest", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, defaults)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		pkey := indexBytes(t, b.pool, "jobs_pkey")
+		finished := indexBytes(t, b.pool, "jobs_workflow_idx") // nothing in it: never bloated
+
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+		require.Contains(t, res.Rebuilt, "jobs_claim_idx", "every pending job went through it")
+		require.NotContains(t, res.Rebuilt, "jobs_workflow_idx")
+		require.Empty(t, res.Postponed)
+		require.Less(t, indexBytes(t, b.pool, "jobs_pkey"), pkey/4)
+		require.Equal(t, finished, indexBytes(t, b.pool, "jobs_workflow_idx"))
+		for _, name := range res.Rebuilt {
+			require.Equal(t, []error{nil}, b.observer.reindexed[name], name)
+			require.GreaterOrEqual(t, b.observer.sizes[name].Bloat(), config.ReindexBloatDefault, name)
+		}
+
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Rebuilt, "nothing is bloated any more")
+	})
+
+	t.Run("AnIndexBelowTheFloorIsLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaults
+		cfg.MinFreed = 1 << 30
+		b := setup(t, cfg)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Rebuilt)
+		require.Greater(t, b.observer.sizes["jobs_pkey"].Bloat(), config.ReindexBloatDefault, "bloated, but would give back too little")
+	})
+
+	t.Run("WaitsOutAnOldSnapshot", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaults
+		cfg.OldestSnapshot = 0
+		b := setup(t, cfg)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT count(*) FROM jobs`)
+		require.NoError(t, err)
+
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Rebuilt)
+		require.Contains(t, res.Postponed, "snapshot")
+
+		require.NoError(t, tx.Rollback(ctx))
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+	})
+
+	t.Run("WaitsForAVacuumOfTheTableToEnd", func(t *testing.T) {
+		t.Parallel()
+		waiting := make(chan struct{}, 1)
+		b := setup(t, defaults)
+		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store), b.observer,
+			slog.New(logged{"waiting for a vacuum of the jobs table to end before a rebuild": waiting}))
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		_, err := b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`) // dead versions to vacuum slowly
+		require.NoError(t, err)
+		stop := jobstoretest.SlowVacuum(t, b.pool)
+
+		type passed struct {
+			res reindex.Result
+			err error
+		}
+		done := make(chan passed, 1)
+		go func() { res, err := b.r.Pass(ctx); done <- passed{res, err} }()
+		<-waiting
+		stop()
+		p := <-done
+		require.NoError(t, p.err)
+		require.Empty(t, p.res.Postponed)
+		require.Contains(t, p.res.Rebuilt, "jobs_pkey", "rebuilt once the vacuum ended")
+	})
+
+	t.Run("OneReaperAtATime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, defaults)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		other, err := b.store.OpenIndexMaintenance(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, other)
+
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reindex.Result{}, res, "another reaper holds the lock")
+		require.Empty(t, b.observer.sizes, "it did not even look")
+
+		require.NoError(t, other.Close(ctx))
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+	})
+
+	t.Run("DropsAFailedRebuildsLeftoverFirst", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, defaults)
+		// What a rebuild of jobs_pkey cancelled part-way leaves: an
+		// invalid copy (here over topic, which repeats, so it cannot be
+		// built; the name is what marks it).
+		_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'same.topic' FROM generate_series(1, 2)`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY jobs_pkey_ccnew ON jobs (topic)`)
+		require.Error(t, err)
+
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"jobs_pkey_ccnew"}, res.Dropped)
+		var left bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT to_regclass('jobs_pkey_ccnew') IS NOT NULL`).Scan(&left))
+		require.False(t, left)
+	})
+
+	t.Run("AFailedRebuildIsReportedAndItsLeftoverDropped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, defaults)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		// A writer that does not commit: a rebuild waits for it once its
+		// new index is defined, past its lock timeout, and fails there.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `INSERT INTO jobs (id, topic) VALUES (gen_random_uuid(), 'open.writer')`)
+		require.NoError(t, err)
+
+		res, err := b.r.Pass(ctx)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%v", err)
+		require.Equal(t, "55P03", pgErr.Code, "lock_timeout: %v", err)
+		require.Empty(t, res.Rebuilt)
+		require.Len(t, b.observer.reindexed, 1, "the pass stopped at the failure")
+		var failed string
+		for name, errs := range b.observer.reindexed {
+			failed = name
+			require.Len(t, errs, 1)
+			require.ErrorIs(t, err, errs[0])
+		}
+		var leftovers []string
+		rows, err := b.pool.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = 'jobs'::regclass AND NOT i.indisvalid`)
+		require.NoError(t, err)
+		leftovers, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{failed + "_ccnew"}, leftovers, "dropping it waited for the same writer and failed too")
+
+		require.NoError(t, tx.Rollback(ctx))
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, leftovers, res.Dropped)
+		require.Contains(t, res.Rebuilt, failed)
+	})
+}
+
+// logged is a slog handler that signals the channel keyed by a record's
+// message, once, when one is logged.
+type logged map[string]chan struct{}
+
+func (l logged) Enabled(context.Context, slog.Level) bool { return true }
+func (l logged) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l logged) WithGroup(string) slog.Handler            { return l }
+
+func (l logged) Handle(_ context.Context, r slog.Record) error {
+	if ch, ok := l[r.Message]; ok {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
