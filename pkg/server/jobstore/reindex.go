@@ -29,11 +29,14 @@ import (
 const ReindexLockKey = "483006378854" // PauseBarrierKey + 1
 
 // ReindexLockTimeout bounds every lock wait of a rebuild: the table's lock
-// at its start, and the waits for transactions older than each of its
-// phases. Below Postgres's default deadlock_timeout (1 s), so a rebuild that
-// meets an autovacuum of the table gives up rather than have Postgres cancel
-// the vacuum for it.
-const ReindexLockTimeout = 900 * time.Millisecond
+// at its start, and the waits for the transactions older than each of its
+// phases, which on a busy queue include a claim, a report or a count in
+// flight (up to a second or two under load), so it is not shorter than a
+// few of those. The reindexer starts a rebuild only when no vacuum of the
+// table runs and no snapshot has been open for long (Obstacle); an
+// autovacuum that starts in the moment between is cancelled by Postgres
+// after deadlock_timeout, and comes back at autovacuum's next round.
+const ReindexLockTimeout = time.Minute
 
 // ReindexStatementTimeout bounds one rebuild, which reads the whole table
 // twice.
@@ -52,6 +55,9 @@ type IndexSize struct {
 	// widths from the catalog, variable ones from pg_stats (32 without
 	// statistics).
 	KeyWidth int64
+	// TableBytes is the size of the jobs table's heap, which a rebuild
+	// reads twice.
+	TableBytes int64
 }
 
 // btree page layout (PostgreSQL's bufpage.h and nbtree.h): the usable space
@@ -93,7 +99,7 @@ func (s IndexSize) Bloat() float64 {
 // indexSizesSQL lists the jobs table's valid B-tree indexes on plain
 // columns (every one but the GIN index on tags) with what IndexSize needs.
 const indexSizesSQL = `
-SELECT n.nspname, c.relname, pg_relation_size(c.oid), c.reltuples::float8,
+SELECT n.nspname, c.relname, pg_relation_size(c.oid), c.reltuples::float8, pg_relation_size(t.oid),
        (SELECT COALESCE(sum(CASE WHEN a.attlen > 0 THEN a.attlen ELSE COALESCE(st.avg_width, 32) END), 0)::int8
           FROM pg_attribute a
           LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = t.relname AND st.attname = a.attname
@@ -140,12 +146,14 @@ type IndexMaintenance struct {
 	conn *pgx.Conn
 }
 
-// OpenIndexMaintenance connects with the store's pool settings and takes
-// ReindexLockKey. It returns nil and no error when another session holds
-// the key. The connection is the caller's to Close; it is not the pool's,
+// OpenIndexMaintenance connects with the store's pool settings, takes
+// ReindexLockKey, and sets the session's lock_timeout to lockTimeout
+// (ReindexLockTimeout in the reaper) and its statement_timeout to
+// ReindexStatementTimeout. It returns nil and no error when another
+// session holds the key. The connection is the caller's to Close; it is not the pool's,
 // so a rebuild that takes minutes leaves every pool connection to the
 // other loops.
-func (s *Store) OpenIndexMaintenance(ctx context.Context) (*IndexMaintenance, error) {
+func (s *Store) OpenIndexMaintenance(ctx context.Context, lockTimeout time.Duration) (*IndexMaintenance, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, interpretError("index maintenance: connect", err)
@@ -154,7 +162,7 @@ func (s *Store) OpenIndexMaintenance(ctx context.Context) (*IndexMaintenance, er
 	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+ReindexLockKey+`)`).Scan(&held)
 	if err == nil && held {
 		_, err = conn.Exec(ctx, fmt.Sprintf(`SET lock_timeout = %d; SET statement_timeout = %d`,
-			ReindexLockTimeout.Milliseconds(), ReindexStatementTimeout.Milliseconds()))
+			max(lockTimeout.Milliseconds(), 1), ReindexStatementTimeout.Milliseconds()))
 	}
 	if err != nil || !held {
 		_ = conn.Close(context.WithoutCancel(ctx))
@@ -176,7 +184,7 @@ func (m *IndexMaintenance) IndexSizes(ctx context.Context) ([]IndexSize, error) 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexSize, error) {
 		var s IndexSize
-		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.KeyWidth)
+		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.TableBytes, &s.KeyWidth)
 		return s, err
 	})
 	return out, interpretError("index sizes", err)

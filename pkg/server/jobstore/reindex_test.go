@@ -15,7 +15,7 @@ import (
 
 func openMaintenance(t *testing.T, store *jobstore.Store) *jobstore.IndexMaintenance {
 	t.Helper()
-	m, err := store.OpenIndexMaintenance(ctx)
+	m, err := store.OpenIndexMaintenance(ctx, jobstore.ReindexLockTimeout)
 	require.NoError(t, err)
 	require.NotNil(t, m, "the reindex lock is free")
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
@@ -107,7 +107,7 @@ func TestIndexMaintenance(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		first := openMaintenance(t, b.store)
-		second, err := b.store.OpenIndexMaintenance(ctx)
+		second, err := b.store.OpenIndexMaintenance(ctx, jobstore.ReindexLockTimeout)
 		require.NoError(t, err)
 		require.Nil(t, second, "the lock is held")
 

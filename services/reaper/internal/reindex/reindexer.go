@@ -30,6 +30,17 @@ const (
 	VacuumWait = 5 * time.Minute
 	// vacuumPoll is how often a waiting pass looks again.
 	vacuumPoll = time.Second
+	// TableShare is the least share of the table's size a rebuild must
+	// give back, beside Config.MinFreed: a rebuild reads the whole table
+	// twice, and on a table of a day's jobs an index that churns (the
+	// claim index holds only queued jobs, and grows between vacuums) is
+	// not worth two reads of it.
+	TableShare = 0.05
+	// Cooldown is how long after this process rebuilt an index it is not
+	// rebuilt again: an index that churns grows back to its working size
+	// between vacuums, and one whose entries Postgres had counted when it
+	// held fewer (a backlog since) looked bloated and was not.
+	Cooldown = time.Hour
 )
 
 // Session is one maintenance connection (jobstore.IndexMaintenance).
@@ -45,10 +56,11 @@ type Session interface {
 // reaper's session holds the reindex lock.
 type Opener func(ctx context.Context) (Session, error)
 
-// StoreOpener opens sessions on store.
-func StoreOpener(store *jobstore.Store) Opener {
+// StoreOpener opens sessions on store whose lock waits give up after
+// lockTimeout (jobstore.ReindexLockTimeout).
+func StoreOpener(store *jobstore.Store, lockTimeout time.Duration) Opener {
 	return func(ctx context.Context) (Session, error) {
-		m, err := store.OpenIndexMaintenance(ctx)
+		m, err := store.OpenIndexMaintenance(ctx, lockTimeout)
 		if m == nil || err != nil {
 			return nil, err
 		}
@@ -84,12 +96,8 @@ type Reindexer struct {
 	open     Opener
 	observer Observer
 	logger   *slog.Logger
-	// rebuiltTo is each index's size after this process last rebuilt it:
-	// an index is not rebuilt again before it has grown Bloat times past
-	// that, whatever the estimate says, so a count of entries Postgres
-	// took when the index held fewer (a backlog since) cannot have it
-	// rebuilt pass after pass for nothing.
-	rebuiltTo map[string]int64
+	// rebuiltAt is when this process last rebuilt each index (Cooldown).
+	rebuiltAt map[string]time.Time
 }
 
 // NewReindexer builds the reindexer. observer may be nil.
@@ -98,7 +106,7 @@ func NewReindexer(cfg Config, open Opener, observer Observer, logger *slog.Logge
 		observer = nopObserver{}
 	}
 	return &Reindexer{cfg: cfg, open: open, observer: observer,
-		logger: logger.With(logging.Loop, "reindexer"), rebuiltTo: map[string]int64{}}
+		logger: logger.With(logging.Loop, "reindexer"), rebuiltAt: map[string]time.Time{}}
 }
 
 // Result is what one pass did.
@@ -167,7 +175,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 			res.Dropped = append(res.Dropped, dropped...)
 			return res, errors.Join(err, derr)
 		}
-		r.rebuiltTo[idx.Name] = after
+		r.rebuiltAt[idx.Name] = time.Now()
 		res.Rebuilt = append(res.Rebuilt, idx.Name)
 		r.logger.InfoContext(ctx, "rebuilt a bloated index", "index", idx.Name,
 			"bytes_before", idx.Bytes, "bytes_after", after, "estimated_bytes", idx.CompactBytes(),
@@ -205,14 +213,17 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 	}
 }
 
-// due lists the indexes to rebuild, the one that gives back most first.
+// due lists the indexes to rebuild, the one that gives back most first:
+// Bloat times their estimated size, giving back MinFreed and TableShare of
+// the table, and not rebuilt by this process within Cooldown.
 func (r *Reindexer) due(sizes []jobstore.IndexSize) []jobstore.IndexSize {
 	var out []jobstore.IndexSize
 	for _, s := range sizes {
-		if s.Bloat() < r.cfg.Bloat || s.Bytes-s.CompactBytes() < r.cfg.MinFreed {
+		freed := s.Bytes - s.CompactBytes()
+		if s.Bloat() < r.cfg.Bloat || freed < r.cfg.MinFreed || float64(freed) < TableShare*float64(s.TableBytes) {
 			continue
 		}
-		if to, ok := r.rebuiltTo[s.Name]; ok && float64(s.Bytes) < r.cfg.Bloat*float64(to) {
+		if at, ok := r.rebuiltAt[s.Name]; ok && time.Since(at) < Cooldown {
 			continue
 		}
 		out = append(out, s)

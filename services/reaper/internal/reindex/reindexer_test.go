@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,7 +59,7 @@ func setup(t *testing.T, cfg reindex.Config) *testBundle {
 	o := &recorder{sizes: map[string]jobstore.IndexSize{}, reindexed: map[string][]error{}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &testBundle{pool: pool, store: store, observer: o,
-		r: reindex.NewReindexer(cfg, reindex.StoreOpener(store), o, logger)}
+		r: reindex.NewReindexer(cfg, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), o, logger)}
 }
 
 // defaults is the reaper's configuration (config.ReindexBloatDefault) with a
@@ -142,7 +143,7 @@ func TestReindexer(t *testing.T) {
 		t.Parallel()
 		waiting := make(chan struct{}, 1)
 		b := setup(t, defaults)
-		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store), b.observer,
+		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, jobstore.ReindexLockTimeout), b.observer,
 			slog.New(logged{"waiting for a vacuum of the jobs table to end before a rebuild": waiting}))
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
 		_, err := b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`) // dead versions to vacuum slowly
@@ -167,7 +168,7 @@ func TestReindexer(t *testing.T) {
 		t.Parallel()
 		b := setup(t, defaults)
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
-		other, err := b.store.OpenIndexMaintenance(ctx)
+		other, err := b.store.OpenIndexMaintenance(ctx, jobstore.ReindexLockTimeout)
 		require.NoError(t, err)
 		require.NotNil(t, other)
 
@@ -204,6 +205,9 @@ func TestReindexer(t *testing.T) {
 	t.Run("AFailedRebuildIsReportedAndItsLeftoverDropped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, defaults)
+		// Lock waits that give up after half a second, not a minute.
+		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, 500*time.Millisecond), b.observer,
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
 		// A writer that does not commit: a rebuild waits for it once its
 		// new index is defined, past its lock timeout, and fails there.
