@@ -48,17 +48,22 @@ const (
 	// topic's circuit breaker (ADR-0053): the longest a failing topic runs
 	// past its threshold, and a half-open trial's outcome waits.
 	BreakerIntervalDefault = 5 * time.Second
-	// ReindexIntervalDefault is how often the reindexer looks at the jobs
-	// table's indexes (ADR-0070).
-	ReindexIntervalDefault = 5 * time.Minute
+	// ReindexIntervalDefault turns the reindexer off (ADR-0070): a
+	// rebuild reads the whole table twice, and in the soak at 11,600 jobs/s
+	// on two cores the one after the snapshot overlapped minutes the queue
+	// fell seconds behind. An operator turns it on, 5m being a good
+	// interval, where Postgres has CPU to spare.
+	ReindexIntervalDefault = 0
 	// ReindexBloatDefault rebuilds an index at four times its estimated
 	// size: well past what page splits leave in a healthy index, so only
 	// the growth a long transaction or a purge leaves behind is rebuilt.
 	ReindexBloatDefault = 4.0
 	// ReindexMinFreedMBDefault is the least a rebuild must give back, in
 	// MiB: a rebuild reads the whole table twice, which is not worth a
-	// few megabytes.
-	ReindexMinFreedMBDefault = 32
+	// few megabytes, and the claim index, which holds only queued jobs,
+	// churns to a working size of tens of megabytes at thousands of jobs a
+	// second (ADR-0070), which a rebuild would give back only for minutes.
+	ReindexMinFreedMBDefault = 128
 	DBMaxConnsDefault        = 4
 	ShutdownTimeoutDefault   = 20 * time.Second
 
@@ -110,13 +115,14 @@ type Config struct {
 	// jobstore.AuditRetentionFloor (a day).
 	AuditRetention time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h"`
 	// ReindexInterval is how often the reindexer looks at the jobs table's
-	// indexes and rebuilds the bloated ones; zero turns it off.
-	ReindexInterval time.Duration `envconfig:"REINDEX_INTERVAL" default:"5m"`
+	// indexes and rebuilds the bloated ones; zero (the default) turns it
+	// off.
+	ReindexInterval time.Duration `envconfig:"REINDEX_INTERVAL" default:"0s"`
 	// ReindexBloat is how many times its estimated size an index must be
 	// to be rebuilt.
 	ReindexBloat float64 `envconfig:"REINDEX_BLOAT" default:"4"`
 	// ReindexMinFreedMB is the least, in MiB, a rebuild must give back.
-	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"32"`
+	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"128"`
 	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
 	// reaper's metrics (pkg/server/metrics).
 	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`

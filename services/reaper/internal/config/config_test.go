@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -86,12 +87,14 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 	}
 }
 
-func TestAZeroReindexIntervalTurnsTheReindexerOff(t *testing.T) {
+func TestTheReindexerIsOffUnlessGivenAnInterval(t *testing.T) {
 	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
-	t.Setenv("PULSE_REINDEX_INTERVAL", "0s")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
 	require.Zero(t, c.ReindexInterval)
+	t.Setenv("PULSE_REINDEX_INTERVAL", "5m")
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Equal(t, 5*time.Minute, c.ReindexInterval)
 }
 
 func TestAZeroRetentionAgeIsAllowed(t *testing.T) {

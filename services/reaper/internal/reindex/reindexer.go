@@ -124,9 +124,9 @@ type Result struct {
 // index past the thresholds, the one that gives back most first, looking
 // before each for what would make it wait: it waits out a vacuum of the
 // table (up to VacuumWait) and postpones to the next pass for an old
-// snapshot. It stops at the first rebuild
-// that fails, after dropping what that one left: the next pass tries
-// again. When another reaper holds the reindex lock it does nothing.
+// snapshot. It stops at the first rebuild that fails, after dropping what
+// that one left: the next pass tries again. When another reaper holds the
+// reindex lock it does nothing.
 func (r *Reindexer) Pass(ctx context.Context) (Result, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.reindex")
 	defer span.End()
