@@ -146,20 +146,14 @@ func TestIndexMaintenance(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, jobstore.Obstacle{}, o, "nothing else is open")
 
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `SELECT count(*) FROM jobs`)
-		require.NoError(t, err)
+		release := jobstoretest.HoldSnapshot(t, b.pool)
 		o, err = m.Obstacle(ctx)
 		require.NoError(t, err)
 		require.False(t, o.Vacuum)
 		require.Positive(t, o.Snapshot)
 		open := o.Snapshot
 
-		require.NoError(t, tx.Rollback(ctx))
+		release()
 		o, err = m.Obstacle(ctx)
 		require.NoError(t, err)
 		require.Zero(t, o.Snapshot, "it ended (it was open %s)", open)

@@ -288,3 +288,22 @@ func SlowVacuum(tb testing.TB, pool *pgxpool.Pool) (stop func()) {
 	})
 	return stop
 }
+
+// HoldSnapshot opens a REPEATABLE READ transaction that has read jobs, as
+// an analytics query does, and returns the function that ends it; the
+// test's end ends it too.
+func HoldSnapshot(tb testing.TB, pool *pgxpool.Pool) (release func()) {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		tb.Fatalf("hold a snapshot: %v", err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	tb.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM jobs`); err != nil {
+		tb.Fatalf("hold a snapshot: %v", err)
+	}
+	return release
+}

@@ -120,20 +120,14 @@ func TestReindexer(t *testing.T) {
 		cfg.OldestSnapshot = 0
 		b := setup(t, cfg)
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, `SELECT count(*) FROM jobs`)
-		require.NoError(t, err)
+		release := jobstoretest.HoldSnapshot(t, b.pool)
 
 		res, err := b.r.Pass(ctx)
 		require.NoError(t, err)
 		require.Empty(t, res.Rebuilt)
 		require.Contains(t, res.Postponed, "snapshot")
 
-		require.NoError(t, tx.Rollback(ctx))
+		release()
 		res, err = b.r.Pass(ctx)
 		require.NoError(t, err)
 		require.Contains(t, res.Rebuilt, "jobs_pkey")
