@@ -65,3 +65,10 @@ func (s *Store) ClaimLimitedWith(ctx context.Context, sql string, topics []strin
 	out, _, err := s.claimWith(ctx, sql, []any{topics, len(slots), slots, intervalOf(leaseTTL)})
 	return out, err
 }
+
+// MaintenanceSetting is a setting of m's session, as its statements run.
+func MaintenanceSetting(ctx context.Context, m *IndexMaintenance, name string) (string, error) {
+	var v string
+	err := m.conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
+	return v, err
+}

@@ -148,11 +148,16 @@ type IndexMaintenance struct {
 
 // OpenIndexMaintenance connects with the store's pool settings, takes
 // ReindexLockKey, and sets the session's lock_timeout to lockTimeout
-// (ReindexLockTimeout in the reaper) and its statement_timeout to
-// ReindexStatementTimeout. It returns nil and no error when another
-// session holds the key. The connection is the caller's to Close; it is not the pool's,
-// so a rebuild that takes minutes leaves every pool connection to the
-// other loops.
+// (ReindexLockTimeout in the reaper), its statement_timeout to
+// ReindexStatementTimeout and its max_parallel_maintenance_workers to 0.
+// Postgres otherwise builds the index of a table past a few megabytes with
+// a parallel worker beside the session's process (one with the default 64
+// MB of maintenance_work_mem): a rebuild is maintenance beside a live
+// queue, and the worker is one more core taken from its claims and
+// reports — on a two-core host, the last one. It returns nil and no error
+// when another session holds the key. The connection is the caller's to
+// Close; it is not the pool's, so a rebuild that takes minutes leaves
+// every pool connection to the other loops.
 func (s *Store) OpenIndexMaintenance(ctx context.Context, lockTimeout time.Duration) (*IndexMaintenance, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -161,7 +166,7 @@ func (s *Store) OpenIndexMaintenance(ctx context.Context, lockTimeout time.Durat
 	var held bool
 	err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+ReindexLockKey+`)`).Scan(&held)
 	if err == nil && held {
-		_, err = conn.Exec(ctx, fmt.Sprintf(`SET lock_timeout = %d; SET statement_timeout = %d`,
+		_, err = conn.Exec(ctx, fmt.Sprintf(`SET lock_timeout = %d; SET statement_timeout = %d; SET max_parallel_maintenance_workers = 0`,
 			max(lockTimeout.Milliseconds(), 1), ReindexStatementTimeout.Milliseconds()))
 	}
 	if err != nil || !held {

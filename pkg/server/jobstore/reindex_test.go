@@ -116,6 +116,23 @@ func TestIndexMaintenance(t *testing.T) {
 		require.NotNil(t, third, "closing the session released it")
 	})
 
+	t.Run("RebuildsInOneProcessWithinItsTimeouts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		m := openMaintenance(t, b.store)
+		for name, want := range map[string]string{
+			// Postgres builds with a parallel worker otherwise: a core
+			// taken from the queue.
+			"max_parallel_maintenance_workers": "0",
+			"lock_timeout":                     "1min",
+			"statement_timeout":                "1h",
+		} {
+			got, err := jobstore.MaintenanceSetting(ctx, m, name)
+			require.NoError(t, err)
+			require.Equal(t, want, got, name)
+		}
+	})
+
 	t.Run("DropsOnlyWhatFailedRebuildsLeave", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
