@@ -113,7 +113,13 @@ const (
 	// of one cascade per deleted row. No service requires it: the rule and
 	// its error are the key's.
 	VersionJobUniquesByStatement int64 = 25
+	// VersionTransitionGuardFastWhen gives jobs_guard_transition a WHEN
+	// clause that says what is legal, a third the size, and leaves the
+	// rest to its function (00026, ADR-0071): a one-row claim or report
+	// prepares it in a third of the time. No service requires it: the
+	// rules and their errors are the same.
+	VersionTransitionGuardFastWhen int64 = 26
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionJobUniquesByStatement
+const Latest = VersionTransitionGuardFastWhen

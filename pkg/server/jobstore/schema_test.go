@@ -651,17 +651,17 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	// Submit, including a schedule's fire (past run_at, schedule id) and a
 	// keyed job.
 	sched := uuid.Must(uuid.NewV7())
-	jobs := []pulsetype.NewJob{newJob("life", 5), newJob("life", 5), newJob("life", 5), newJob("life", 5)}
+	jobs := []pulsetype.NewJob{newJob("life", 5), newJob("life", 5), newJob("life", 5), newJob("life", 5), newJob("life", 5)}
 	jobs[1].IdempotencyKey = "key"
 	jobs[2].ScheduleID, jobs[2].RunAt = &sched, time.Now().Add(-time.Minute)
 	jobs[3].MaxAttempts = 1
-	_, err := store.Insert(ctx, []pulsetype.NewJob{jobs[0], jobs[3]}) // the plain INSERT
+	_, err := store.Insert(ctx, []pulsetype.NewJob{jobs[0], jobs[3], jobs[4]}) // the plain INSERT
 	require.NoError(t, err)
 	_, err = store.Insert(ctx, jobs[1:3]) // INSERT ... ON CONFLICT DO NOTHING
 	require.NoError(t, err)
-	claimed, err := store.Claim(ctx, []string{"life"}, slots("w", 4), time.Minute)
+	claimed, err := store.Claim(ctx, []string{"life"}, slots("w", 5), time.Minute)
 	require.NoError(t, err)
-	require.Len(t, claimed, 4)
+	require.Len(t, claimed, 5)
 	refs := make([]pulsetype.AttemptRef, len(claimed))
 	for i, c := range claimed {
 		refs[i] = pulsetype.AttemptRef{ID: c.ID, Attempt: c.Attempt}
@@ -677,6 +677,7 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 		{Ref: byID[jobs[0].ID], Outcome: pulsetype.OutcomeComplete},
 		{Ref: byID[jobs[1].ID], Outcome: pulsetype.OutcomeFail, Error: "retry me"},
 		{Ref: byID[jobs[2].ID], Outcome: pulsetype.OutcomeFailPermanent, Error: "bad input"},
+		{Ref: byID[jobs[4].ID], Outcome: pulsetype.OutcomeSnooze, RetryAfter: time.Hour},
 	})
 	require.NoError(t, err)
 	for _, a := range acks {
@@ -697,13 +698,13 @@ func TestSchemaLegalPathsNeverEnterPLpgSQL(t *testing.T) {
 	reaped, err = store.Reap(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, pulsetype.StatusRetrying, reaped[0].Status)
-	// Operator actions: retry both dead letters, cancel one of them and the
-	// retrying job, then retention.
+	// Operator actions: retry both dead letters, cancel one of them, the
+	// retrying job and the snoozed one, then retention.
 	for _, id := range []uuid.UUID{jobs[2].ID, jobs[3].ID} {
 		_, err = store.Retry(ctx, id)
 		require.NoError(t, err)
 	}
-	for _, id := range []uuid.UUID{jobs[1].ID, jobs[3].ID} {
+	for _, id := range []uuid.UUID{jobs[1].ID, jobs[3].ID, jobs[4].ID} {
 		_, err = store.Cancel(ctx, id)
 		require.NoError(t, err)
 	}
