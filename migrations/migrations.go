@@ -119,7 +119,11 @@ const (
 	// prepares it in a third of the time. No service requires it: the
 	// rules and their errors are the same.
 	VersionTransitionGuardFastWhen int64 = 26
+	// VersionTagsCheckInPLpgSQL makes pulse_tags_valid a PL/pgSQL
+	// function (00027, ADR-0071), so Postgres no longer parses its body in
+	// every INSERT trying to inline it. No service requires it.
+	VersionTagsCheckInPLpgSQL int64 = 27
 )
 
 // Latest is the newest version in FS.
-const Latest = VersionTransitionGuardFastWhen
+const Latest = VersionTagsCheckInPLpgSQL

@@ -824,11 +824,13 @@ CREATE FUNCTION public.pulse_retry_unit() RETURNS interval
 --
 
 CREATE FUNCTION public.pulse_tags_valid(tags text[]) RETURNS boolean
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE plpgsql IMMUTABLE
     AS $_$
-    SELECT cardinality(tags) BETWEEN 1 AND 16 AND array_ndims(tags) = 1
+BEGIN
+    RETURN cardinality(tags) BETWEEN 1 AND 16 AND array_ndims(tags) = 1
        AND NOT EXISTS (SELECT 1 FROM unnest(tags) AS t(tag)
-                       WHERE tag IS NULL OR length(tag) > 64 OR tag !~ '^[A-Za-z0-9][A-Za-z0-9._:=/-]*$')
+                       WHERE tag IS NULL OR length(tag) > 64 OR tag !~ '^[A-Za-z0-9][A-Za-z0-9._:=/-]*$');
+END
 $_$;
 
 --
