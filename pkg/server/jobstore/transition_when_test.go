@@ -12,7 +12,7 @@ import (
 
 // transitionMatrixSQL updates one row per combination of a job's status
 // and what an UPDATE does to its lifecycle columns, and records in
-// pg_temp.outcome which rule refused each ('' for none). Every row starts
+// pg_temp.outcome which rule refused each (empty for none). Every row starts
 // in its state with the schema's triggers off (session_replication_role
 // replica: a DEAD_LETTERED job with attempts 2 cannot be reached through
 // the rules in one step), then the UPDATE runs with them on, in a
