@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
+	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
 
 // A CHECK violation becomes a typed error for the caller and stays a data
@@ -44,5 +45,33 @@ func TestInterpretErrorKeepsThePostgresCause(t *testing.T) {
 	}
 	if IsDataError(interpretError("claim", &pgconn.PgError{Code: "57P01", Message: "terminating"})) {
 		t.Error("a shutdown is not a data error")
+	}
+}
+
+// Each way Postgres rolls a statement back on its own, raised by a real
+// Postgres, is Unavailable: a retry can succeed, and the batch it hit is
+// not split (no member caused it).
+func TestInterpretErrorRolledBackIsUnavailable(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for _, code := range []string{"40001", "40P01", "55P03"} {
+		_, raised := pool.Exec(t.Context(), `DO $$ BEGIN RAISE EXCEPTION 'rolled back' USING ERRCODE = '`+code+`'; END $$`)
+		var pgErr *pgconn.PgError
+		if !errors.As(raised, &pgErr) || pgErr.Code != code {
+			t.Fatalf("%s: Postgres raised %v", code, raised)
+		}
+		err := interpretError("insert jobs", raised)
+		if got := apierr.KindOf(err); got != apierr.KindUnavailable {
+			t.Errorf("%s: kind %v, want unavailable (%v)", code, got, err)
+		}
+		if IsDataError(err) {
+			t.Errorf("%s: a data error, so a batch would be split for it", code)
+		}
+		if !errors.Is(err, raised) {
+			t.Errorf("%s: the Postgres error is not in the chain", code)
+		}
+	}
+	if got := apierr.KindOf(interpretError("insert jobs", &pgconn.PgError{Code: "40002", Message: "deferred check"})); got == apierr.KindUnavailable {
+		t.Error("40002 (a deferred constraint the data broke) is not a retry")
 	}
 }

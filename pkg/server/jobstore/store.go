@@ -59,7 +59,8 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // typed errors: no rows → not found, the lifecycle rules (the transition
 // trigger and the other guards, lifecycleRules) → invalid transition, the
 // other CHECK constraints → invalid argument naming the field, connection
-// trouble → unavailable.
+// trouble and a statement Postgres rolled back on its own (a deadlock, a
+// lock wait past lock_timeout, a serialization failure) → unavailable.
 func interpretError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -94,6 +95,13 @@ func interpretError(op string, err error) error {
 			return withCause(apierr.Invalid(pgErr.ColumnName, "%s: %s", op, pgErr.Message), pgErr)
 		case pgErr.Code == "57014" && strings.Contains(pgErr.Message, "statement timeout"):
 			return fmt.Errorf("%s: %w", op, ErrStatementTimeout)
+		case rolledBack(pgErr.Code):
+			// Postgres gave up on the statement for its own reasons and
+			// rolled it back: nothing was written, and the same call can
+			// succeed now. An operator's DDL on jobs under a lock_timeout,
+			// a deadlock with it, a serializable transaction of someone
+			// else's: transient, as an outage is, never the caller's fault.
+			return apierr.Unavailable(op+": the database rolled the statement back ("+pgErr.Message+"); nothing was written, retry", err)
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown), insufficient resources
 			return apierr.Unavailable(op, err)
@@ -126,6 +134,20 @@ func (statementTimeout) Error() string {
 }
 
 func (statementTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// rolledBack reports whether code is Postgres ending a statement that
+// no input of it caused: 40001 serialization failure, 40P01 deadlock
+// detected (Postgres broke a cycle of lock waits by failing one), 55P03
+// lock not available (a lock wait past the session's lock_timeout, which
+// a database or role default may set). The statement's transaction is
+// rolled back.
+func rolledBack(code string) bool {
+	switch code {
+	case "40001", "40P01", "55P03":
+		return true
+	}
+	return false
+}
 
 // unstorable reports whether code is Postgres refusing a value it cannot
 // store: 22021 invalid byte sequence (bad UTF-8, NUL in text), 22P05

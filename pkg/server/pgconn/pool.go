@@ -76,6 +76,9 @@ func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	if err := pinReadCommitted(cfg.ConnConfig.RuntimeParams); err != nil {
+		return nil, err
+	}
 	if opts.StatementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(opts.StatementTimeout.Milliseconds(), 1), 10)
 	}
@@ -103,6 +106,29 @@ func Open(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 	logger.Info("database ready",
 		"host", cfg.ConnConfig.Host, "database", cfg.ConnConfig.Database, "max_conns", cfg.MaxConns)
 	return pool, nil
+}
+
+// isolationParam is the session setting every pulse connection starts
+// with at read committed (pinReadCommitted).
+const isolationParam = "default_transaction_isolation"
+
+// pinReadCommitted makes every session of the pool run its transactions
+// at READ COMMITTED, whatever the database's or role's default. Pulse's
+// statements are written for it: a claim's SKIP LOCKED and a report's
+// guarded UPDATE re-check a row another transaction changed and go on,
+// where REPEATABLE READ or SERIALIZABLE would fail the whole statement
+// with a serialization error, under exactly the concurrency a queue runs
+// at. Managed Postgres services and security baselines do set
+// serializable as the default (ALTER DATABASE ... SET); a startup
+// parameter outranks such a default. A URL that asks for another
+// isolation itself is refused, naming the variable, rather than
+// overridden behind its author's back.
+func pinReadCommitted(params map[string]string) error {
+	if v, set := params[isolationParam]; set && !strings.EqualFold(strings.TrimSpace(v), "read committed") {
+		return config.Invalid(EnvURL, "%s=%s: pulse runs its statements at read committed (claims and reports re-check a row another transaction changed instead of failing); remove the setting from the URL", isolationParam, v)
+	}
+	params[isolationParam] = "read committed"
+	return nil
 }
 
 // retry spaces the connection attempts of a service waiting for its

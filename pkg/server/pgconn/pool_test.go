@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/migrate"
@@ -34,6 +35,19 @@ func withParam(t *testing.T, raw, key, value string) string {
 	q := u.Query()
 	q.Set(key, value)
 	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// withSpacedParam is withParam for a value with spaces, written as %20:
+// pgx reads a + in a URL's query as a plus sign.
+func withSpacedParam(t *testing.T, raw, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += url.QueryEscape(key) + "=" + url.PathEscape(value)
 	return u.String()
 }
 
@@ -104,6 +118,51 @@ func TestOpen(t *testing.T) {
 		require.NotContains(t, logs.String(), "secret")
 	})
 
+	t.Run("RunsAtReadCommittedWhateverTheDatabaseDefaultIs", func(t *testing.T) {
+		t.Parallel()
+		raw := pgtest.URL(t)
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		admin, err := pgx.Connect(t.Context(), raw)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = admin.Close(context.WithoutCancel(t.Context())) })
+		_, err = admin.Exec(t.Context(), `ALTER DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+
+			` SET default_transaction_isolation = 'serializable'`)
+		require.NoError(t, err)
+		var plain string // a session that does not pin it gets the database's default
+		require.NoError(t, pgxConnectShow(t, raw, "transaction_isolation", &plain))
+		require.Equal(t, "serializable", plain)
+
+		pool, err := pgconn.Open(t.Context(), pgconn.Options{URL: raw, Service: "reaper"})
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		for range 3 { // every session of the pool, not only the first
+			tx, err := pool.Begin(t.Context())
+			require.NoError(t, err)
+			defer tx.Rollback(context.WithoutCancel(t.Context())) //nolint:errcheck // read only
+			var level string
+			require.NoError(t, tx.QueryRow(t.Context(), `SHOW transaction_isolation`).Scan(&level))
+			require.Equal(t, "read committed", level)
+		}
+	})
+
+	t.Run("RefusesAURLAskingForAnotherIsolationNamingTheVariable", func(t *testing.T) {
+		t.Parallel()
+		for _, level := range []string{"serializable", "repeatable read"} {
+			_, err := pgconn.Open(t.Context(), pgconn.Options{
+				URL: withSpacedParam(t, pgtest.URL(t), "default_transaction_isolation", level), Service: "reaper",
+			})
+			require.Error(t, err, level)
+			require.True(t, strings.HasPrefix(err.Error(), "config: PULSE_DATABASE_URL: "), err.Error())
+			require.ErrorContains(t, err, "default_transaction_isolation="+level)
+		}
+		pool, err := pgconn.Open(t.Context(), pgconn.Options{
+			URL: withSpacedParam(t, pgtest.URL(t), "default_transaction_isolation", "Read Committed"), Service: "reaper",
+		})
+		require.NoError(t, err, "asking for what pulse pins anyway is fine")
+		pool.Close()
+	})
+
 	t.Run("NamesTheVariableWithoutThePasswordForAnUnparseableURL", func(t *testing.T) {
 		t.Parallel()
 		for _, raw := range []string{
@@ -144,4 +203,16 @@ func TestReadinessCheck(t *testing.T) {
 		pool.Close()
 		require.ErrorContains(t, pgconn.ReadinessCheck(pool, 1)(t.Context()), "ping database")
 	})
+}
+
+// pgxConnectShow reads one setting from a plain session at url, one that
+// pulse did not open.
+func pgxConnectShow(t *testing.T, url, setting string, dst *string) error {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(t.Context())) //nolint:errcheck // read only
+	return conn.QueryRow(t.Context(), `SELECT current_setting($1)`, setting).Scan(dst)
 }

@@ -38,8 +38,9 @@ const (
 	// ClaimErrorData: Postgres refused the statement's data (SQLSTATE
 	// class 22 or 23), e.g. a row it cannot move to RUNNING.
 	ClaimErrorData = "data"
-	// ClaimErrorUnavailable: the database could not be reached or is
-	// shutting down.
+	// ClaimErrorUnavailable: the database could not be reached, is
+	// shutting down, or rolled the statement back on its own (a lock
+	// wait past lock_timeout, a deadlock).
 	ClaimErrorUnavailable = "unavailable"
 	// ClaimErrorOther: anything else.
 	ClaimErrorOther = "other"
