@@ -213,6 +213,6 @@ func pgxConnectShow(t *testing.T, url, setting string, dst *string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(t.Context())) //nolint:errcheck // read only
+	defer conn.Close(context.WithoutCancel(t.Context()))
 	return conn.QueryRow(t.Context(), `SELECT current_setting($1)`, setting).Scan(dst)
 }
