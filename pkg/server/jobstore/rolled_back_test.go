@@ -2,8 +2,6 @@ package jobstore_test
 
 import (
 	"context"
-	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -27,15 +25,11 @@ func TestStatementsPostgresRollsBack(t *testing.T) {
 
 	t.Run("ALockWaitPastLockTimeoutIsUnavailableAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
-		raw := pgtest.URL(t)
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
+		raw := pgtest.URLWithDefault(t, "lock_timeout", "100ms")
 		admin, err := pgx.Connect(ctx, raw)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = admin.Close(context.WithoutCancel(ctx)) })
-		_, err = admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+` SET lock_timeout = '100ms'`)
-		require.NoError(t, err)
-		pool, err := pgxpool.New(ctx, raw) // its sessions start after the setting
+		pool, err := pgxpool.New(ctx, raw)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		store := newStore(t, pool)

@@ -120,15 +120,7 @@ func TestOpen(t *testing.T) {
 
 	t.Run("RunsAtReadCommittedWhateverTheDatabaseDefaultIs", func(t *testing.T) {
 		t.Parallel()
-		raw := pgtest.URL(t)
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		admin, err := pgx.Connect(t.Context(), raw)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = admin.Close(context.WithoutCancel(t.Context())) })
-		_, err = admin.Exec(t.Context(), `ALTER DATABASE `+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+
-			` SET default_transaction_isolation = 'serializable'`)
-		require.NoError(t, err)
+		raw := pgtest.URLWithDefault(t, "default_transaction_isolation", "serializable")
 		var plain string // a session that does not pin it gets the database's default
 		require.NoError(t, pgxConnectShow(t, raw, "transaction_isolation", &plain))
 		require.Equal(t, "serializable", plain)

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,6 +211,32 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// URLWithDefault is URL for a database whose sessions start with setting
+// at value (ALTER DATABASE ... SET), as an operator's database may: for
+// tests of how pulse behaves where Postgres is configured differently.
+// Only sessions opened after the call get it.
+func URLWithDefault(tb testing.TB, setting, value string) string {
+	tb.Helper()
+	raw := URL(tb)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, raw)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	// ALTER DATABASE takes neither parameter: the names are quoted
+	// identifiers, the value a literal set_config checks first.
+	if _, err := conn.Exec(ctx, `SELECT set_config($1, $2, false)`, setting, value); err != nil {
+		tb.Fatalf("pgtest: %s = %s: %v", setting, value, err)
+	}
+	stmt := `ALTER DATABASE ` + pgx.Identifier{conn.Config().Database}.Sanitize() +
+		` SET ` + pgx.Identifier{setting}.Sanitize() + ` = '` + strings.ReplaceAll(value, "'", "''") + `'`
+	if _, err := conn.Exec(ctx, stmt); err != nil {
+		tb.Fatalf("pgtest: %s: %v", stmt, err)
+	}
+	return raw
 }
 
 // EmptyURL creates a fresh database with no schema at all, for tests of
