@@ -101,7 +101,7 @@ func interpretError(op string, err error) error {
 			// succeed now. An operator's DDL on jobs under a lock_timeout,
 			// a deadlock with it, a serializable transaction of someone
 			// else's: transient, as an outage is, never the caller's fault.
-			return apierr.Unavailable(op+": the database rolled the statement back ("+pgErr.Message+"); nothing was written, retry", err)
+			return apierr.Unavailable(op+": the database rolled the statement back, nothing was written; retry", err)
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown), insufficient resources
 			return apierr.Unavailable(op, err)
