@@ -214,25 +214,32 @@ func latencyFloors(ctx context.Context, t Target, p LatencyParams) (map[string]f
 // scenario's concurrent workload, 20 s, load's workers), works that run's
 // queue off and empties the table, then runs the load (load's workers,
 // inserts paced as the soak's) on a topic of its own while the samples
-// go through as in IdleLatency.
-func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBenchParams, share float64) (Result, error) {
+// go through as in IdleLatency. A fixedRate above 0 is the load's rate
+// instead, and the maximum is not measured: two runs that compare a
+// setting then load the fleet alike, where half of each run's own
+// maximum would differ by the host's swing.
+func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBenchParams, share, fixedRate float64) (Result, error) {
 	sides, err := openPulseSides(ctx, t, load)
 	if err != nil {
 		return Result{}, err
 	}
 	defer sides.close()
-	probe := sides.side("probe")
-	run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: latencyProbe}, nil)
-	if err != nil {
-		return Result{}, fmt.Errorf("probe the maximum: %w", err)
+	rate, maximum := fixedRate, 0.0
+	if rate <= 0 {
+		probe := sides.side("probe")
+		run, err := runBench(ctx, probe, BenchWorkload{Mode: WorkloadConcurrent, Duration: latencyProbe}, nil)
+		if err != nil {
+			return Result{}, fmt.Errorf("probe the maximum: %w", err)
+		}
+		if err := workOff(ctx, probe, run.inserted); err != nil {
+			return Result{}, fmt.Errorf("after the probe: %w", err)
+		}
+		if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
+			return Result{}, err
+		}
+		maximum = run.rate()
+		rate = share * maximum
 	}
-	if err := workOff(ctx, probe, run.inserted); err != nil {
-		return Result{}, fmt.Errorf("after the probe: %w", err)
-	}
-	if err := ResetJobs(ctx, t.DatabaseURL); err != nil {
-		return Result{}, err
-	}
-	rate := share * run.rate()
 
 	bg := sides.side("background")
 	stopWorkers, err := bg.start(ctx, func() {})
@@ -255,7 +262,7 @@ func LoadedLatency(ctx context.Context, t Target, p LatencyParams, load PulseBen
 	}
 	r.Scenario = "loaded-latency"
 	r.Params["background_rate"] = int(rate)
-	r.Params["maximum"] = int(run.rate())
+	r.Params["maximum"] = int(maximum) // 0: not measured (a fixed rate)
 	r.Params["share"] = share
 	return r, nil
 }

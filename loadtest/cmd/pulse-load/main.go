@@ -62,6 +62,7 @@ func run() error {
 		waitWindow  = flag.Duration("waiters-window", 65*time.Second, "waiters: how long the database's transactions are counted, idle and with every waiter waiting; longer than two of the SDK's 30 s long-polls, so every waiter renews twice in it")
 		backlog     = flag.Int("backlog", 1000000, "backlog: the large backlog size")
 		fast        = flag.Bool("fast-pg", false, "run the throwaway Postgres with fsync and synchronous_commit off")
+		loadedRate  = flag.Float64("loaded-rate", 0, "loaded-latency: the background load in jobs/s; 0: half the maximum the scenario measures first")
 		pgSettings  = flag.String("pg-settings", "", "extra postgresql.conf settings for the throwaway Postgres, KEY=VALUE pairs separated by commas, after the harness's own (e.g. max_wal_size=1GB, Postgres's default)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of this process (producers and SDK workers) to the file")
 		statements  = flag.Bool("pg-stat-statements", false, "load pg_stat_statements and print the top statements by total time at the end")
@@ -242,7 +243,7 @@ func run() error {
 	}
 	if want["loaded-latency"] {
 		r, err := scenario.LoadedLatency(ctx, target, scenario.LatencyParams{Samples: *samples, Gap: 20 * time.Millisecond, Workers: 2},
-			scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency}, 0.5)
+			scenario.PulseBenchParams{Workers: *workers, Concurrency: *concurrency}, 0.5, *loadedRate)
 		if err := emit(r, err); err != nil {
 			return err
 		}
