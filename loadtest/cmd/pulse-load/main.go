@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -138,6 +139,9 @@ func run() error {
 	}
 	if *warmup < 0 {
 		return fmt.Errorf("-warmup: %d; zero or more rounds", *warmup)
+	}
+	if *loadedRate < 0 || math.IsNaN(*loadedRate) || math.IsInf(*loadedRate, 0) {
+		return fmt.Errorf("-loaded-rate: %v; a rate in jobs/s, or 0 for half the measured maximum", *loadedRate)
 	}
 	if *reps == 0 {
 		*reps = 3
