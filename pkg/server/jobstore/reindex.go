@@ -176,8 +176,14 @@ func (s *Store) OpenIndexMaintenance(ctx context.Context, lockTimeout time.Durat
 	return &IndexMaintenance{conn: conn}, nil
 }
 
-// Close ends the session, which releases its advisory lock.
+// Close releases the advisory lock and ends the session. The lock is let
+// go by a statement, not left to the session's end: Postgres ends a
+// closed connection's process in its own time, and until it has, the
+// next pass of this reaper (or another's) would find the key held and
+// skip. An unlock that fails (a broken connection) is not an error: the
+// lock then goes with the session.
 func (m *IndexMaintenance) Close(ctx context.Context) error {
+	_, _ = m.conn.Exec(ctx, `SELECT pg_advisory_unlock(`+ReindexLockKey+`)`)
 	return m.conn.Close(ctx)
 }
 

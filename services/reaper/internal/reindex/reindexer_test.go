@@ -130,7 +130,7 @@ func TestReindexer(t *testing.T) {
 		release()
 		res, err = b.r.Pass(ctx)
 		require.NoError(t, err)
-		require.Contains(t, res.Rebuilt, "jobs_pkey")
+		require.Contains(t, res.Rebuilt, "jobs_pkey", "postponed: %q", res.Postponed)
 	})
 
 	t.Run("WaitsForAVacuumOfTheTableToEnd", func(t *testing.T) {
