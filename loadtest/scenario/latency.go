@@ -94,8 +94,10 @@ func IdleLatency(ctx context.Context, t Target, p LatencyParams) (Result, error)
 
 // latencyHops splits each sample at the two clock readings Postgres
 // recorded in the job's row, on the machine's one wall clock: submitted_at
-// is the INSERT's transaction start, started_at the claim's (now(), as
-// long as the claim started after the insert). So the sample is
+// is the INSERT's transaction start, started_at the claim statement's
+// (statement_timestamp(), as long as the claim started after the insert;
+// in the claim's one round trip its transaction starts a few µs before).
+// So the sample is
 //
 //   - to_insert: from the Enqueue call to the INSERT's start (the SDK,
 //     gRPC to control-api, its handler and coalescer, the statement's

@@ -23,12 +23,16 @@ import (
 // locked_by and lease_until change in one UPDATE, so a RUNNING row without
 // a lease cannot exist.
 //
-// started_at is never before submitted_at (jobs_timestamps_ordered,
-// migration 00005). now() is when the claim's transaction began, which can
-// precede the snapshot its UPDATE reads by the wait on the pause barrier:
-// a job submitted with a past run_at (a schedule's occurrence) and committed
-// during that wait would otherwise start before it was submitted, and the
-// schema would refuse the whole claim.
+// started_at is when the claim statement began, after every lock wait
+// of its transaction (the gates, the topic and key limits): its snapshot
+// is taken then, so a job starts after every finish the claim saw. now(),
+// the transaction's start, precedes that snapshot by those waits: a job
+// of a sequence would read as started before its predecessor, whose
+// report committed during the wait, finished. It is never before
+// submitted_at (jobs_timestamps_ordered, migration 00005): a job submitted
+// with a past run_at (a schedule's occurrence) and committed during the
+// wait would otherwise start before it was submitted, and the schema would
+// refuse the whole claim.
 //
 // The claim is also where pause is enforced (ADR-0007): it takes no job
 // while the global scope or the job's topic is paused in dispatch_control,
@@ -146,7 +150,7 @@ SET status      = 'RUNNING',
     attempts    = j.attempts + 1,
     locked_by   = ($3::text[])[slotted.slot],
     lease_until = now() + $4::interval,
-    started_at  = GREATEST(now(), j.submitted_at)
+    started_at  = GREATEST(statement_timestamp(), j.submitted_at)
 FROM slotted
 WHERE j.id = ANY (ARRAY[slotted.id])
 RETURNING j.id, j.attempts, j.topic, j.args, j.priority, j.max_attempts,
@@ -368,7 +372,8 @@ const claimLimitLocksSQL = `
 SELECT count(pg_advisory_xact_lock(` + TopicLimitLockSpace + `, key))
 FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY($1::text[]) ORDER BY 1) AS limited`
 
-// claimPlanSQL is pinnedPlanSQL plus the claim's side of the pause
+// claimPlanSQL is pinnedPlanSQL (the quiet window's gate first, so that
+// a claim waiting at a closed gate holds back no Pause) plus the claim's side of the pause
 // barrier: a shared advisory lock on PauseBarrierKey, held until the claim
 // commits. Every pause and resume takes the same lock exclusively before it
 // writes (controlTx), so:
@@ -396,7 +401,7 @@ FROM (SELECT DISTINCT hashtext(topic) AS key FROM topic_limits WHERE topic = ANY
 // them; a claim from the head still can. The timeout ends such a claim;
 // the dispatcher backs off and claims again with a fresh snapshot. It
 // also bounds how long a Pause waits for the claims in flight.
-const claimPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
+const claimPlanSQL = `SELECT pg_advisory_xact_lock_shared(` + JobsGateKey + `), set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), set_config('statement_timeout', '` + claimStatementTimeoutSQL + `', true), pg_advisory_xact_lock_shared(` + PauseBarrierKey + `)`
 
 // ClaimStatementTimeout bounds each statement of a claim after the first.
 const ClaimStatementTimeout = time.Second

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 )
 
@@ -71,4 +73,10 @@ func MaintenanceSetting(ctx context.Context, m *IndexMaintenance, name string) (
 	var v string
 	err := m.conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
 	return v, err
+}
+
+// QueryGatedForTest runs sql as the lifecycle statements run theirs:
+// behind pinnedPlanSQL, which passes the quiet window's gate.
+func (s *Store) QueryGatedForTest(ctx context.Context, sql string) error {
+	return s.queryPinned(ctx, sql, nil, func(pgx.Rows) error { return nil })
 }

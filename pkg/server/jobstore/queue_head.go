@@ -57,7 +57,11 @@ import (
 // Enqueue call's 3 (Postgres's log, log_min_duration_statement = 0; 0.1
 // ms with the generic plan). The plan is the same for any batch: a
 // function scan feeding the insert.
-const pinnedPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+//
+// It is also where the transaction passes the quiet window's gate
+// (quiet_window.go), before any lock on jobs: the gate comes first in the
+// target list, which Postgres evaluates in order.
+const pinnedPlanSQL = `SELECT pg_advisory_xact_lock_shared(` + JobsGateKey + `), set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // queryPinned runs sql with the pinned plan settings, in one round
 // trip (a pipelined batch is one implicit transaction, so the settings are
@@ -67,7 +71,8 @@ func (s *Store) queryPinned(ctx context.Context, sql string, args []any, scan fu
 }
 
 // queryPinnedAs is queryPinned with its own first statement (planSQL),
-// which must set at least what pinnedPlanSQL sets.
+// which must set at least what pinnedPlanSQL sets, or be gateSQL for a
+// statement that needs only the gate.
 func (s *Store) queryPinnedAs(ctx context.Context, planSQL, sql string, args []any, scan func(pgx.Rows) error) error {
 	br, err := s.sendPinned(ctx, planSQL, sql, args)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pulsequeue/pulse/pkg/pulsetype"
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 )
@@ -67,7 +69,9 @@ func (s *Store) DeleteFinishedFrom(ctx context.Context, status pulsetype.Status,
 	}
 	var n int64
 	var last *time.Time
-	err := s.pool.QueryRow(ctx, deleteFinishedSQL, string(status), intervalOf(olderThan), limit, from).Scan(&n, &last)
+	// A batch passes the quiet window's gate first (quiet_window.go).
+	err := s.queryPinnedAs(ctx, gateSQL, deleteFinishedSQL, []any{string(status), intervalOf(olderThan), limit, from},
+		func(rows pgx.Rows) error { return rows.Scan(&n, &last) })
 	if err != nil {
 		return 0, from, interpretError("delete finished jobs", err)
 	}

@@ -1,5 +1,5 @@
 // Package app builds the reaper's parts — the lease sweep, retention, the
-// circuit breakers and the reindexer — for the service runtime (pkg/server/service), which runs them
+// circuit breakers, the reindexer and the quiet window — for the service runtime (pkg/server/service), which runs them
 // with the pool and the admin HTTP server.
 package app
 
@@ -14,6 +14,7 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/retrypolicy"
 	"github.com/pulsequeue/pulse/pkg/server/service"
 	"github.com/pulsequeue/pulse/services/reaper/internal/config"
+	"github.com/pulsequeue/pulse/services/reaper/internal/quietwindow"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reapmetrics"
 	"github.com/pulsequeue/pulse/services/reaper/internal/reindex"
 	"github.com/pulsequeue/pulse/services/reaper/internal/retention"
@@ -52,7 +53,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 		MetricsMaxTopics: cfg.MetricsMaxTopics, MetricsTopicIdle: cfg.MetricsTopicIdle,
 		StartAttrs: []any{"sweep_interval", cfg.SweepInterval, "sweep_batch", cfg.SweepBatch,
 			"retention_interval", cfg.RetentionInterval, "breaker_interval", cfg.BreakerInterval,
-			"reindex_interval", cfg.ReindexInterval, "reaper_id", cfg.ReaperID},
+			"reindex_interval", cfg.ReindexInterval, "quiet_window", cfg.QuietWindow, "reaper_id", cfg.ReaperID},
 		Build: func(ctx context.Context, s *service.Service) error {
 			// The sweep counts what it settles in job_throughput under
 			// this reaper's id.
@@ -97,6 +98,17 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				}, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), m, s.Logger())
 				s.Every(loop.Config{Name: "reindexer", Interval: cfg.ReindexInterval},
 					func(ctx context.Context) error { _, err := reindexer.Pass(ctx); return err })
+			}
+			// The quiet window (ADR-0074), when a bound turns it on: any
+			// number of reapers may look; the gate closes for one at a time.
+			if cfg.QuietWindow > 0 {
+				if ok, err := store.QuietWindowVisible(ctx); err != nil {
+					return err
+				} else if !ok {
+					s.Logger().WarnContext(ctx, "quiet window: this role cannot see autovacuum's progress, so no window will open; grant it pg_read_all_stats (or pg_monitor)")
+				}
+				keeper := quietwindow.NewKeeper(cfg.QuietWindow, store, m, s.Logger())
+				s.Every(loop.Config{Name: "quiet_window", Interval: quietwindow.Look}, keeper.Tick)
 			}
 			return nil
 		},

@@ -64,8 +64,13 @@ const (
 	// churns to a working size of tens of megabytes at thousands of jobs a
 	// second (ADR-0070), which a rebuild would give back only for minutes.
 	ReindexMinFreedMBDefault = 128
-	DBMaxConnsDefault        = 4
-	ShutdownTimeoutDefault   = 20 * time.Second
+	// QuietWindowDefault is the longest the quiet window (ADR-0074) keeps
+	// the gate of the jobs table's lifecycle transactions closed for a
+	// vacuum that is trying to give the table's empty end back; 0 turns
+	// it off.
+	QuietWindowDefault     = 0
+	DBMaxConnsDefault      = 4
+	ShutdownTimeoutDefault = 20 * time.Second
 
 	// MinInterval keeps a loop from spinning on the database.
 	MinInterval = 10 * time.Millisecond
@@ -79,6 +84,11 @@ const (
 	MaxReindexBloat = 1000.0
 	// MaxReindexMinFreedMB is a mebibyte short of a pebibyte.
 	MaxReindexMinFreedMB = 1<<30 - 1
+	// MinQuietWindow and MaxQuietWindow bound PULSE_QUIET_WINDOW: shorter
+	// than a few of vacuum's lock tries (every 50 ms) opens nothing, and a
+	// window is a moment every submit, claim and report waits out.
+	MinQuietWindow = 50 * time.Millisecond
+	MaxQuietWindow = time.Second
 	// MaxBatch keeps one statement's transaction short.
 	MaxBatch = 10000
 )
@@ -123,6 +133,10 @@ type Config struct {
 	ReindexBloat float64 `envconfig:"REINDEX_BLOAT" default:"4"`
 	// ReindexMinFreedMB is the least, in MiB, a rebuild must give back.
 	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"128"`
+	// QuietWindow is the longest a quiet window keeps the jobs table's
+	// lifecycle transactions waiting while a vacuum truncates the table;
+	// zero (the default) turns the windows off.
+	QuietWindow time.Duration `envconfig:"QUIET_WINDOW" default:"0s"`
 	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
 	// reaper's metrics (pkg/server/metrics).
 	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`
@@ -165,6 +179,8 @@ func (c *Config) Validate() error {
 		return config.Invalid("PULSE_TOPIC_SEEN_RETENTION", "is %s; it must not be negative (0 keeps every topic forever)", c.TopicSeenRetention)
 	case c.AuditRetention < 0 || (c.AuditRetention > 0 && c.AuditRetention < jobstore.AuditRetentionFloor):
 		return config.Invalid("PULSE_AUDIT_RETENTION", "is %s; it must be 0 (keep the audit forever) or at least %s", c.AuditRetention, jobstore.AuditRetentionFloor)
+	case c.QuietWindow != 0 && (c.QuietWindow < MinQuietWindow || c.QuietWindow > MaxQuietWindow):
+		return config.Invalid("PULSE_QUIET_WINDOW", "is %s; it must be 0 (no windows) or between %s and %s", c.QuietWindow, MinQuietWindow, MaxQuietWindow)
 	case c.ReindexInterval != 0 && c.ReindexInterval < MinReindexInterval:
 		return config.Invalid("PULSE_REINDEX_INTERVAL", "is %s; it must be 0 (no rebuilds) or at least %s", c.ReindexInterval, MinReindexInterval)
 	case !(c.ReindexBloat >= MinReindexBloat && c.ReindexBloat <= MaxReindexBloat):

@@ -41,6 +41,7 @@ func TestDefaultsAreTheNamedConstants(t *testing.T) {
 		ReindexInterval:       config.ReindexIntervalDefault,
 		ReindexBloat:          config.ReindexBloatDefault,
 		ReindexMinFreedMB:     config.ReindexMinFreedMBDefault,
+		QuietWindow:           config.QuietWindowDefault,
 		DBMaxConns:            config.DBMaxConnsDefault,
 		ShutdownTimeout:       config.ShutdownTimeoutDefault,
 	}, c)
@@ -76,6 +77,9 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 		{"PULSE_REINDEX_BLOAT", "four"},
 		{"PULSE_REINDEX_MIN_FREED_MB", "0"},
 		{"PULSE_REINDEX_MIN_FREED_MB", "99999999999999999999"},
+		{"PULSE_QUIET_WINDOW", "10ms"},
+		{"PULSE_QUIET_WINDOW", "2s"},
+		{"PULSE_QUIET_WINDOW", "-200ms"},
 		{"PULSE_DB_MAX_CONNS", "1"},
 		{"PULSE_SHUTDOWN_TIMEOUT", "0s"},
 		{"PULSE_LOG_LEVEL", "loud"},

@@ -52,6 +52,11 @@ type Metrics struct {
 	IndexBloat *prometheus.GaugeVec
 	// Reindexes counts index rebuilds, by index and result (ok, error).
 	Reindexes *prometheus.CounterVec
+	// QuietWindows counts quiet windows (ADR-0074), by result (closed,
+	// busy, error); QuietWindowHeld is how long each closed one held the
+	// gate.
+	QuietWindows    *prometheus.CounterVec
+	QuietWindowHeld prometheus.Histogram
 	// topics bounds JobsReaped's topic label (BoundTopics); nil bounds
 	// nothing.
 	topics *metrics.Topics
@@ -108,13 +113,23 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.Reindexes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulse_reaper_reindexes_total", Help: "Rebuilds of a bloated index of the jobs table (REINDEX INDEX CONCURRENTLY), by index and result (ok, error).",
 	}, []string{"index", "result"})
+	m.QuietWindows = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pulse_reaper_quiet_windows_total", Help: "Quiet windows (ADR-0074) opened for a vacuum of the jobs table trying to truncate it, by result (closed: the gate was closed; busy: the transactions holding it did not finish within the lock timeout; error).",
+	}, []string{"result"})
+	m.QuietWindowHeld = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "pulse_reaper_quiet_window_seconds", Help: "How long each quiet window kept the gate closed: the longest any lifecycle transaction waited at it.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .2, .5, 1},
+	})
 	reg.MustRegister(m.JobsReaped, m.SweepDuration, m.Sweeps, m.JobsDeleted, m.RetentionRuns, m.ThroughputRowsDeleted, m.RowsPruned,
-		m.BreakerOpen, m.BreakerTransitions, m.BreakerRuns, m.IndexBloat, m.Reindexes)
+		m.BreakerOpen, m.BreakerTransitions, m.BreakerRuns, m.IndexBloat, m.Reindexes, m.QuietWindows, m.QuietWindowHeld)
 	// Series that exist from the first scrape, so rate() and alerts see 0.
 	for _, r := range []string{ResultOK, ResultError} {
 		m.BreakerRuns.WithLabelValues(r)
 		m.Sweeps.WithLabelValues(r)
 		m.RetentionRuns.WithLabelValues(r)
+	}
+	for _, r := range []string{QuietClosed, QuietBusy, ResultError} {
+		m.QuietWindows.WithLabelValues(r)
 	}
 	for _, t := range PrunedTables {
 		m.RowsPruned.WithLabelValues(t)
@@ -190,6 +205,26 @@ func (m *Metrics) IndexSizes(sizes []jobstore.IndexSize) {
 // Reindexed counts one rebuild.
 func (m *Metrics) Reindexed(index string, err error) {
 	m.Reindexes.WithLabelValues(index, result(err)).Inc()
+}
+
+// The result label of pulse_reaper_quiet_windows_total besides
+// ResultError.
+const (
+	QuietClosed = "closed"
+	QuietBusy   = "busy"
+)
+
+// QuietWindow counts one quiet window and how long it held the gate.
+func (m *Metrics) QuietWindow(w jobstore.Window, err error) {
+	switch {
+	case err != nil:
+		m.QuietWindows.WithLabelValues(ResultError).Inc()
+	case w.Closed:
+		m.QuietWindows.WithLabelValues(QuietClosed).Inc()
+		m.QuietWindowHeld.Observe(w.Held.Seconds())
+	default:
+		m.QuietWindows.WithLabelValues(QuietBusy).Inc()
+	}
 }
 
 // Cleaned records one whole retention pass.
