@@ -66,9 +66,12 @@ const (
 	ReindexMinFreedMBDefault = 128
 	// QuietWindowDefault is the longest the quiet window (ADR-0074) keeps
 	// the gate of the jobs table's lifecycle transactions closed for a
-	// vacuum that is trying to give the table's empty end back; 0 turns
-	// it off.
-	QuietWindowDefault     = 0
+	// vacuum that is trying to give the table's empty end back: four of
+	// the vacuum's lock tries (every 50 ms). In the 30-minute soak at
+	// 9,400 jobs/s with a 10-minute snapshot, six windows of 0.2 s gave the
+	// heap back to its size before the snapshot (3.4 GB to 0.4 GB), and
+	// no minute's lag p99 rose past 0.42 s with them. 0 turns it off.
+	QuietWindowDefault     = 200 * time.Millisecond
 	DBMaxConnsDefault      = 4
 	ShutdownTimeoutDefault = 20 * time.Second
 
@@ -135,8 +138,8 @@ type Config struct {
 	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"128"`
 	// QuietWindow is the longest a quiet window keeps the jobs table's
 	// lifecycle transactions waiting while a vacuum truncates the table;
-	// zero (the default) turns the windows off.
-	QuietWindow time.Duration `envconfig:"QUIET_WINDOW" default:"0s"`
+	// zero turns the windows off.
+	QuietWindow time.Duration `envconfig:"QUIET_WINDOW" default:"200ms"`
 	// MetricsMaxTopics and MetricsTopicIdle bound the topic label of the
 	// reaper's metrics (pkg/server/metrics).
 	MetricsMaxTopics int           `envconfig:"METRICS_MAX_TOPICS" default:"200"`

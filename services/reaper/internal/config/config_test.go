@@ -101,6 +101,16 @@ func TestTheReindexerIsOffUnlessGivenAnInterval(t *testing.T) {
 	require.Equal(t, 5*time.Minute, c.ReindexInterval)
 }
 
+func TestTheQuietWindowIsOnUnlessTurnedOff(t *testing.T) {
+	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
+	var c config.Config
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Equal(t, 200*time.Millisecond, c.QuietWindow)
+	t.Setenv("PULSE_QUIET_WINDOW", "0s")
+	require.NoError(t, pulseconfig.Load(&c))
+	require.Zero(t, c.QuietWindow)
+}
+
 func TestAZeroRetentionAgeIsAllowed(t *testing.T) {
 	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	t.Setenv("PULSE_RETENTION_COMPLETED", "0s")
