@@ -22,10 +22,15 @@ const (
 	// Poll is how often a closed window looks whether the vacuum is done.
 	Poll = 10 * time.Millisecond
 	// Gap is the least time between the end of one window and the start
-	// of the next, so that a vacuum that truncates in many steps (it
-	// yields to every statement queued behind it) leaves the queue
-	// running at least this long between two stalls.
-	Gap = time.Second
+	// of the next. A vacuum that truncates a large end does it in steps
+	// (it yields to the statements queued behind it once the gate opens,
+	// and tries again for 5 s), and each step stalls the queue for the
+	// window and the truncation: a queue at 70 % of its maximum needs
+	// about twice a stall's length to catch up. With windows a second
+	// apart, five steps in seven seconds left it 1.5 s behind in the soak
+	// (docs/benchmarks.md); three seconds leave it the time, and still
+	// come inside the vacuum's 5 s of tries.
+	Gap = 3 * time.Second
 )
 
 // Store is what the keeper needs of jobstore.Store.
