@@ -48,22 +48,23 @@ const (
 	// topic's circuit breaker (ADR-0053): the longest a failing topic runs
 	// past its threshold, and a half-open trial's outcome waits.
 	BreakerIntervalDefault = 5 * time.Second
-	// ReindexIntervalDefault turns the reindexer off (ADR-0070): a
-	// rebuild reads the whole table twice, and in the soak at 11,600 jobs/s
-	// on two cores the one after the snapshot overlapped minutes the queue
-	// fell seconds behind. An operator turns it on, 5m being a good
-	// interval, where Postgres has CPU to spare.
-	ReindexIntervalDefault = 0
+	// ReindexIntervalDefault is how often the reindexer looks (ADR-0070,
+	// on by default since ADR-0075): a pass reads the catalog, and rebuilds
+	// only what gives back a twentieth of the table's size, so on a table
+	// of a day's jobs it rebuilds only after a purge or a long snapshot;
+	// once a minute brings the indexes back within minutes of the heap.
+	ReindexIntervalDefault = time.Minute
 	// ReindexBloatDefault rebuilds an index at four times its estimated
 	// size: well past what page splits leave in a healthy index, so only
 	// the growth a long transaction or a purge leaves behind is rebuilt.
 	ReindexBloatDefault = 4.0
 	// ReindexMinFreedMBDefault is the least a rebuild must give back, in
-	// MiB: a rebuild reads the whole table twice, which is not worth a
-	// few megabytes, and the claim index, which holds only queued jobs,
-	// churns to a working size of tens of megabytes at thousands of jobs a
-	// second (ADR-0070), which a rebuild would give back only for minutes.
-	ReindexMinFreedMBDefault = 128
+	// MiB, beside a twentieth of the table (reindex.TableShare): a rebuild
+	// reads the whole table twice, which is not worth a few megabytes. The
+	// claim index, which holds only queued jobs, churns to a working size
+	// of tens of megabytes at thousands of jobs a second; it is rebuilt at
+	// most once an hour unless it doubles (reindex.Regrowth, ADR-0075).
+	ReindexMinFreedMBDefault = 16
 	// QuietWindowDefault is the longest the quiet window (ADR-0074) keeps
 	// the gate of the jobs table's lifecycle transactions closed for a
 	// vacuum that is trying to give the table's empty end back: four of
@@ -129,14 +130,13 @@ type Config struct {
 	// jobstore.AuditRetentionFloor (a day).
 	AuditRetention time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h"`
 	// ReindexInterval is how often the reindexer looks at the jobs table's
-	// indexes and rebuilds the bloated ones; zero (the default) turns it
-	// off.
-	ReindexInterval time.Duration `envconfig:"REINDEX_INTERVAL" default:"0s"`
+	// indexes and rebuilds the bloated ones; zero turns it off.
+	ReindexInterval time.Duration `envconfig:"REINDEX_INTERVAL" default:"1m"`
 	// ReindexBloat is how many times its estimated size an index must be
 	// to be rebuilt.
 	ReindexBloat float64 `envconfig:"REINDEX_BLOAT" default:"4"`
 	// ReindexMinFreedMB is the least, in MiB, a rebuild must give back.
-	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"128"`
+	ReindexMinFreedMB int64 `envconfig:"REINDEX_MIN_FREED_MB" default:"16"`
 	// QuietWindow is the longest a quiet window keeps the jobs table's
 	// lifecycle transactions waiting while a vacuum truncates the table;
 	// zero turns the windows off.

@@ -91,14 +91,15 @@ func TestBadValuesNameTheirVariable(t *testing.T) {
 	}
 }
 
-func TestTheReindexerIsOffUnlessGivenAnInterval(t *testing.T) {
+func TestTheReindexerIsOnUnlessTurnedOff(t *testing.T) {
 	configtest.Env(t, config.Config{}, "PULSE_DATABASE_URL", "postgres://localhost/pulse")
 	var c config.Config
 	require.NoError(t, pulseconfig.Load(&c))
-	require.Zero(t, c.ReindexInterval)
-	t.Setenv("PULSE_REINDEX_INTERVAL", "5m")
+	require.Equal(t, time.Minute, c.ReindexInterval)
+	require.Equal(t, int64(16), c.ReindexMinFreedMB)
+	t.Setenv("PULSE_REINDEX_INTERVAL", "0")
 	require.NoError(t, pulseconfig.Load(&c))
-	require.Equal(t, 5*time.Minute, c.ReindexInterval)
+	require.Zero(t, c.ReindexInterval)
 }
 
 func TestTheQuietWindowIsOnUnlessTurnedOff(t *testing.T) {

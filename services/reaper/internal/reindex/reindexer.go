@@ -37,10 +37,16 @@ const (
 	// not worth two reads of it.
 	TableShare = 0.05
 	// Cooldown is how long after this process rebuilt an index it is not
-	// rebuilt again: an index that churns grows back to its working size
+	// rebuilt again unless it has grown past Regrowth times the size it
+	// had when it was: an index that churns grows back to its working size
 	// between vacuums, and one whose entries Postgres had counted when it
 	// held fewer (a backlog since) looked bloated and was not.
 	Cooldown = time.Hour
+	// Regrowth is how many times its size at its last rebuild an index
+	// must reach to be rebuilt again within Cooldown: the claim index,
+	// rebuilt at its working size before a long snapshot, grows to ten
+	// times that during one (ADR-0075), which a rebuild gives back.
+	Regrowth = 2.0
 )
 
 // Session is one maintenance connection (jobstore.IndexMaintenance).
@@ -96,8 +102,14 @@ type Reindexer struct {
 	open     Opener
 	observer Observer
 	logger   *slog.Logger
-	// rebuiltAt is when this process last rebuilt each index (Cooldown).
-	rebuiltAt map[string]time.Time
+	// rebuilt is this process's last rebuild of each index (Cooldown).
+	rebuilt map[string]rebuild
+}
+
+// rebuild is when an index was last rebuilt and its size just before.
+type rebuild struct {
+	at    time.Time
+	bytes int64
 }
 
 // NewReindexer builds the reindexer. observer may be nil.
@@ -106,7 +118,7 @@ func NewReindexer(cfg Config, open Opener, observer Observer, logger *slog.Logge
 		observer = nopObserver{}
 	}
 	return &Reindexer{cfg: cfg, open: open, observer: observer,
-		logger: logger.With(logging.Loop, "reindexer"), rebuiltAt: map[string]time.Time{}}
+		logger: logger.With(logging.Loop, "reindexer"), rebuilt: map[string]rebuild{}}
 }
 
 // Result is what one pass did.
@@ -175,7 +187,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 			res.Dropped = append(res.Dropped, dropped...)
 			return res, errors.Join(err, derr)
 		}
-		r.rebuiltAt[idx.Name] = time.Now()
+		r.rebuilt[idx.Name] = rebuild{at: time.Now(), bytes: idx.Bytes}
 		res.Rebuilt = append(res.Rebuilt, idx.Name)
 		r.logger.InfoContext(ctx, "rebuilt a bloated index", "index", idx.Name,
 			"bytes_before", idx.Bytes, "bytes_after", after, "estimated_bytes", idx.CompactBytes(),
@@ -215,7 +227,8 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 
 // due lists the indexes to rebuild, the one that gives back most first:
 // Bloat times their estimated size, giving back MinFreed and TableShare of
-// the table, and not rebuilt by this process within Cooldown.
+// the table, and not rebuilt by this process within Cooldown unless it has
+// grown to Regrowth times its size then.
 func (r *Reindexer) due(sizes []jobstore.IndexSize) []jobstore.IndexSize {
 	var out []jobstore.IndexSize
 	for _, s := range sizes {
@@ -223,7 +236,7 @@ func (r *Reindexer) due(sizes []jobstore.IndexSize) []jobstore.IndexSize {
 		if s.Bloat() < r.cfg.Bloat || freed < r.cfg.MinFreed || float64(freed) < TableShare*float64(s.TableBytes) {
 			continue
 		}
-		if at, ok := r.rebuiltAt[s.Name]; ok && time.Since(at) < Cooldown {
+		if last, ok := r.rebuilt[s.Name]; ok && time.Since(last.at) < Cooldown && float64(s.Bytes) < Regrowth*float64(last.bytes) {
 			continue
 		}
 		out = append(out, s)

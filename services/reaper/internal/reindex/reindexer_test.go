@@ -102,6 +102,34 @@ func TestReindexer(t *testing.T) {
 		require.Empty(t, res.Rebuilt, "nothing is bloated any more")
 	})
 
+	t.Run("ARebuiltIndexIsRebuiltAgainWithinTheHourOnlyOnceItHasDoubled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, defaults)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+		first := b.observer.sizes["jobs_pkey"].Bytes
+
+		// Bloated again past the thresholds, but not to twice the size it
+		// was rebuilt at: an index that churns back to its working size.
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		again := b.observer.sizes["jobs_pkey"]
+		require.GreaterOrEqual(t, again.Bloat(), config.ReindexBloatDefault)
+		require.GreaterOrEqual(t, again.Bytes-again.CompactBytes(), defaults.MinFreed)
+		require.Less(t, float64(again.Bytes), reindex.Regrowth*float64(first))
+		require.NotContains(t, res.Rebuilt, "jobs_pkey", "rebuilt within the hour, and no larger than it was")
+
+		// A long snapshot's growth: past twice its size at the rebuild.
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 200000, 500)
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, float64(b.observer.sizes["jobs_pkey"].Bytes), reindex.Regrowth*float64(first))
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+	})
+
 	t.Run("AnIndexBelowTheFloorIsLeftAlone", func(t *testing.T) {
 		t.Parallel()
 		cfg := defaults
