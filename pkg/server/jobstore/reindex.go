@@ -58,6 +58,36 @@ type IndexSize struct {
 	// TableBytes is the size of the jobs table's heap, which a rebuild
 	// reads twice.
 	TableBytes int64
+	// TableCounted is the table's pg_class.reltuples, counted with the
+	// index's entries (negative when never counted), and TableLive its
+	// live rows now (pg_stat_user_tables.n_live_tup, which every commit
+	// updates): their ratio is how much the table grew since Entries was
+	// counted.
+	TableCounted, TableLive float64
+	// TableDead is the table's row versions no transaction sees any more
+	// that no vacuum has removed yet (n_dead_tup): each has an entry in
+	// every index that covered it until a vacuum comes by.
+	TableDead float64
+}
+
+// entries is what the index holds between two vacuums: Entries grown with
+// the table since they were counted (a table filling up — a new queue, a
+// backlog — has more than the last count, and its indexes would look
+// bloated by them; never shrunk, since the live count starts again from
+// zero when Postgres discards its statistics after a crash), and the
+// table's dead versions waiting for a vacuum. Those a rebuild would leave
+// out, but they come back within a vacuum's round on a busy table: an
+// index is at its working size with them in, and after a long snapshot
+// the rebuild waits for the vacuum that removes them (ADR-0075), since an
+// index rebuilt before it grows back while the vacuum runs. Every dead
+// version is counted for every index, which errs large for a partial
+// index, toward not rebuilding.
+func (s IndexSize) entries() float64 {
+	n := s.Entries
+	if s.TableCounted > 0 && s.TableLive > s.TableCounted {
+		n *= s.TableLive / s.TableCounted
+	}
+	return n + max(s.TableDead, 0)
 }
 
 // btree page layout (PostgreSQL's bufpage.h and nbtree.h): the usable space
@@ -74,7 +104,8 @@ const (
 // CompactBytes is the size a rebuild would give the index: its entries
 // (each key padded to 8 bytes, plus the entry's header and line pointer)
 // on leaf pages filled as a rebuild fills them, a hundredth more for the
-// inner pages, and the metapage. Deduplication makes a rebuilt index with
+// inner pages, and the metapage; the entries grown with the table since
+// they were counted, and the table's dead versions added (entries). Deduplication makes a rebuilt index with
 // repeated keys smaller still, so the estimate errs large, which errs on
 // the side of not rebuilding. Zero when the entries are not known.
 func (s IndexSize) CompactBytes() int64 {
@@ -82,7 +113,7 @@ func (s IndexSize) CompactBytes() int64 {
 		return 0
 	}
 	entry := btreeEntryOverhead + (s.KeyWidth+7)/8*8
-	leaves := math.Ceil(s.Entries * float64(entry) / (btreeUsableBytes * btreeLeafFill))
+	leaves := math.Ceil(s.entries() * float64(entry) / (btreeUsableBytes * btreeLeafFill))
 	pages := math.Max(1, math.Ceil(leaves*1.01)) + 1
 	return int64(pages) * btreePageBytes
 }
@@ -100,6 +131,7 @@ func (s IndexSize) Bloat() float64 {
 // columns (every one but the GIN index on tags) with what IndexSize needs.
 const indexSizesSQL = `
 SELECT n.nspname, c.relname, pg_relation_size(c.oid), c.reltuples::float8, pg_relation_size(t.oid),
+       t.reltuples::float8, pg_stat_get_live_tuples(t.oid)::float8, pg_stat_get_dead_tuples(t.oid)::float8,
        (SELECT COALESCE(sum(CASE WHEN a.attlen > 0 THEN a.attlen ELSE COALESCE(st.avg_width, 32) END), 0)::int8
           FROM pg_attribute a
           LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = t.relname AND st.attname = a.attname
@@ -195,7 +227,7 @@ func (m *IndexMaintenance) IndexSizes(ctx context.Context) ([]IndexSize, error) 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexSize, error) {
 		var s IndexSize
-		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.TableBytes, &s.KeyWidth)
+		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.TableBytes, &s.TableCounted, &s.TableLive, &s.TableDead, &s.KeyWidth)
 		return s, err
 	})
 	return out, interpretError("index sizes", err)

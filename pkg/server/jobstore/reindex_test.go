@@ -103,6 +103,43 @@ func TestIndexMaintenance(t *testing.T) {
 		require.Less(t, s.Bloat(), 2.0, "%+v", s)
 	})
 
+	t.Run("AnIndexOfATableGrownSinceItsCountWithDeadVersionsWaitingIsNotBloated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, 20000)`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `VACUUM (ANALYZE) jobs`)
+		require.NoError(t, err)
+		// Six times the rows since the count, and 50,000 canceled and
+		// deleted (100,000 dead versions no vacuum has removed, each with
+		// its entry), in one transaction whose counts are flushed at its
+		// commit, not up to a second later.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, step := range []string{
+			`INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, 100000)`,
+			`UPDATE jobs SET status = 'CANCELED', finished_at = now() WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 50000)`,
+			`DELETE FROM jobs WHERE status = 'CANCELED'`,
+		} {
+			_, err = tx.Exec(ctx, step)
+			require.NoError(t, err)
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		m := openMaintenance(t, b.store)
+		s := sizeOf(t, m, "jobs_pkey")
+		require.InDelta(t, 20000, s.Entries, 1, "counted before the rows came")
+		var live, dead float64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass`).Scan(&live, &dead))
+		require.Equal(t, [2]float64{live, dead}, [2]float64{s.TableLive, s.TableDead})
+		require.Greater(t, live, 3*s.TableCounted, "%+v", s)
+		require.Greater(t, dead, 40000.0, "%+v", s)
+		require.Less(t, s.Bloat(), 2.0, "%+v", s)
+	})
+
 	t.Run("OneSessionAtATime", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -224,4 +261,21 @@ func TestIndexSizeEstimate(t *testing.T) {
 	wider := million
 	wider.KeyWidth = 17 // padded to 24
 	require.Greater(t, wider.CompactBytes(), million.CompactBytes())
+
+	// Counted at a million rows, the table now three: three times the
+	// entries. Never fewer than counted (statistics discarded after a
+	// crash count live rows from zero), nor grown when never counted.
+	grown := million
+	grown.TableCounted, grown.TableLive = 1e6, 3e6
+	require.InEpsilon(t, 3*float64(million.CompactBytes()), float64(grown.CompactBytes()), 0.001)
+	for _, table := range [][2]float64{{1e6, 0}, {1e6, 5e5}, {-1, 3e6}, {0, 3e6}} {
+		other := million
+		other.TableCounted, other.TableLive = table[0], table[1]
+		require.Equal(t, million.CompactBytes(), other.CompactBytes(), "counted %v, live %v", table[0], table[1])
+	}
+
+	// Two million dead versions waiting for a vacuum: an entry each.
+	dead := grown
+	dead.TableDead = 2e6
+	require.InEpsilon(t, 5*float64(million.CompactBytes()), float64(dead.CompactBytes()), 0.001)
 }
