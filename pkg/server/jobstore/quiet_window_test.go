@@ -66,8 +66,21 @@ FROM generate_series(1, 30000) AS g`)
 		require.NoError(t, err)
 		_, err = b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now() WHERE topic = 'tail'`)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `DELETE FROM jobs WHERE topic = 'tail'`)
-		require.NoError(t, err)
+		var deleted string
+		require.NoError(t, b.pool.QueryRow(ctx, `WITH d AS (DELETE FROM jobs WHERE topic = 'tail' RETURNING 1)
+SELECT pg_current_xact_id()::text FROM (SELECT count(*) FROM d) AS n`).Scan(&deleted))
+		// A vacuum removes the deleted rows only once no snapshot of this
+		// database is older than the delete, and a snapshot taken here
+		// while another test's transaction in another database runs is
+		// as old as that transaction: wait until none in the cluster is.
+		require.Eventually(t, func() bool {
+			var older bool
+			require.NoError(t, b.pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                WHERE pid <> pg_backend_pid()
+                  AND (age(backend_xmin) >= age($1::xid8::xid) OR age(backend_xid) >= age($1::xid8::xid)))`, deleted).Scan(&older))
+			return !older
+		}, time.Minute, 5*time.Millisecond, "a transaction older than the delete stayed open")
 		var before int64
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&before))
 
@@ -117,7 +130,10 @@ FROM generate_series(1, 30000) AS g`)
 
 		var after int64
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&after))
-		require.Less(t, after, before/4, "the heap kept its end: %d bytes before the vacuum, %d after", before, after)
+		// All of the end, or under load the part the vacuum truncated
+		// before it yielded to a statement queued for the table and found
+		// it taken again: without the window it keeps every page.
+		require.Less(t, after, before, "the heap kept its end: %d bytes before the vacuum, %d after", before, after)
 	})
 
 	t.Run("GivesUpWithoutHarmWhenATransactionHoldsTheGate", func(t *testing.T) {
