@@ -68,6 +68,9 @@ type IndexSize struct {
 	// that no vacuum has removed yet (n_dead_tup): each has an entry in
 	// every index that covered it until a vacuum comes by.
 	TableDead float64
+	// Partial is an index with a WHERE clause, holding only the rows it
+	// matches (the claim index: queued jobs).
+	Partial bool
 }
 
 // entries is what the index holds between two vacuums: Entries grown with
@@ -75,19 +78,22 @@ type IndexSize struct {
 // backlog — has more than the last count, and its indexes would look
 // bloated by them; never shrunk, since the live count starts again from
 // zero when Postgres discards its statistics after a crash), and the
-// table's dead versions waiting for a vacuum. Those a rebuild would leave
-// out, but they come back within a vacuum's round on a busy table: an
-// index is at its working size with them in, and after a long snapshot
-// the rebuild waits for the vacuum that removes them (ADR-0075), since an
-// index rebuilt before it grows back while the vacuum runs. Every dead
-// version is counted for every index, which errs large for a partial
-// index, toward not rebuilding.
+// table's dead versions waiting for a vacuum, which a rebuild leaves out
+// but which on a busy table come back within a vacuum's round: with them
+// counted an index at its working size does not look bloated (ADR-0075).
+// A partial index is given none of them: it has entries only for the
+// versions it matched, which the statistics do not say, and its working
+// size is left to the cooldown (the claim index, a few hundred queued
+// jobs at tens of megabytes, is rebuilt there at most once an hour).
 func (s IndexSize) entries() float64 {
 	n := s.Entries
 	if s.TableCounted > 0 && s.TableLive > s.TableCounted {
 		n *= s.TableLive / s.TableCounted
 	}
-	return n + max(s.TableDead, 0)
+	if !s.Partial {
+		n += max(s.TableDead, 0)
+	}
+	return n
 }
 
 // btree page layout (PostgreSQL's bufpage.h and nbtree.h): the usable space
@@ -104,10 +110,10 @@ const (
 // CompactBytes is the size a rebuild would give the index: its entries
 // (each key padded to 8 bytes, plus the entry's header and line pointer)
 // on leaf pages filled as a rebuild fills them, a hundredth more for the
-// inner pages, and the metapage; the entries grown with the table since
-// they were counted, and the table's dead versions added (entries). Deduplication makes a rebuilt index with
-// repeated keys smaller still, so the estimate errs large, which errs on
-// the side of not rebuilding. Zero when the entries are not known.
+// inner pages, and the metapage, counting what the index holds between two
+// vacuums (entries). Deduplication makes a rebuilt index with repeated keys
+// smaller still, so the estimate errs large, which errs on the side of not
+// rebuilding. Zero when the entries are not known.
 func (s IndexSize) CompactBytes() int64 {
 	if s.Entries < 0 {
 		return 0
@@ -132,6 +138,7 @@ func (s IndexSize) Bloat() float64 {
 const indexSizesSQL = `
 SELECT n.nspname, c.relname, pg_relation_size(c.oid), c.reltuples::float8, pg_relation_size(t.oid),
        t.reltuples::float8, pg_stat_get_live_tuples(t.oid)::float8, pg_stat_get_dead_tuples(t.oid)::float8,
+       i.indpred IS NOT NULL,
        (SELECT COALESCE(sum(CASE WHEN a.attlen > 0 THEN a.attlen ELSE COALESCE(st.avg_width, 32) END), 0)::int8
           FROM pg_attribute a
           LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = t.relname AND st.attname = a.attname
@@ -161,12 +168,14 @@ ORDER BY c.relname`
 
 // obstacleSQL says what would make a rebuild wait now: a vacuum of the jobs
 // table in progress (the rebuild's lock would block it, and it the
-// rebuild), and how long the oldest other transaction of this database
+// rebuild), how long the oldest other transaction of this database
 // holding a snapshot has been open (a rebuild waits for every snapshot
-// older than each of its phases).
+// older than each of its phases), and how many vacuums of the table have
+// ended (the reindexer waits for two after a long snapshot).
 const obstacleSQL = `
 SELECT (SELECT count(*) FROM pg_stat_progress_vacuum
          WHERE datname = current_database() AND relid = 'jobs'::regclass),
+       pg_stat_get_vacuum_count('jobs'::regclass) + pg_stat_get_autovacuum_count('jobs'::regclass),
        (SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8
           FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid()
@@ -227,7 +236,7 @@ func (m *IndexMaintenance) IndexSizes(ctx context.Context) ([]IndexSize, error) 
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (IndexSize, error) {
 		var s IndexSize
-		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.TableBytes, &s.TableCounted, &s.TableLive, &s.TableDead, &s.KeyWidth)
+		err := r.Scan(&s.Schema, &s.Name, &s.Bytes, &s.Entries, &s.TableBytes, &s.TableCounted, &s.TableLive, &s.TableDead, &s.Partial, &s.KeyWidth)
 		return s, err
 	})
 	return out, interpretError("index sizes", err)
@@ -242,6 +251,9 @@ type Obstacle struct {
 	// holding a snapshot has been open: a rebuild waits for every
 	// snapshot older than each of its phases.
 	Snapshot time.Duration
+	// Vacuums counts the vacuums of the jobs table that have ended (by
+	// hand and by autovacuum), since Postgres last reset its statistics.
+	Vacuums int64
 }
 
 // Obstacle reads what would make a rebuild wait now (obstacleSQL).
@@ -249,7 +261,7 @@ func (m *IndexMaintenance) Obstacle(ctx context.Context) (Obstacle, error) {
 	var o Obstacle
 	var vacuums int64
 	var openSeconds float64
-	if err := m.conn.QueryRow(ctx, obstacleSQL).Scan(&vacuums, &openSeconds); err != nil {
+	if err := m.conn.QueryRow(ctx, obstacleSQL).Scan(&vacuums, &o.Vacuums, &openSeconds); err != nil {
 		return o, interpretError("index maintenance: obstacles", err)
 	}
 	o.Vacuum = vacuums > 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -138,6 +139,8 @@ func TestIndexMaintenance(t *testing.T) {
 		require.Greater(t, live, 3*s.TableCounted, "%+v", s)
 		require.Greater(t, dead, 40000.0, "%+v", s)
 		require.Less(t, s.Bloat(), 2.0, "%+v", s)
+		require.False(t, s.Partial)
+		require.True(t, sizeOf(t, m, "jobs_claim_idx").Partial, "it holds only queued jobs")
 	})
 
 	t.Run("OneSessionAtATime", func(t *testing.T) {
@@ -198,7 +201,9 @@ func TestIndexMaintenance(t *testing.T) {
 		m := openMaintenance(t, b.store)
 		o, err := m.Obstacle(ctx)
 		require.NoError(t, err)
-		require.Equal(t, jobstore.Obstacle{}, o, "nothing else is open")
+		require.False(t, o.Vacuum)
+		require.Zero(t, o.Snapshot, "nothing else is open")
+		vacuums := o.Vacuums
 
 		release := jobstoretest.HoldSnapshot(t, b.pool)
 		o, err = m.Obstacle(ctx)
@@ -211,6 +216,15 @@ func TestIndexMaintenance(t *testing.T) {
 		o, err = m.Obstacle(ctx)
 		require.NoError(t, err)
 		require.Zero(t, o.Snapshot, "it ended (it was open %s)", open)
+
+		// A vacuum of the table counts once it has ended.
+		_, err = b.pool.Exec(ctx, `VACUUM jobs`)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			o, err = m.Obstacle(ctx)
+			require.NoError(t, err)
+			return o.Vacuums == vacuums+1
+		}, 10*time.Second, 5*time.Millisecond, "the vacuum was not counted: %+v", o)
 	})
 
 	t.Run("SeesAVacuumOfTheTable", func(t *testing.T) {
@@ -278,4 +292,9 @@ func TestIndexSizeEstimate(t *testing.T) {
 	dead := grown
 	dead.TableDead = 2e6
 	require.InEpsilon(t, 5*float64(million.CompactBytes()), float64(dead.CompactBytes()), 0.001)
+
+	// A partial index is given none of them (which versions it matched is
+	// not known), but grows with the table.
+	partial := jobstore.IndexSize{Entries: 1e3, KeyWidth: 16, TableCounted: 1e6, TableLive: 2e6, TableDead: 2e6, Partial: true}
+	require.Equal(t, jobstore.IndexSize{Entries: 2e3, KeyWidth: 16}.CompactBytes(), partial.CompactBytes())
 }

@@ -87,7 +87,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 			// judge them; each transition happens once.
 			s.Every(loop.Config{Name: "breaker", Interval: cfg.BreakerInterval, Immediate: true},
 				func(ctx context.Context) error { return judgeBreakers(ctx, store, m, s.Logger()) })
-			// The reindexer (ADR-0070), when an interval turns it on: on a
+			// The reindexer (ADR-0070; on by default, ADR-0075): on a
 			// connection of its own, one reaper at a time; after an
 			// interval, not at start, so a fleet restarting does not
 			// read the catalog all at once.

@@ -104,6 +104,50 @@ type Reindexer struct {
 	logger   *slog.Logger
 	// rebuilt is this process's last rebuild of each index (Cooldown).
 	rebuilt map[string]rebuild
+	// cleanup follows a long snapshot: the vacuums of the table that
+	// must end after this process saw it closed before a rebuild.
+	cleanup cleanup
+}
+
+// cleanup is what a long snapshot leaves the reindexer waiting for: the
+// vacuum that removes the versions it kept (ADR-0075). An index rebuilt
+// before that vacuum has run has no free pages, and takes new ones for
+// every version written while the vacuum works through millions, growing
+// back much of what the rebuild gave.
+type cleanup struct {
+	// open is set while a pass sees a transaction holding a snapshot
+	// longer than Config.OldestSnapshot.
+	open bool
+	// until is the count of the table's vacuums (Obstacle.Vacuums) a
+	// rebuild waits for; 0 when it waits for none.
+	until int64
+}
+
+// see notes what one look found: a long snapshot, or the first look after
+// one, which counts the vacuums that must end before a rebuild — the next
+// to end, and one more if a vacuum was already running, since that one
+// may have started before the snapshot closed.
+func (c *cleanup) see(o jobstore.Obstacle, oldest time.Duration) {
+	switch {
+	case o.Snapshot > oldest:
+		c.open, c.until = true, 0
+	case c.open:
+		c.open, c.until = false, o.Vacuums+1
+		if o.Vacuum {
+			c.until++
+		}
+	case o.Vacuums >= c.until || o.Vacuums < c.until-2:
+		// Done, or the count was reset with the statistics.
+		c.until = 0
+	}
+}
+
+// waiting says why a rebuild waits for the cleanup, or "".
+func (c *cleanup) waiting(o jobstore.Obstacle) string {
+	if c.until == 0 {
+		return ""
+	}
+	return fmt.Sprintf("a long snapshot closed; waiting for %d more vacuum(s) of the jobs table to end", c.until-o.Vacuums)
 }
 
 // rebuild is when an index was last rebuilt and its size just before.
@@ -163,6 +207,13 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	// A look every pass, whether or not an index is due, so that a long
+	// snapshot is seen while it is open.
+	o, err := s.Obstacle(ctx)
+	if err != nil {
+		return res, err
+	}
+	r.cleanup.see(o, r.cfg.OldestSnapshot)
 	sizes, err := s.IndexSizes(ctx)
 	if err != nil {
 		return res, err
@@ -197,17 +248,23 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 }
 
 // clear waits, up to VacuumWait, for a vacuum of the jobs table to end, and
-// returns why a rebuild cannot start now, or "" when it can.
+// returns why a rebuild cannot start now, or "" when it can: a long
+// snapshot open, or the vacuums after one still to come.
 func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 	deadline := time.Now().Add(r.cfg.VacuumWait)
 	waiting := false
 	for {
 		o, err := s.Obstacle(ctx)
+		if err == nil {
+			r.cleanup.see(o, r.cfg.OldestSnapshot)
+		}
 		switch {
 		case err != nil:
 			return "", err
 		case o.Snapshot > r.cfg.OldestSnapshot:
 			return fmt.Sprintf("a transaction has held a snapshot for %s", o.Snapshot.Round(time.Second)), nil
+		case r.cleanup.waiting(o) != "":
+			return r.cleanup.waiting(o), nil
 		case !o.Vacuum:
 			return "", nil
 		case !time.Now().Before(deadline):
