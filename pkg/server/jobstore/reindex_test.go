@@ -58,6 +58,16 @@ func indexValid(t *testing.T, pool *pgxpool.Pool, name string) (exists, valid bo
 	return exists, valid
 }
 
+// countedJobs inserts n queued jobs and has Postgres count them (VACUUM
+// (ANALYZE)), as the reindexer's estimate reads them.
+func countedJobs(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, $1::int)`, n)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM (ANALYZE) jobs`)
+	require.NoError(t, err)
+}
+
 func TestIndexMaintenance(t *testing.T) {
 	t.Parallel()
 
@@ -94,10 +104,7 @@ func TestIndexMaintenance(t *testing.T) {
 	t.Run("AnIndexThatHoldsWhatItNeedsIsNotBloated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, 20000)`)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `VACUUM (ANALYZE) jobs`)
-		require.NoError(t, err)
+		countedJobs(t, b.pool, 20000)
 		m := openMaintenance(t, b.store)
 		s := sizeOf(t, m, "jobs_pkey")
 		require.InDelta(t, 20000, s.Entries, 1)
@@ -107,10 +114,7 @@ func TestIndexMaintenance(t *testing.T) {
 	t.Run("AnIndexOfATableGrownSinceItsCountWithDeadVersionsWaitingIsNotBloated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, 20000)`)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `VACUUM (ANALYZE) jobs`)
-		require.NoError(t, err)
+		countedJobs(t, b.pool, 20000)
 		// Six times the rows since the count, and 50,000 canceled and
 		// deleted (100,000 dead versions no vacuum has removed, each with
 		// its entry), in one transaction whose counts are flushed at its
