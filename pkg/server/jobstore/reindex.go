@@ -43,8 +43,9 @@ const ReindexLockTimeout = time.Minute
 const ReindexStatementTimeout = time.Hour
 
 // IndexSize is one of the jobs table's B-tree indexes: its size on disk and
-// the size a rebuild would give it, estimated from the number of entries
-// the last vacuum or analyze counted and the width of its keys.
+// what the reindexer needs to estimate the size it needs between two
+// vacuums (CompactBytes): the entries the last vacuum or analyze counted,
+// the table's rows then and now, and the width of its keys.
 type IndexSize struct {
 	Schema, Name string
 	Bytes        int64

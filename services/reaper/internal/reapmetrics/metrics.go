@@ -48,7 +48,7 @@ type Metrics struct {
 	// BreakerRuns counts breaker evaluations, by result (ok, error).
 	BreakerRuns *prometheus.CounterVec
 	// IndexBloat is each of the jobs table's B-tree indexes' size over the
-	// size a rebuild would give it, as the reindexer last estimated it.
+	// size it needs between two vacuums, as the reindexer last estimated it.
 	IndexBloat *prometheus.GaugeVec
 	// Reindexes counts index rebuilds, by index and result (ok, error).
 	Reindexes *prometheus.CounterVec
@@ -108,7 +108,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	// The index label's values are the jobs table's index names: the
 	// schema's, a fixed few.
 	m.IndexBloat = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "pulse_reaper_index_bloat_ratio", Help: "Each B-tree index of the jobs table: its size over the size a rebuild would give it, as the reindexer last estimated (0: its entries not counted yet).",
+		Name: "pulse_reaper_index_bloat_ratio", Help: "Each B-tree index of the jobs table: its size over the size the reindexer last estimated it needs between two vacuums (0: its entries not counted yet).",
 	}, []string{"index"})
 	m.Reindexes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pulse_reaper_reindexes_total", Help: "Rebuilds of a bloated index of the jobs table (REINDEX INDEX CONCURRENTLY), by index and result (ok, error).",
