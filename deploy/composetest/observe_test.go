@@ -322,14 +322,24 @@ func (f *fleet) oneTracePerJob(t *testing.T) {
 	} {
 		spans := f.requireHops(t, c.trace, c.hops)
 		// A settle that carried its result alone is the parent of the
-		// gateway's ReportResult server span, in the same trace.
-		for _, s := range spans {
-			if s.OperationName == "settle" && s.tag("messaging.batch.message_count") == "1" {
-				require.True(t, slices.ContainsFunc(spans, func(r jaegerSpan) bool {
-					return r.service == "dispatch-gateway" && r.OperationName == "pulse.v1.DispatchService/ReportResult" && r.parent() == s.SpanID
-				}), "trace %s: the lone settle %s has no ReportResult child on the gateway: %v", c.trace, s.SpanID, spans)
+		// gateway's ReportResult server span, in the same trace. The
+		// gateway exports its spans on its own schedule, so the child
+		// may reach Jaeger after the hops above did.
+		eventually(t, time.Minute, 2*time.Second, "trace "+c.trace+": every lone settle has a ReportResult child on the gateway", func() error {
+			var err error
+			if spans, err = f.jaegerTrace(c.trace); err != nil {
+				return err
 			}
-		}
+			for _, s := range spans {
+				if s.OperationName == "settle" && s.tag("messaging.batch.message_count") == "1" &&
+					!slices.ContainsFunc(spans, func(r jaegerSpan) bool {
+						return r.service == "dispatch-gateway" && r.OperationName == "pulse.v1.DispatchService/ReportResult" && r.parent() == s.SpanID
+					}) {
+					return fmt.Errorf("the lone settle %s has no ReportResult child on the gateway: %v", s.SpanID, spans)
+				}
+			}
+			return nil
+		})
 		t.Logf("job %s submitted over %s: trace %s in Jaeger, %d spans:\n%s", c.job, c.how, c.trace, len(spans), describeTrace(spans))
 	}
 
