@@ -259,10 +259,22 @@ type Obstacle struct {
 
 // Obstacle reads what would make a rebuild wait now (obstacleSQL).
 func (m *IndexMaintenance) Obstacle(ctx context.Context) (Obstacle, error) {
+	return scanObstacle(m.conn.QueryRow(ctx, obstacleSQL))
+}
+
+// ReindexObstacle reads the same as IndexMaintenance.Obstacle on a pool
+// connection, without the reindex lock: a reaper whose pass found the
+// lock held elsewhere still follows the table's snapshots and vacuums, so
+// that it knows what the holder knew should it take the lock over.
+func (s *Store) ReindexObstacle(ctx context.Context) (Obstacle, error) {
+	return scanObstacle(s.pool.QueryRow(ctx, obstacleSQL))
+}
+
+func scanObstacle(row pgx.Row) (Obstacle, error) {
 	var o Obstacle
 	var vacuums int64
 	var openSeconds float64
-	if err := m.conn.QueryRow(ctx, obstacleSQL).Scan(&vacuums, &o.Vacuums, &openSeconds); err != nil {
+	if err := row.Scan(&vacuums, &o.Vacuums, &openSeconds); err != nil {
 		return o, interpretError("index maintenance: obstacles", err)
 	}
 	o.Vacuum = vacuums > 0

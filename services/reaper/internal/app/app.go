@@ -95,7 +95,7 @@ func Spec(cfg config.Config, logger *slog.Logger) service.Spec {
 				reindexer := reindex.NewReindexer(reindex.Config{
 					Bloat: cfg.ReindexBloat, MinFreed: cfg.ReindexMinFreedMB << 20,
 					OldestSnapshot: reindex.OldestSnapshot, VacuumWait: reindex.VacuumWait,
-				}, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), m, s.Logger())
+				}, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), reindex.StoreWatcher(store), m, s.Logger())
 				s.Every(loop.Config{Name: "reindexer", Interval: cfg.ReindexInterval},
 					func(ctx context.Context) error { _, err := reindexer.Pass(ctx); return err })
 			}

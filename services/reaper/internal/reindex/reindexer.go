@@ -74,6 +74,13 @@ func StoreOpener(store *jobstore.Store, lockTimeout time.Duration) Opener {
 	}
 }
 
+// Watcher reads what would make a rebuild wait, without the reindex lock
+// (jobstore.Store.ReindexObstacle).
+type Watcher func(ctx context.Context) (jobstore.Obstacle, error)
+
+// StoreWatcher watches on store's pool.
+func StoreWatcher(store *jobstore.Store) Watcher { return store.ReindexObstacle }
+
 // Observer is told what each pass found and did, for metrics.
 type Observer interface {
 	IndexSizes(sizes []jobstore.IndexSize)
@@ -100,12 +107,15 @@ type Config struct {
 type Reindexer struct {
 	cfg      Config
 	open     Opener
+	watch    Watcher
 	observer Observer
 	logger   *slog.Logger
 	// rebuilt is this process's last rebuild of each index (Cooldown).
 	rebuilt map[string]rebuild
 	// cleanup follows a long snapshot: the vacuums of the table that
-	// must end after this process saw it closed before a rebuild.
+	// must end after this process saw it closed before a rebuild. Passes
+	// that find the lock held elsewhere follow it too (watch), so a reaper
+	// that takes the lock over knows what the holder knew.
 	cleanup cleanup
 }
 
@@ -156,12 +166,13 @@ type rebuild struct {
 	bytes int64
 }
 
-// NewReindexer builds the reindexer. observer may be nil.
-func NewReindexer(cfg Config, open Opener, observer Observer, logger *slog.Logger) *Reindexer {
+// NewReindexer builds the reindexer. watch and observer may be nil; with
+// no watch, a pass that finds the lock held elsewhere looks at nothing.
+func NewReindexer(cfg Config, open Opener, watch Watcher, observer Observer, logger *slog.Logger) *Reindexer {
 	if observer == nil {
 		observer = nopObserver{}
 	}
-	return &Reindexer{cfg: cfg, open: open, observer: observer,
+	return &Reindexer{cfg: cfg, open: open, watch: watch, observer: observer,
 		logger: logger.With(logging.Loop, "reindexer"), rebuilt: map[string]rebuild{}}
 }
 
@@ -182,7 +193,7 @@ type Result struct {
 // table (up to VacuumWait) and postpones to the next pass for an old
 // snapshot. It stops at the first rebuild that fails, after dropping what
 // that one left: the next pass tries again. When another reaper holds the
-// reindex lock it does nothing.
+// reindex lock it only watches the table's snapshots and vacuums.
 func (r *Reindexer) Pass(ctx context.Context) (Result, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "reaper.reindex")
 	defer span.End()
@@ -198,8 +209,19 @@ func (r *Reindexer) Pass(ctx context.Context) (Result, error) {
 func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 	var res Result
 	s, err := r.open(ctx)
-	if err != nil || s == nil {
+	if err != nil {
 		return res, err
+	}
+	if s == nil {
+		// Another reaper's pass holds the lock: only watch.
+		if r.watch != nil {
+			o, err := r.watch(ctx)
+			if err != nil {
+				return res, err
+			}
+			r.cleanup.see(o, r.cfg.OldestSnapshot)
+		}
+		return res, nil
 	}
 	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }()
 

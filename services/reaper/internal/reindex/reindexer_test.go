@@ -59,7 +59,7 @@ func setup(t *testing.T, cfg reindex.Config) *testBundle {
 	o := &recorder{sizes: map[string]jobstore.IndexSize{}, reindexed: map[string][]error{}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &testBundle{pool: pool, store: store, observer: o,
-		r: reindex.NewReindexer(cfg, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), o, logger)}
+		r: reindex.NewReindexer(cfg, reindex.StoreOpener(store, jobstore.ReindexLockTimeout), reindex.StoreWatcher(store), o, logger)}
 }
 
 // defaults is the reaper's configuration (config.ReindexBloatDefault) with a
@@ -177,7 +177,7 @@ func TestReindexer(t *testing.T) {
 		t.Parallel()
 		waiting := make(chan struct{}, 1)
 		b := setup(t, defaults)
-		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, jobstore.ReindexLockTimeout), b.observer,
+		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, jobstore.ReindexLockTimeout), reindex.StoreWatcher(b.store), b.observer,
 			slog.New(logged{"waiting for a vacuum of the jobs table to end before a rebuild": waiting}))
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
 		_, err := b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`) // dead versions to vacuum slowly
@@ -217,6 +217,46 @@ func TestReindexer(t *testing.T) {
 		require.Contains(t, res.Rebuilt, "jobs_pkey")
 	})
 
+	t.Run("AReaperTakingTheLockOverWaitsForTheVacuumAfterASnapshotItWatched", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaults
+		cfg.OldestSnapshot = 0
+		b := setup(t, cfg)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		other, err := b.store.OpenIndexMaintenance(ctx, jobstore.ReindexLockTimeout)
+		require.NoError(t, err)
+		require.NotNil(t, other)
+		closeOther := sync.OnceValue(func() error { return other.Close(ctx) })
+		t.Cleanup(func() { _ = closeOther() })
+
+		// Another reaper holds the lock while a snapshot opens and closes.
+		release := jobstoretest.HoldSnapshot(t, b.pool)
+		res, err := b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reindex.Result{}, res, "another reaper holds the lock")
+		release()
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, reindex.Result{}, res, "another reaper holds the lock")
+
+		// It lets go before the vacuum after the snapshot: this reaper
+		// waits for that vacuum as the holder would have.
+		require.NoError(t, closeOther())
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Rebuilt)
+		require.Contains(t, res.Postponed, "vacuum")
+
+		_, err = b.pool.Exec(ctx, `VACUUM jobs`)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			res, err = b.r.Pass(ctx)
+			require.NoError(t, err)
+			return res.Postponed == ""
+		}, 10*time.Second, 10*time.Millisecond, "still postponed: %q", res.Postponed)
+		require.Contains(t, res.Rebuilt, "jobs_pkey")
+	})
+
 	t.Run("DropsAFailedRebuildsLeftoverFirst", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, defaults)
@@ -240,7 +280,7 @@ func TestReindexer(t *testing.T) {
 		t.Parallel()
 		b := setup(t, defaults)
 		// Lock waits that give up after half a second, not a minute.
-		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, 500*time.Millisecond), b.observer,
+		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, 500*time.Millisecond), reindex.StoreWatcher(b.store), b.observer,
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
 		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
 		// A writer that does not commit: a rebuild waits for it once its
