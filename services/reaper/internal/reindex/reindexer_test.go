@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pulsequeue/pulse/pkg/server/jobstore"
@@ -81,11 +82,12 @@ func requireRebuiltAfterAVacuum(t *testing.T, b *testBundle) {
 	_, err := b.pool.Exec(ctx, `VACUUM jobs`)
 	require.NoError(t, err)
 	var res reindex.Result
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
 		res, err = b.r.Pass(ctx)
-		require.NoError(t, err)
-		return res.Postponed == ""
-	}, 10*time.Second, 10*time.Millisecond, "still postponed: %q", res.Postponed)
+		require.NoError(c, err)
+		assert.Empty(c, res.Postponed, "still postponed")
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Contains(t, res.Rebuilt, "jobs_pkey")
 }
 
