@@ -47,16 +47,6 @@ const (
 	// rebuilt at its working size before a long snapshot, grows to ten
 	// times that during one (ADR-0075), which a rebuild gives back.
 	Regrowth = 2.0
-	// HeapRegrowth is how many times its size before a long snapshot the
-	// jobs table's heap may be for rebuilds to start once the vacuum after
-	// the snapshot has ended (ADR-0076): a snapshot of ten minutes on a
-	// busy queue leaves the heap many times its size, and the next vacuums
-	// give its emptied end back.
-	HeapRegrowth = 2.0
-	// HeapWait is how long after that vacuum rebuilds wait for the heap to
-	// shrink back before they start anyway: a heap whose last pages hold a
-	// live row does not shrink, and on a quiet table no vacuum comes.
-	HeapWait = 5 * time.Minute
 )
 
 // Session is one maintenance connection (jobstore.IndexMaintenance).
@@ -130,81 +120,44 @@ type Reindexer struct {
 }
 
 // cleanup is what a long snapshot leaves the reindexer waiting for: the
-// vacuum that removes the versions it kept (ADR-0075), then the heap's
-// shrinking back (ADR-0076). An index rebuilt before that vacuum has run
-// has no free pages, and takes new ones for every version written while
-// the vacuum works through millions, growing back much of what the
-// rebuild gave. And a rebuild reads the whole heap twice, which the
-// snapshot left many times its size until vacuums give its emptied end
-// back: read then, each rebuild takes several times as long, the indexes
-// that churn (the claim index) grow back while it holds the vacuums off,
-// and an index that gives back less than TableShare of a heap that large
-// is not rebuilt at all.
+// vacuum that removes the versions it kept (ADR-0075). An index rebuilt
+// before that vacuum has run has no free pages, and takes new ones for
+// every version written while the vacuum works through millions, growing
+// back much of what the rebuild gave.
 type cleanup struct {
 	// open is set while a pass sees a transaction holding a snapshot
 	// longer than Config.OldestSnapshot.
 	open bool
-	// heap is the smallest size of the table's heap seen while a long
-	// snapshot was open: what it held before the snapshot grew it.
-	heap int64
 	// until is the count of the table's vacuums (Obstacle.Vacuums) a
-	// rebuild waits for; 0 when it waits for nothing.
+	// rebuild waits for; 0 when it waits for none.
 	until int64
-	// vacuumed is when a look first found the vacuums counted by until
-	// ended: the wait for the heap to shrink is counted from then.
-	vacuumed time.Time
 }
 
-// see notes what one look at now found: a long snapshot, or the first look
-// after one, which counts the vacuums that must end before a rebuild — the
-// next to end, and one more if a vacuum was already running, since that
-// one may have started before the snapshot closed — and then the heap,
-// until it is back within HeapRegrowth of its size before the snapshot or
-// HeapWait has passed since those vacuums ended.
-func (c *cleanup) see(o jobstore.Obstacle, oldest time.Duration, now time.Time) {
+// see notes what one look found: a long snapshot, or the first look after
+// one, which counts the vacuums that must end before a rebuild — the next
+// to end, and one more if a vacuum was already running, since that one
+// may have started before the snapshot closed.
+func (c *cleanup) see(o jobstore.Obstacle, oldest time.Duration) {
 	switch {
 	case o.Snapshot > oldest:
-		if !c.open && c.until == 0 || o.Heap < c.heap {
-			c.heap = o.Heap
-		}
-		c.open, c.until, c.vacuumed = true, 0, time.Time{}
+		c.open, c.until = true, 0
 	case c.open:
 		c.open, c.until = false, o.Vacuums+1
 		if o.Vacuum {
 			c.until++
 		}
-	case c.until == 0:
-	case o.Vacuums < c.until-2:
-		// The count was reset with the statistics.
-		*c = cleanup{}
-	case o.Vacuums < c.until:
-	case c.vacuumed.IsZero():
-		c.vacuumed = now
-		fallthrough
-	default:
-		if c.shrunk(o) || now.Sub(c.vacuumed) >= HeapWait {
-			*c = cleanup{}
-		}
+	case o.Vacuums >= c.until || o.Vacuums < c.until-2:
+		// Done, or the count was reset with the statistics.
+		c.until = 0
 	}
 }
 
-// shrunk says whether the heap is back within HeapRegrowth of its size
-// before the snapshot.
-func (c *cleanup) shrunk(o jobstore.Obstacle) bool {
-	return float64(o.Heap) <= HeapRegrowth*float64(c.heap)
-}
-
-// waiting says why a rebuild waits for the cleanup at now, or "".
-func (c *cleanup) waiting(o jobstore.Obstacle, now time.Time) string {
-	switch {
-	case c.until == 0:
+// waiting says why a rebuild waits for the cleanup, or "".
+func (c *cleanup) waiting(o jobstore.Obstacle) string {
+	if c.until == 0 {
 		return ""
-	case o.Vacuums < c.until || c.vacuumed.IsZero():
-		return fmt.Sprintf("a long snapshot closed; waiting for %d more vacuum(s) of the jobs table to end", max(c.until-o.Vacuums, 1))
-	default:
-		return fmt.Sprintf("a long snapshot closed; waiting up to %s for the jobs table's heap (%d MiB) to shrink back to %d MiB",
-			(HeapWait - now.Sub(c.vacuumed)).Round(time.Second), o.Heap>>20, int64(HeapRegrowth*float64(c.heap))>>20)
 	}
+	return fmt.Sprintf("a long snapshot closed; waiting for %d more vacuum(s) of the jobs table to end", c.until-o.Vacuums)
 }
 
 // rebuild is when an index was last rebuilt and its size just before.
@@ -266,7 +219,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			r.cleanup.see(o, r.cfg.OldestSnapshot, time.Now())
+			r.cleanup.see(o, r.cfg.OldestSnapshot)
 		}
 		return res, nil
 	}
@@ -282,7 +235,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	r.cleanup.see(o, r.cfg.OldestSnapshot, time.Now())
+	r.cleanup.see(o, r.cfg.OldestSnapshot)
 	sizes, err := s.IndexSizes(ctx)
 	if err != nil {
 		return res, err
@@ -324,17 +277,16 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 	waiting := false
 	for {
 		o, err := s.Obstacle(ctx)
-		now := time.Now()
 		if err == nil {
-			r.cleanup.see(o, r.cfg.OldestSnapshot, now)
+			r.cleanup.see(o, r.cfg.OldestSnapshot)
 		}
 		switch {
 		case err != nil:
 			return "", err
 		case o.Snapshot > r.cfg.OldestSnapshot:
 			return fmt.Sprintf("a transaction has held a snapshot for %s", o.Snapshot.Round(time.Second)), nil
-		case r.cleanup.waiting(o, now) != "":
-			return r.cleanup.waiting(o, now), nil
+		case r.cleanup.waiting(o) != "":
+			return r.cleanup.waiting(o), nil
 		case !o.Vacuum:
 			return "", nil
 		case !time.Now().Before(deadline):
