@@ -171,12 +171,15 @@ ORDER BY c.relname`
 // table in progress (the rebuild's lock would block it, and it the
 // rebuild), how long the oldest other transaction of this database
 // holding a snapshot has been open (a rebuild waits for every snapshot
-// older than each of its phases), and how many vacuums of the table have
-// ended (the reindexer waits for two after a long snapshot).
+// older than each of its phases), how many vacuums of the table have
+// ended (the reindexer waits for one or two after a long snapshot), and
+// the size of its heap (after a long snapshot, the reindexer rebuilds the
+// indexes that churn once more when the heap is back near its size).
 const obstacleSQL = `
 SELECT (SELECT count(*) FROM pg_stat_progress_vacuum
          WHERE datname = current_database() AND relid = 'jobs'::regclass),
        pg_stat_get_vacuum_count('jobs'::regclass) + pg_stat_get_autovacuum_count('jobs'::regclass),
+       pg_relation_size('jobs'::regclass),
        (SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8
           FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid()
@@ -255,6 +258,11 @@ type Obstacle struct {
 	// Vacuums counts the vacuums of the jobs table that have ended (by
 	// hand and by autovacuum), since Postgres last reset its statistics.
 	Vacuums int64
+	// Heap is the size of the jobs table's heap in bytes. A long snapshot
+	// grows it many times over, a vacuum gives it back only from its end
+	// (ADR-0074), and until then every vacuum of the table is as long
+	// (ADR-0077).
+	Heap int64
 }
 
 // Obstacle reads what would make a rebuild wait now (obstacleSQL).
@@ -274,7 +282,7 @@ func scanObstacle(row pgx.Row) (Obstacle, error) {
 	var o Obstacle
 	var vacuums int64
 	var openSeconds float64
-	if err := row.Scan(&vacuums, &o.Vacuums, &openSeconds); err != nil {
+	if err := row.Scan(&vacuums, &o.Vacuums, &o.Heap, &openSeconds); err != nil {
 		return o, interpretError("index maintenance: obstacles", err)
 	}
 	o.Vacuum = vacuums > 0

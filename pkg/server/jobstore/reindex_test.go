@@ -239,8 +239,15 @@ func TestIndexMaintenance(t *testing.T) {
 		_, err = b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`)
 		require.NoError(t, err)
 		m := openMaintenance(t, b.store)
-		stop := jobstoretest.SlowVacuum(t, b.pool)
 		o, err := m.Obstacle(ctx)
+		require.NoError(t, err)
+		var heap int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&heap))
+		require.Greater(t, heap, int64(1<<20), "twenty thousand rows, twice")
+		require.Equal(t, heap, o.Heap)
+
+		stop := jobstoretest.SlowVacuum(t, b.pool)
+		o, err = m.Obstacle(ctx)
 		require.NoError(t, err)
 		require.True(t, o.Vacuum)
 		stop()

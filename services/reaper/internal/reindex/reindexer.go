@@ -47,6 +47,16 @@ const (
 	// rebuilt at its working size before a long snapshot, grows to ten
 	// times that during one (ADR-0075), which a rebuild gives back.
 	Regrowth = 2.0
+	// HeapRegrowth is how many times its size before a long snapshot the
+	// jobs table's heap may be and count as back (ADR-0077): a snapshot of
+	// ten minutes on a busy queue leaves the heap several times its size,
+	// and while it is, every vacuum of the table takes minutes and the
+	// indexes that churn grow back to what the queue passes through them
+	// in that time.
+	HeapRegrowth = 2.0
+	// heapFloor is a heap small enough to count as back whatever its size
+	// before the snapshot (an empty table's).
+	heapFloor = 1 << 20
 )
 
 // Session is one maintenance connection (jobstore.IndexMaintenance).
@@ -120,36 +130,82 @@ type Reindexer struct {
 }
 
 // cleanup is what a long snapshot leaves the reindexer waiting for: the
-// vacuum that removes the versions it kept (ADR-0075). An index rebuilt
-// before that vacuum has run has no free pages, and takes new ones for
-// every version written while the vacuum works through millions, growing
-// back much of what the rebuild gave.
+// vacuum that removes the versions it kept (ADR-0075), and then the heap's
+// return to its size (ADR-0077). An index rebuilt before that vacuum has
+// run has no free pages, and takes new ones for every version written
+// while the vacuum works through millions, growing back much of what the
+// rebuild gave. One rebuilt after it, while the heap is still several
+// times its size, grows back to what the queue passes through it during
+// each of the next vacuums, which take minutes over that heap; once the
+// heap is back they take seconds, and the rebuilds made meanwhile are
+// exempt from the cooldown once.
 type cleanup struct {
 	// open is set while a pass sees a transaction holding a snapshot
 	// longer than Config.OldestSnapshot.
 	open bool
+	// heap is the smallest size of the table's heap seen while a long
+	// snapshot was open: what it held before the snapshot grew it.
+	heap int64
 	// until is the count of the table's vacuums (Obstacle.Vacuums) a
 	// rebuild waits for; 0 when it waits for none.
 	until int64
+	// closed is when a look first found the snapshot closed: the
+	// rebuilds since are made over the large heap.
+	closed time.Time
+	// large is when the vacuums counted by until were found ended with
+	// the heap still past HeapRegrowth times its size before the
+	// snapshot; zero when it was not. After Cooldown the heap is taken to
+	// have grown for good.
+	large time.Time
 }
 
-// see notes what one look found: a long snapshot, or the first look after
-// one, which counts the vacuums that must end before a rebuild — the next
-// to end, and one more if a vacuum was already running, since that one
-// may have started before the snapshot closed.
-func (c *cleanup) see(o jobstore.Obstacle, oldest time.Duration) {
+// see notes what one look at now found: a long snapshot, or the first look
+// after one, which counts the vacuums that must end before a rebuild — the
+// next to end, and one more if a vacuum was already running, since that
+// one may have started before the snapshot closed — then whether those
+// vacuums left the heap large, and then whether it is back. It returns
+// when the snapshot closed on the look that finds the heap back after it
+// was left large, and the zero time otherwise.
+func (c *cleanup) see(o jobstore.Obstacle, oldest time.Duration, now time.Time) (back time.Time) {
 	switch {
 	case o.Snapshot > oldest:
+		if !c.open && c.until == 0 && c.large.IsZero() || o.Heap < c.heap {
+			c.heap = o.Heap
+		}
 		c.open, c.until = true, 0
 	case c.open:
 		c.open, c.until = false, o.Vacuums+1
 		if o.Vacuum {
 			c.until++
 		}
-	case o.Vacuums >= c.until || o.Vacuums < c.until-2:
-		// Done, or the count was reset with the statistics.
+		if c.closed.IsZero() {
+			c.closed = now
+		}
+	case c.until != 0 && o.Vacuums < c.until-2:
+		// The count was reset with the statistics.
+		*c = cleanup{}
+	case c.until != 0 && o.Vacuums < c.until:
+	case c.until != 0:
 		c.until = 0
+		if c.isBack(o) {
+			*c = cleanup{}
+		} else {
+			c.large = now
+		}
+	case c.large.IsZero():
+	case c.isBack(o):
+		back = c.closed
+		*c = cleanup{}
+	case now.Sub(c.large) >= Cooldown:
+		*c = cleanup{}
 	}
+	return back
+}
+
+// isBack says whether the heap is back within HeapRegrowth of its size
+// before the snapshot.
+func (c *cleanup) isBack(o jobstore.Obstacle) bool {
+	return o.Heap <= heapFloor || float64(o.Heap) <= HeapRegrowth*float64(c.heap)
 }
 
 // waiting says why a rebuild waits for the cleanup, or "".
@@ -219,7 +275,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			r.cleanup.see(o, r.cfg.OldestSnapshot)
+			r.look(ctx, o)
 		}
 		return res, nil
 	}
@@ -235,7 +291,7 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	r.cleanup.see(o, r.cfg.OldestSnapshot)
+	r.look(ctx, o)
 	sizes, err := s.IndexSizes(ctx)
 	if err != nil {
 		return res, err
@@ -269,6 +325,28 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// look follows the cleanup after a long snapshot (cleanup.see) with what
+// one look found, and once the heap is back, forgets this process's
+// rebuilds made since the snapshot closed: the cooldown keeps an index
+// that churns from being rebuilt at its working size, and their size was
+// the working size of a table whose vacuums took minutes (ADR-0077).
+func (r *Reindexer) look(ctx context.Context, o jobstore.Obstacle) {
+	since := r.cleanup.see(o, r.cfg.OldestSnapshot, time.Now())
+	if since.IsZero() {
+		return
+	}
+	var forgot []string
+	for name, b := range r.rebuilt {
+		if !b.at.Before(since) {
+			delete(r.rebuilt, name)
+			forgot = append(forgot, name)
+		}
+	}
+	sort.Strings(forgot)
+	r.logger.InfoContext(ctx, "the jobs table's heap is back near its size before a long snapshot; the indexes rebuilt since may be rebuilt again",
+		"heap_bytes", o.Heap, "indexes", forgot)
+}
+
 // clear waits, up to VacuumWait, for a vacuum of the jobs table to end, and
 // returns why a rebuild cannot start now, or "" when it can: a long
 // snapshot open, or the vacuums after one still to come.
@@ -278,7 +356,7 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 	for {
 		o, err := s.Obstacle(ctx)
 		if err == nil {
-			r.cleanup.see(o, r.cfg.OldestSnapshot)
+			r.look(ctx, o)
 		}
 		switch {
 		case err != nil:

@@ -76,6 +76,13 @@ func indexBytes(t *testing.T, pool *pgxpool.Pool, name string) int64 {
 	return n
 }
 
+func heapBytes(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&n))
+	return n
+}
+
 // requireRebuiltAfterAVacuum vacuums jobs and requires that a pass then
 // rebuilds jobs_pkey, once Postgres's statistics show the vacuum ended.
 func requireRebuiltAfterAVacuum(t *testing.T, b *testBundle) {
@@ -185,6 +192,68 @@ func TestReindexer(t *testing.T) {
 		require.Empty(t, res.Rebuilt)
 		require.Contains(t, res.Postponed, "vacuum")
 		requireRebuiltAfterAVacuum(t, b)
+	})
+
+	t.Run("RebuildsTheClaimIndexOnceMoreWhenTheHeapIsBackAfterALongSnapshot", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaults
+		cfg.OldestSnapshot = 0
+		b := setup(t, cfg)
+		// Finished jobs at the head of the heap: its size before the
+		// snapshot, which stays.
+		_, err := b.pool.Exec(ctx, `INSERT INTO jobs (id, topic) SELECT gen_random_uuid(), 'kept.topic' FROM generate_series(1, 10000)`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `VACUUM (ANALYZE) jobs`)
+		require.NoError(t, err)
+		before := heapBytes(t, b.pool)
+
+		// A long snapshot, through which the queue passes forty thousand
+		// jobs: nothing is removed, the heap and the indexes grow.
+		release := jobstoretest.HoldSnapshot(t, b.pool)
+		res, err := b.r.Pass(ctx) // nothing due: it only looks
+		require.NoError(t, err)
+		require.Empty(t, res.Rebuilt)
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		release()
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Postponed, "vacuum")
+		requireRebuiltAfterAVacuum(t, b)
+		require.Greater(t, float64(heapBytes(t, b.pool)), reindex.HeapRegrowth*float64(before),
+			"the kept jobs hold the heap's end: the vacuum could not give it back")
+		claimBefore := b.observer.sizes["jobs_claim_idx"].Bytes
+		require.Contains(t, b.observer.reindexed, "jobs_claim_idx", "rebuilt in the cleanup's round")
+
+		// The queue passes as many again through the claim index before
+		// the heap is back: within the hour, and not twice its size at the
+		// rebuild, it is left as it is.
+		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		claim := b.observer.sizes["jobs_claim_idx"]
+		require.GreaterOrEqual(t, claim.Bloat(), config.ReindexBloatDefault)
+		require.Less(t, float64(claim.Bytes), reindex.Regrowth*float64(claimBefore))
+		require.NotContains(t, res.Rebuilt, "jobs_claim_idx", "the heap is still large")
+
+		// The queue empties, a vacuum gives the heap's end back: the claim
+		// index is rebuilt again, within the hour.
+		_, err = b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now() WHERE topic = 'bloat.topic'`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `DELETE FROM jobs WHERE topic = 'bloat.topic'`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `VACUUM jobs`)
+		require.NoError(t, err)
+		require.LessOrEqual(t, float64(heapBytes(t, b.pool)), reindex.HeapRegrowth*float64(before))
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.Contains(t, res.Rebuilt, "jobs_claim_idx")
+		require.Len(t, b.observer.reindexed["jobs_claim_idx"], 2)
+
+		res, err = b.r.Pass(ctx)
+		require.NoError(t, err)
+		require.NotContains(t, res.Rebuilt, "jobs_claim_idx", "once: the cooldown holds again")
 	})
 
 	t.Run("WaitsForAVacuumOfTheTableToEnd", func(t *testing.T) {
