@@ -73,7 +73,9 @@ func TestCleanupFollowsTheHeapBackAfterALongSnapshot(t *testing.T) {
 	const mib = 1 << 20
 	start := time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
 	at := func(minute int) time.Time { return start.Add(time.Duration(minute) * time.Minute) }
-	look := func(heap, vacuums int64) jobstore.Obstacle { return jobstore.Obstacle{Heap: heap * mib, Vacuums: vacuums} }
+	look := func(heap, vacuums int64) jobstore.Obstacle {
+		return jobstore.Obstacle{Heap: heap * mib, Vacuums: vacuums}
+	}
 	snapshot := func(heap, vacuums int64) jobstore.Obstacle {
 		o := look(heap, vacuums)
 		o.Snapshot = time.Minute
