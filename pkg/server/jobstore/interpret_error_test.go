@@ -1,7 +1,11 @@
 package jobstore
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"fmt"
+	"io"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -9,6 +13,27 @@ import (
 	"github.com/pulsequeue/pulse/pkg/server/apierr"
 	"github.com/pulsequeue/pulse/pkg/server/pgtest"
 )
+
+// A connection Postgres ended under a statement (a crash, a restart) is
+// the outage it is, on the pool's path and on database/sql's (the read
+// side): the caller may retry, as the SDK does for Unavailable.
+func TestInterpretErrorCallsALostConnectionUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		io.EOF,
+		fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF),
+		fmt.Errorf("read: %w", pgconn.ErrConnClosed),
+		driver.ErrBadConn,
+		sql.ErrConnDone,
+	} {
+		if got := apierr.KindOf(interpretError("get job", err)); got != apierr.KindUnavailable {
+			t.Errorf("%v: kind %v, want Unavailable", err, got)
+		}
+	}
+	if got := apierr.KindOf(interpretError("get job", errors.New("something else"))); got != apierr.KindInternal {
+		t.Errorf("an unknown error: kind %v, want Internal", got)
+	}
+}
 
 // A CHECK violation becomes a typed error for the caller and stays a data
 // error for IsDataError: a batch refused by a constraint can still be split.

@@ -2,8 +2,11 @@ package jobstore
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -110,13 +113,23 @@ func interpretError(op string, err error) error {
 	}
 	var netErr net.Error
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed) {
+	if errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgx.ErrTxClosed) ||
+		connectionLost(err) {
 		return apierr.Unavailable(op+": database unreachable", err)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.ErrNotFound
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// connectionLost says whether err is a connection that ended under a
+// statement: Postgres closed it (a crash, a restart) after the statement
+// was sent, which pgx reports as the socket's end of file and database/sql
+// (the read side, bun) as a bad or finished connection.
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // ErrStatementTimeout is a statement Postgres canceled at its
