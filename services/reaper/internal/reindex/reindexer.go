@@ -47,6 +47,16 @@ const (
 	// rebuilt at its working size before a long snapshot, grows to ten
 	// times that during one (ADR-0075), which a rebuild gives back.
 	Regrowth = 2.0
+	// WorkingHold is how long the Regrowth rule holds past Cooldown for an
+	// index that had grown back, when Cooldown ended, to at least
+	// 1/Regrowth of its size before its rebuild: that size is its working
+	// size (a partial index that churns with the queue, as the claim index
+	// does at thousands of jobs a second), and a rebuild there reads the
+	// heap twice for what the index takes back within minutes (ADR-0078).
+	// After it, the index may be rebuilt at that size once more, so one
+	// left large by a workload that has since quietened is given back
+	// within a day.
+	WorkingHold = 24 * time.Hour
 	// HeapRegrowth is how many times its size before a long snapshot the
 	// jobs table's heap may be and count as back (ADR-0077): a snapshot of
 	// ten minutes on a busy queue leaves the heap several times its size,
@@ -220,6 +230,28 @@ func (c *cleanup) waiting(o jobstore.Obstacle) string {
 type rebuild struct {
 	at    time.Time
 	bytes int64
+	// settled is the index's size at the first pass after Cooldown, 0
+	// until then. At least bytes/Regrowth, the index grew back: the
+	// rebuild gave back nothing that lasted (WorkingHold).
+	settled int64
+}
+
+// holds says whether the record keeps an index of bytes from being
+// rebuilt at now: within Cooldown, or within WorkingHold once the index
+// has shown its working size, unless it has grown to Regrowth times its
+// size before the rebuild.
+func (b rebuild) holds(bytes int64, now time.Time) bool {
+	if float64(bytes) >= Regrowth*float64(b.bytes) {
+		return false
+	}
+	age := now.Sub(b.at)
+	return age < Cooldown || age < WorkingHold && b.grewBack()
+}
+
+// grewBack says whether the index was back near its size before the
+// rebuild when Cooldown ended.
+func (b rebuild) grewBack() bool {
+	return b.settled > 0 && float64(b.settled)*Regrowth >= float64(b.bytes)
 }
 
 // NewReindexer builds the reindexer. watch and observer may be nil; with
@@ -297,7 +329,8 @@ func (r *Reindexer) pass(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	r.observer.IndexSizes(sizes)
-	for _, idx := range r.due(sizes) {
+	r.settle(ctx, sizes, time.Now())
+	for _, idx := range r.due(sizes, time.Now()) {
 		reason, err := r.clear(ctx, s)
 		if err != nil {
 			return res, err
@@ -382,23 +415,47 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 	}
 }
 
-// due lists the indexes to rebuild: Bloat times their estimated size,
-// giving back MinFreed and TableShare of the table, and not rebuilt by
-// this process within Cooldown unless it has grown to Regrowth times its
-// size then. Those over every row come first, the one that gives back most
-// first; the partial ones after them, the one that gives back most last
+// settle records, at the first pass after Cooldown, the size each index
+// this process rebuilt has grown back to (rebuild.settled), and says so
+// when that is its working size. Not while a long snapshot or the cleanup
+// after it is under way: the indexes are larger then than the queue keeps
+// them.
+func (r *Reindexer) settle(ctx context.Context, sizes []jobstore.IndexSize, now time.Time) {
+	if r.cleanup != (cleanup{}) {
+		return
+	}
+	for _, s := range sizes {
+		b, ok := r.rebuilt[s.Name]
+		if !ok || b.settled > 0 || now.Sub(b.at) < Cooldown {
+			continue
+		}
+		b.settled = max(s.Bytes, 1)
+		r.rebuilt[s.Name] = b
+		if b.grewBack() {
+			r.logger.InfoContext(ctx, "an index grew back to about its size before its last rebuild: its working size; not rebuilt there again for a while",
+				"index", s.Name, "bytes", s.Bytes, "bytes_before_rebuild", b.bytes, "rebuilt_at", b.at, "hold", WorkingHold)
+		}
+	}
+}
+
+// due lists the indexes to rebuild at now: Bloat times their estimated
+// size, giving back MinFreed and TableShare of the table, and not held by
+// this process's last rebuild of them (rebuild.holds: within Cooldown, or
+// WorkingHold for an index that grew back) unless grown to Regrowth times
+// their size then. Those over every row come first, the one that gives
+// back most first; the partial ones after them, the one that gives back most last
 // (ADR-0076): a partial index churns with the queue (the claim index holds
 // only queued jobs), and grows back while a later rebuild holds the
 // vacuums off, so the one that churns most is rebuilt when no rebuild
 // follows it.
-func (r *Reindexer) due(sizes []jobstore.IndexSize) []jobstore.IndexSize {
+func (r *Reindexer) due(sizes []jobstore.IndexSize, now time.Time) []jobstore.IndexSize {
 	var out []jobstore.IndexSize
 	for _, s := range sizes {
 		freed := s.Bytes - s.CompactBytes()
 		if s.Bloat() < r.cfg.Bloat || freed < r.cfg.MinFreed || float64(freed) < TableShare*float64(s.TableBytes) {
 			continue
 		}
-		if last, ok := r.rebuilt[s.Name]; ok && time.Since(last.at) < Cooldown && float64(s.Bytes) < Regrowth*float64(last.bytes) {
+		if last, ok := r.rebuilt[s.Name]; ok && last.holds(s.Bytes, now) {
 			continue
 		}
 		out = append(out, s)
