@@ -167,9 +167,9 @@ WHERE i.indrelid = 'jobs'::regclass AND NOT i.indisvalid
   AND c.relname ~ '_cc(new|old)[0-9]*$'
 ORDER BY c.relname`
 
-// obstacleSQL says what would make a rebuild wait now: a vacuum of the jobs
-// table in progress (the rebuild's lock would block it, and it the
-// rebuild), how long the oldest other transaction of this database
+// obstacleSQL says what would make a rebuild wait now: a vacuum or an
+// analyze of the jobs table in progress (the rebuild's lock would block
+// it, and it the rebuild), how long the oldest other transaction of this database
 // holding a snapshot has been open (a rebuild waits for every snapshot
 // older than each of its phases), how many vacuums of the table have
 // ended (the reindexer waits for one or two after a long snapshot), and
@@ -177,6 +177,8 @@ ORDER BY c.relname`
 // indexes that churn once more when the heap is back near its size).
 const obstacleSQL = `
 SELECT (SELECT count(*) FROM pg_stat_progress_vacuum
+         WHERE datname = current_database() AND relid = 'jobs'::regclass),
+       (SELECT count(*) FROM pg_stat_progress_analyze
          WHERE datname = current_database() AND relid = 'jobs'::regclass),
        pg_stat_get_vacuum_count('jobs'::regclass) + pg_stat_get_autovacuum_count('jobs'::regclass),
        pg_relation_size('jobs'::regclass),
@@ -251,6 +253,11 @@ type Obstacle struct {
 	// Vacuum is a vacuum of the jobs table in progress: the rebuild's
 	// lock and the vacuum's exclude each other.
 	Vacuum bool
+	// Analyze is an analyze of the jobs table in progress, which takes the
+	// same lock: an autovacuum analyzes the table right after vacuuming
+	// it, and Postgres cancels that analyze (and with it the table's fresh
+	// statistics) when a rebuild waits for its lock.
+	Analyze bool
 	// Snapshot is how long the oldest other transaction of this database
 	// holding a snapshot has been open: a rebuild waits for every
 	// snapshot older than each of its phases.
@@ -280,12 +287,12 @@ func (s *Store) ReindexObstacle(ctx context.Context) (Obstacle, error) {
 
 func scanObstacle(row pgx.Row) (Obstacle, error) {
 	var o Obstacle
-	var vacuums int64
+	var vacuums, analyzes int64
 	var openSeconds float64
-	if err := row.Scan(&vacuums, &o.Vacuums, &o.Heap, &openSeconds); err != nil {
+	if err := row.Scan(&vacuums, &analyzes, &o.Vacuums, &o.Heap, &openSeconds); err != nil {
 		return o, interpretError("index maintenance: obstacles", err)
 	}
-	o.Vacuum = vacuums > 0
+	o.Vacuum, o.Analyze = vacuums > 0, analyzes > 0
 	o.Snapshot = time.Duration(openSeconds * float64(time.Second))
 	return o, nil
 }

@@ -254,20 +254,36 @@ func BloatIndexes(tb testing.TB, db Execer, topic string, made, keep int) {
 // needs dead row versions on many pages for the vacuum to take long.
 func SlowVacuum(tb testing.TB, pool *pgxpool.Pool) (stop func()) {
 	tb.Helper()
+	return slowMaintenance(tb, pool, "VACUUM jobs", "pg_stat_progress_vacuum")
+}
+
+// SlowAnalyze is SlowVacuum for an ANALYZE of the jobs table (as an
+// autovacuum runs after its vacuum), which takes the same table lock. The
+// table needs a few hundred pages for the analyze to take long.
+func SlowAnalyze(tb testing.TB, pool *pgxpool.Pool) (stop func()) {
+	tb.Helper()
+	return slowMaintenance(tb, pool, "ANALYZE jobs", "pg_stat_progress_analyze")
+}
+
+// slowMaintenance runs stmt (a VACUUM or ANALYZE, which sleep at every
+// page under vacuum_cost_delay) as SlowVacuum describes, waiting until
+// progressView reports it.
+func slowMaintenance(tb testing.TB, pool *pgxpool.Pool, stmt, progressView string) (stop func()) {
+	tb.Helper()
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		tb.Fatalf("slow vacuum: %v", err)
+		tb.Fatalf("slow %s: %v", stmt, err)
 	}
 	var pid int32
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		tb.Fatalf("slow vacuum: %v", err)
+		tb.Fatalf("slow %s: %v", stmt, err)
 	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := conn.Exec(ctx, `SET vacuum_cost_delay = 100; SET vacuum_cost_limit = 1`)
 		if err == nil {
-			_, err = conn.Exec(ctx, `VACUUM jobs`)
+			_, err = conn.Exec(ctx, stmt)
 		}
 		_, _ = conn.Exec(ctx, `RESET vacuum_cost_delay; RESET vacuum_cost_limit`)
 		conn.Release()
@@ -277,18 +293,18 @@ func SlowVacuum(tb testing.TB, pool *pgxpool.Pool) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			if _, err := pool.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
-				tb.Errorf("slow vacuum: cancel: %v", err)
+				tb.Errorf("slow %s: cancel: %v", stmt, err)
 			}
 			var pgErr *pgconn.PgError
 			if err := <-done; err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "57014") {
-				tb.Errorf("slow vacuum: %v", err) // anything but the cancel
+				tb.Errorf("slow %s: %v", stmt, err) // anything but the cancel
 			}
 		})
 	}
 	tb.Cleanup(stop)
-	proctest.WaitFor(tb, "the vacuum to be in progress", func() bool {
+	proctest.WaitFor(tb, "the "+stmt+" to be in progress", func() bool {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_progress_vacuum WHERE pid = $1`, pid).Scan(&n)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM `+progressView+` WHERE pid = $1`, pid).Scan(&n)
 		return err == nil && n == 1
 	})
 	return stop

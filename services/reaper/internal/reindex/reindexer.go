@@ -380,7 +380,9 @@ func (r *Reindexer) look(ctx context.Context, o jobstore.Obstacle) {
 		"heap_bytes", o.Heap, "indexes", forgot)
 }
 
-// clear waits, up to VacuumWait, for a vacuum of the jobs table to end, and
+// clear waits, up to VacuumWait, for a vacuum or an analyze of the jobs
+// table to end (an autovacuum analyzes the table after vacuuming it, and
+// Postgres would cancel that analyze for the rebuild's lock), and
 // returns why a rebuild cannot start now, or "" when it can: a long
 // snapshot open, or the vacuums after one still to come.
 func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
@@ -398,14 +400,15 @@ func (r *Reindexer) clear(ctx context.Context, s Session) (string, error) {
 			return fmt.Sprintf("a transaction has held a snapshot for %s", o.Snapshot.Round(time.Second)), nil
 		case r.cleanup.waiting(o) != "":
 			return r.cleanup.waiting(o), nil
-		case !o.Vacuum:
+		case !o.Vacuum && !o.Analyze:
 			return "", nil
 		case !time.Now().Before(deadline):
-			return fmt.Sprintf("vacuums of the jobs table ran for all of %s", r.cfg.VacuumWait), nil
+			return fmt.Sprintf("vacuums or analyzes of the jobs table ran for all of %s", r.cfg.VacuumWait), nil
 		}
 		if !waiting {
 			waiting = true
-			r.logger.InfoContext(ctx, "waiting for a vacuum of the jobs table to end before a rebuild")
+			r.logger.InfoContext(ctx, "waiting for a vacuum or an analyze of the jobs table to end before a rebuild",
+				"vacuum", o.Vacuum, "analyze", o.Analyze)
 		}
 		select {
 		case <-ctx.Done():

@@ -256,30 +256,17 @@ func TestReindexer(t *testing.T) {
 		require.NotContains(t, res.Rebuilt, "jobs_claim_idx", "once: the cooldown holds again")
 	})
 
-	t.Run("WaitsForAVacuumOfTheTableToEnd", func(t *testing.T) {
-		t.Parallel()
-		waiting := make(chan struct{}, 1)
-		b := setup(t, defaults)
-		b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, jobstore.ReindexLockTimeout), reindex.StoreWatcher(b.store), b.observer,
-			slog.New(logged{"waiting for a vacuum of the jobs table to end before a rebuild": waiting}))
-		jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
-		_, err := b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`) // dead versions to vacuum slowly
-		require.NoError(t, err)
-		stop := jobstoretest.SlowVacuum(t, b.pool)
-
-		type passed struct {
-			res reindex.Result
-			err error
-		}
-		done := make(chan passed, 1)
-		go func() { res, err := b.r.Pass(ctx); done <- passed{res, err} }()
-		<-waiting
-		stop()
-		p := <-done
-		require.NoError(t, p.err)
-		require.Empty(t, p.res.Postponed)
-		require.Contains(t, p.res.Rebuilt, "jobs_pkey", "rebuilt once the vacuum ended")
-	})
+	for name, slow := range map[string]func(testing.TB, *pgxpool.Pool) func(){
+		"WaitsForAVacuumOfTheTableToEnd": jobstoretest.SlowVacuum,
+		// As an autovacuum analyzes the table after its vacuum: Postgres
+		// cancels the analyze when a rebuild waits for its lock.
+		"WaitsForAnAnalyzeOfTheTableToEnd": jobstoretest.SlowAnalyze,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			waitsFor(t, slow)
+		})
+	}
 
 	t.Run("OneReaperAtATime", func(t *testing.T) {
 		t.Parallel()
@@ -410,4 +397,35 @@ func (l logged) Handle(_ context.Context, r slog.Record) error {
 		}
 	}
 	return nil
+}
+
+// waitsFor starts what slow starts on a table with bloated indexes and
+// requires that a pass waits for it to end and then rebuilds.
+func waitsFor(t *testing.T, slow func(testing.TB, *pgxpool.Pool) func()) {
+	t.Helper()
+	waiting := make(chan struct{}, 1)
+	b := setup(t, defaults)
+	b.r = reindex.NewReindexer(defaults, reindex.StoreOpener(b.store, jobstore.ReindexLockTimeout), reindex.StoreWatcher(b.store), b.observer,
+		slog.New(logged{"waiting for a vacuum or an analyze of the jobs table to end before a rebuild": waiting}))
+	jobstoretest.BloatIndexes(t, b.pool, "bloat.topic", 40000, 500)
+	_, err := b.pool.Exec(ctx, `UPDATE jobs SET status = 'CANCELED', finished_at = now()`) // dead versions to vacuum slowly
+	require.NoError(t, err)
+	stop := slow(t, b.pool)
+
+	type passed struct {
+		res reindex.Result
+		err error
+	}
+	done := make(chan passed, 1)
+	go func() { res, err := b.r.Pass(ctx); done <- passed{res, err} }()
+	select {
+	case <-waiting:
+	case p := <-done:
+		t.Fatalf("the pass did not wait for it: rebuilt %v, postponed %q, error %v", p.res.Rebuilt, p.res.Postponed, p.err)
+	}
+	stop()
+	p := <-done
+	require.NoError(t, p.err)
+	require.Empty(t, p.res.Postponed)
+	require.Contains(t, p.res.Rebuilt, "jobs_pkey", "rebuilt once it ended")
 }
